@@ -1,0 +1,20 @@
+# Code-server image: the locked dependencies in one layer, then the source; serves the code
+# location over gRPC for a webserver and daemon running elsewhere.
+FROM python:3.11.7-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 UV_PYTHON_DOWNLOADS=never \
+    UV_PROJECT_ENVIRONMENT=/opt/venv PATH=/opt/venv/bin:$PATH
+RUN pip install --no-cache-dir uv==0.13.9
+
+WORKDIR /app
+COPY pyproject.toml uv.lock ./
+RUN uv sync --frozen --no-dev --no-install-project
+
+COPY README.md ./
+COPY ml_platform ./ml_platform
+RUN uv sync --frozen --no-dev
+
+RUN useradd --create-home --uid 10001 app
+USER app
+EXPOSE 4000
+CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "ml_platform.definitions"]

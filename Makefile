@@ -1,0 +1,51 @@
+# Two commands do everything on a fresh machine with Python 3.11:
+#   make run    environment, a month of real flights landed and materialised, Dagster UI + daemon
+#   make test   environment, lint, type check, the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3.11
+UV_VERSION := 0.13.9
+HOST ?= 127.0.0.1
+PORT ?= 3000
+START ?= 2013-01-01
+DAYS ?= 30
+
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export ML_PLATFORM_DATASET ?= flights
+export ML_PLATFORM_LANDING_DIR ?= $(CURDIR)/data/landing
+export ML_PLATFORM_LAKE_DIR ?= $(CURDIR)/data/lake
+export UV_PYTHON := $(PYTHON)
+
+UV := .tools/bin/uv
+VENV_STAMP := .venv/.synced
+
+.PHONY: run test env lint clean
+
+env: $(VENV_STAMP)
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/pip install --quiet uv==$(UV_VERSION)
+
+# The environment is rebuilt only when the lock or the project changes.
+$(VENV_STAMP): uv.lock pyproject.toml | $(UV)
+	$(UV) sync --frozen
+	touch $@
+
+run: env
+	mkdir -p "$(DAGSTER_HOME)"
+	ln -sf "$(CURDIR)/dagster.yaml" "$(DAGSTER_HOME)/dagster.yaml"
+	.venv/bin/ml-platform land $(ML_PLATFORM_DATASET) --start $(START) --days $(DAYS)
+	.venv/bin/ml-platform materialize --start $(START) --days $(DAYS)
+	@echo "Dagster UI on http://$(HOST):$(PORT) (Ctrl-C stops it)"
+	exec .venv/bin/dagster dev -h $(HOST) -p $(PORT) -w workspace.yaml
+
+lint: env
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+
+test: lint
+	.venv/bin/pytest -ra --durations=15
+
+clean:
+	rm -rf .venv .tools .dagster_home data

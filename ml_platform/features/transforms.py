@@ -1,0 +1,55 @@
+"""Row-wise feature transforms: each row's features depend on that row alone, nothing is fitted.
+
+Fitting (scaling, encoding) happens inside the model pipeline, so the same preprocessing travels
+with the model to wherever it scores.
+"""
+
+import numpy as np
+import pandas as pd
+
+from ml_platform.contracts import Contract, FeatureSpec
+from ml_platform.contracts.model import EVENT_TIME
+
+DAY_NAMES = np.array(["mon", "tue", "wed", "thu", "fri", "sat", "sun"])
+
+
+def _transform(values: pd.Series, transform: str) -> pd.Series:
+    if transform == "identity":
+        return values
+    if transform == "log1p":
+        return np.log1p(values.astype("float64"))
+    if transform == "hhmm_to_minutes":
+        hhmm = values.astype("float64")
+        return hhmm // 100 * 60 + hhmm % 100
+    when = values.dt
+    if transform == "hour":
+        return when.hour
+    if transform == "minute_of_day":
+        return when.hour * 60 + when.minute
+    if transform == "day_of_week":
+        return pd.Series(DAY_NAMES[when.dayofweek.to_numpy()], index=values.index)
+    if transform == "month":
+        return when.month
+    if transform == "day_of_year":
+        return when.dayofyear
+    raise ValueError(f"unknown transform '{transform}'")
+
+
+def feature_column(validated: pd.DataFrame, spec: FeatureSpec) -> pd.Series:
+    """One feature of every row, typed float64 (numeric) or str (categorical)."""
+    values = _transform(validated[spec.source], spec.transform)
+    if spec.kind == "numeric":
+        return values.astype("float64")
+    return values.astype("str").where(values.notna()).astype("str")
+
+
+def build_features(validated: pd.DataFrame, contract: Contract) -> pd.DataFrame:
+    """Model inputs of each validated row: event time, the contract's features, then the label.
+
+    Leakage columns never reach this frame: only declared features (which the contract loader
+    proves do not read a leakage column) and the label are kept.
+    """
+    columns = {EVENT_TIME: validated[EVENT_TIME]}
+    columns.update({spec.name: feature_column(validated, spec) for spec in contract.features})
+    columns[contract.label_name] = validated[contract.label_name]
+    return pd.DataFrame(columns).reset_index(drop=True)

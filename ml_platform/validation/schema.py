@@ -1,0 +1,174 @@
+"""Schema of landed files and typing of their rows, per the dataset contract.
+
+Pure functions of frames: the raw schema check says which columns are missing, unexpected or of
+the wrong type (with sample values); typing casts each column to its contract dtype, assembles
+the local event time and derives the label.
+"""
+
+import dataclasses
+import operator
+
+import pandas as pd
+
+from ml_platform.contracts import ColumnSpec, Contract
+from ml_platform.contracts.model import EVENT_TIME
+
+SAMPLE_SIZE = 5
+PANDAS_DTYPES = {
+    "int": "Int64",
+    "float": "float64",
+    "str": "str",
+    "bool": "boolean",
+    "datetime": "datetime64[ns]",
+}
+LABEL_OPS = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+TRUE_WORDS = {"true", "1", "yes", "t", "y"}
+FALSE_WORDS = {"false", "0", "no", "f", "n"}
+
+
+class ContractViolationError(ValueError):
+    """Rows of a partition cannot be made to fit the contract."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaReport:
+    """How a frame's columns differ from the contract."""
+
+    missing: list[str]
+    unexpected: list[str]
+    retyped: dict[str, str]  # column -> what was found instead of the contract dtype
+
+    @property
+    def ok(self) -> bool:
+        """True when the frame fits the contract's columns and types."""
+        return not (self.missing or self.unexpected or self.retyped)
+
+    def describe(self) -> str:
+        """The differences in words, or a statement that there are none."""
+        parts = []
+        if self.missing:
+            parts.append(f"missing column(s) {', '.join(self.missing)}")
+        if self.unexpected:
+            parts.append(f"unexpected column(s) {', '.join(self.unexpected)}")
+        parts.extend(f"column {col} {found}" for col, found in self.retyped.items())
+        return "; ".join(parts) if parts else "columns and types match the contract"
+
+
+def _bad_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
+    """Non-null values of `series` that cannot be cast to the column's contract dtype."""
+    present = series.dropna()
+    if present.empty or spec.dtype == "str":
+        return present.iloc[0:0]
+    if spec.dtype in ("int", "float"):
+        if pd.api.types.is_bool_dtype(present):
+            return present
+        numbers = pd.to_numeric(present, errors="coerce")
+        bad = numbers.isna()
+        if spec.dtype == "int":
+            bad |= numbers.notna() & (numbers % 1 != 0)
+        return present[bad]
+    if spec.dtype == "bool":
+        if pd.api.types.is_bool_dtype(present):
+            return present.iloc[0:0]
+        words = present.astype(str).str.strip().str.lower()
+        return present[~words.isin(TRUE_WORDS | FALSE_WORDS)]
+    parsed = pd.to_datetime(present, errors="coerce", format="ISO8601")
+    return present[parsed.isna()]
+
+
+def raw_schema(frame: pd.DataFrame, contract: Contract) -> SchemaReport:
+    """Compare a landed frame's columns and value types with the contract."""
+    expected = contract.column_names
+    missing = [c for c in expected if c not in frame.columns]
+    unexpected = [] if contract.allow_extra_columns else [
+        str(c) for c in frame.columns if c not in expected
+    ]
+    retyped = {}
+    for spec in contract.columns:
+        if spec.name not in frame.columns:
+            continue
+        bad = _bad_values(frame[spec.name], spec)
+        if not bad.empty:
+            sample = ", ".join(repr(v) for v in bad.astype(str).unique()[:SAMPLE_SIZE])
+            retyped[spec.name] = (
+                f"should be {spec.dtype} but {len(bad)} of {len(frame)} value(s) are not, "
+                f"e.g. {sample}"
+            )
+    return SchemaReport(missing=missing, unexpected=unexpected, retyped=retyped)
+
+
+def _cast(series: pd.Series, spec: ColumnSpec) -> pd.Series:
+    if spec.dtype == "str":
+        text = series.astype("str").where(series.notna()).str.strip()
+        return text.mask(text == "").astype("str")
+    if spec.dtype in ("int", "float"):
+        return pd.to_numeric(series, errors="raise").astype(PANDAS_DTYPES[spec.dtype])
+    if spec.dtype == "bool":
+        words = series.astype("str").str.strip().str.lower()
+        return words.isin(TRUE_WORDS).astype("boolean").mask(series.isna())
+    parsed = pd.to_datetime(series, errors="raise", format="ISO8601")
+    if getattr(parsed.dt, "tz", None) is not None:
+        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+    return parsed.astype("datetime64[ns]")
+
+
+def event_times(typed: pd.DataFrame, contract: Contract) -> pd.Series:
+    """Local (wall-clock, naive) event time of each row, per the contract."""
+    spec = contract.event_time
+    if spec.parts is not None:
+        p = spec.parts
+        dates = pd.to_datetime(
+            pd.DataFrame(
+                {"year": typed[p.year], "month": typed[p.month], "day": typed[p.day]}
+            ).astype("int64")
+        )
+        if p.hhmm is not None:
+            hhmm = typed[p.hhmm].astype("int64")
+            dates += pd.to_timedelta(hhmm // 100 * 60 + hhmm % 100, unit="min")
+        return dates.astype("datetime64[ns]")
+    assert spec.column is not None
+    source = pd.to_datetime(typed[spec.column], format="ISO8601")
+    if getattr(source.dt, "tz", None) is not None:
+        source = source.dt.tz_convert(spec.timezone).dt.tz_localize(None)
+    return source.astype("datetime64[ns]")
+
+
+def derive_label(typed: pd.DataFrame, contract: Contract) -> pd.Series:
+    """The label of each row; missing where its source is missing (such rows are not trained on)."""
+    label = contract.label
+    source = typed[label.source]
+    if label.task == "regression":
+        return source.astype("float64")
+    if label.rule is None:
+        return source.astype("Int8")
+    positive = LABEL_OPS[label.rule.op](source.astype("float64"), label.rule.value)
+    return positive.astype("Int8").mask(source.isna())
+
+
+def type_rows(raw: pd.DataFrame, contract: Contract, where: str) -> pd.DataFrame:
+    """Rows of a landed frame cast to contract dtypes, in contract order, with event time and label.
+
+    `where` names the file and partition in any error raised.
+    """
+    report = raw_schema(raw, contract)
+    if not report.ok:
+        raise ContractViolationError(f"{where}: {report.describe()}")
+    typed = pd.DataFrame({spec.name: _cast(raw[spec.name], spec) for spec in contract.columns})
+    typed[EVENT_TIME] = event_times(typed, contract)
+    typed[contract.label_name] = derive_label(typed, contract)
+    return typed
+
+
+def expected_typed_dtypes(contract: Contract) -> dict[str, str]:
+    """Column name -> pandas dtype of a validated frame."""
+    dtypes = {spec.name: PANDAS_DTYPES[spec.dtype] for spec in contract.columns}
+    dtypes[EVENT_TIME] = "datetime64[ns]"
+    dtypes[contract.label_name] = "float64" if contract.task == "regression" else "Int8"
+    return dtypes
