@@ -41,8 +41,15 @@ def land(args: argparse.Namespace) -> int:
     fault_days = set(args.fault_day) if args.fault_day else None
     days = _days(args.start, args.days)
     print(f"landing {len(days)} day(s) of {contract.name} into {zone.base_dir}", flush=True)
-    for _ in land_days(contract, zone, days, drift=drift, fault=args.fault,
-                       fault_days=fault_days, progress=lambda m: print(m, flush=True)):
+    for _ in land_days(
+        contract,
+        zone,
+        days,
+        drift=drift,
+        fault=args.fault,
+        fault_days=fault_days,
+        progress=lambda m: print(m, flush=True),
+    ):
         pass
     return 0
 
@@ -69,20 +76,24 @@ def materialize(args: argparse.Namespace) -> int:
             )
             seconds = time.perf_counter() - started
             if not result.success:
-                print(f"{prefix} FAILED in {seconds:.1f}s: run {result.run_id}; open it in the "
-                      "Dagster UI (Runs) for the failed step and its logs", file=sys.stderr)
+                print(
+                    f"{prefix} FAILED in {seconds:.1f}s: run {result.run_id}; open it in the "
+                    "Dagster UI (Runs) for the failed step and its logs",
+                    file=sys.stderr,
+                )
                 return 1
-            print(f"{prefix} materialised in {seconds:.1f}s (run {result.run_id[:8]})",
-                  flush=True)
+            print(f"{prefix} materialised in {seconds:.1f}s (run {result.run_id[:8]})", flush=True)
     return 0
 
 
 def check_contract(args: argparse.Namespace) -> int:
     """Load a contract and report every problem in it."""
     contract = load_contract(args.contract)
-    print(f"{args.contract}: contract '{contract.name}' is valid "
-          f"({len(contract.columns)} columns, {len(contract.features)} features, "
-          f"{contract.task})")
+    print(
+        f"{args.contract}: contract '{contract.name}' is valid "
+        f"({len(contract.columns)} columns, {len(contract.features)} features, "
+        f"{contract.task})"
+    )
     return 0
 
 
@@ -100,8 +111,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drift-sd", type=float, default=0.2, help="shift in standard deviations")
     p.add_argument("--drift-from", type=_date, help="first drifted day (default: --start)")
     p.add_argument("--fault", choices=sorted(FAULTS), help="synthetic only: damage the files")
-    p.add_argument("--fault-day", type=_date, action="append",
-                   help="only damage this day (repeatable; default: every landed day)")
+    p.add_argument(
+        "--fault-day",
+        type=_date,
+        action="append",
+        help="only damage this day (repeatable; default: every landed day)",
+    )
     p.set_defaults(func=land)
 
     p = sub.add_parser("materialize", help="materialise days of the whole graph in-process")

@@ -26,10 +26,11 @@ def build_evaluation_report(
     def evaluation_report(
         context: dg.AssetExecutionContext, model: TrainedModel, features: dict[str, pd.DataFrame]
     ) -> dg.MaterializeResult[dict]:
-        """Metrics of the model of day D on its held-out rows (the latest of its window), as
-        numbers the UI plots across days and as a markdown report.
+        """Metrics of the model of day D on rows it never trained on.
 
-        Classification: precision, recall, F1, accuracy, ROC AUC. Regression: MAE, RMSE, R².
+        The rows are the latest of its window. Metrics are numbers the UI plots across days, and
+        a markdown report. Classification: precision, recall, F1, accuracy, ROC AUC.
+        Regression: MAE, RMSE, R².
         """
         holdout = holdout_of(model, features, contract)
         metrics = evaluate(model, holdout)

@@ -17,8 +17,9 @@ def holdout_of(model: TrainedModel, partitions: dict[str, pd.DataFrame], contrac
             f"evaluation window {sorted(partitions)} differs from the model's training window "
             f"{model.window}; rematerialise the model for this partition"
         )
-    _, holdout = split_holdout(labelled(window_frame(partitions), contract),
-                               contract.training.holdout_fraction)
+    _, holdout = split_holdout(
+        labelled(window_frame(partitions), contract), contract.training.holdout_fraction
+    )
     if len(holdout) != model.holdout_rows:
         raise ValueError(
             f"the window now holds {len(holdout)} hold-out rows but the model recorded "
@@ -52,8 +53,11 @@ def regression_metrics(y_true: pd.Series, predicted: pd.Series) -> dict:
 
 
 def evaluate(model: TrainedModel, holdout: pd.DataFrame) -> dict:
-    """Metrics of `model` on `holdout`, and of the trivial baseline that always predicts the
-    training prior, so a reader sees what the model adds."""
+    """Metrics of `model` on `holdout`.
+
+    Regression also reports the MAE of always predicting the mean, so a reader sees what the
+    model adds.
+    """
     if model.task == "classification":
         y = holdout[model.label].astype("int64")
         metrics = classification_metrics(y, model.score(holdout), model.predict(holdout))

@@ -20,8 +20,11 @@ class LandingFileError(ValueError):
 
 
 def read_landed_file(data: bytes, file_name: str, partition: str) -> pd.DataFrame:
-    """Parse a landed CSV as-is: types inferred, and only empty fields read as missing, so text
-    like 'n/a' in a number column stays visible to the schema check instead of becoming NaN."""
+    """Parse a landed CSV as-is, with inferred types.
+
+    Only empty fields are read as missing, so text like 'n/a' in a number column stays visible
+    to the schema check instead of silently becoming NaN.
+    """
     try:
         return pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -73,9 +76,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             )
         ],
     )
-    def raw_data(
-        context: dg.AssetExecutionContext, landing: LandingZone
-    ):
+    def raw_data(context: dg.AssetExecutionContext, landing: LandingZone):
         """The file that landed for day D, read as-is and stored as parquet.
 
         Its schema is checked against the dataset contract; a mismatch fails the blocking

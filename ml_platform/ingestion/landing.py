@@ -87,6 +87,8 @@ def land_days(
             status = "replaced" if path.exists() else "written"
             write_atomically(path, data)
         if progress is not None:
-            progress(f"[{i:>{len(str(len(days)))}}/{len(days)}] {day} {path.name}: "
-                     f"{len(frame)} rows {status}")
+            progress(
+                f"[{i:>{len(str(len(days)))}}/{len(days)}] {day} {path.name}: "
+                f"{len(frame)} rows {status}"
+            )
         yield day, path, status

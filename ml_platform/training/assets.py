@@ -39,11 +39,11 @@ def build_model(contract: Contract, partitions: dg.PartitionsDefinition) -> dg.A
         ins={"features": training_window(contract)},
     )
     def model(features: dict[str, pd.DataFrame]) -> dg.MaterializeResult[TrainedModel]:
-        """A scikit-learn pipeline (imputation, scaling, one-hot encoding, estimator) trained on
-        the feature partitions of the W days ending D.
+        """A scikit-learn pipeline trained on the feature partitions of the W days ending D.
 
-        The latest 20 % of the window's rows (by event time) are held out for evaluation. The
-        fitted preprocessing is part of the model, so scoring applies exactly what training did.
+        Imputation, scaling and one-hot encoding are fitted inside the pipeline, before the
+        estimator, so scoring applies exactly what training did. The latest rows of the window
+        (by event time, the contract's hold-out fraction) are held out for evaluation.
         """
         started = time.perf_counter()
         trained = train_model(features, contract)

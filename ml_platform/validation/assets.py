@@ -18,8 +18,11 @@ def typed_schema_result(typed: pd.DataFrame, contract: Contract, partition: str,
     expected = expected_typed_dtypes(contract)
     actual = {str(k): str(v) for k, v in typed.dtypes.items()}
     if actual != expected:
-        wrong = {c: f"{actual.get(c, 'absent')} instead of {t}" for c, t in expected.items()
-                 if actual.get(c) != t}
+        wrong = {
+            c: f"{actual.get(c, 'absent')} instead of {t}"
+            for c, t in expected.items()
+            if actual.get(c) != t
+        }
         problems.append(f"typed columns differ from the contract: {wrong}")
     dates = typed[EVENT_TIME].dt.strftime("%Y-%m-%d")
     outside = typed[dates != partition]
@@ -67,9 +70,7 @@ def build_validated_data(
             )
         ],
     )
-    def validated_data(
-        context: dg.AssetExecutionContext, raw_data: pd.DataFrame
-    ):
+    def validated_data(context: dg.AssetExecutionContext, raw_data: pd.DataFrame):
         """Rows of day D cast to the contract's types, with the local event time and the label.
 
         Text is trimmed and empty text is missing. Rows whose label is not known yet (e.g. a

@@ -87,9 +87,9 @@ def raw_schema(frame: pd.DataFrame, contract: Contract) -> SchemaReport:
     """Compare a landed frame's columns and value types with the contract."""
     expected = contract.column_names
     missing = [c for c in expected if c not in frame.columns]
-    unexpected = [] if contract.allow_extra_columns else [
-        str(c) for c in frame.columns if c not in expected
-    ]
+    unexpected = (
+        [] if contract.allow_extra_columns else [str(c) for c in frame.columns if c not in expected]
+    )
     retyped = {}
     for spec in contract.columns:
         if spec.name not in frame.columns:
