@@ -36,7 +36,7 @@ def build_definitions(
     lake = lake_dir or dg.EnvVar("ML_PLATFORM_LAKE_DIR")
     return dg.Definitions(
         assets=assets,
-        jobs=[dg.define_asset_job(DAILY_JOB, selection=assets, partitions_def=partitions)],
+        jobs=[dg.define_asset_job(DAILY_JOB, selection=assets)],
         resources={
             "landing": LandingZone(base_dir=landing),
             "io_manager": LakeIOManager(storage=LocalStorage(base_dir=lake), dataset=contract.name),

@@ -27,7 +27,7 @@ def _transform(values: pd.Series, transform: str) -> pd.Series:
     if transform == "minute_of_day":
         return when.hour * 60 + when.minute
     if transform == "day_of_week":
-        return pd.Series(DAY_NAMES[when.dayofweek.to_numpy()], index=values.index)
+        return pd.Series(DAY_NAMES[when.day_of_week.to_numpy()], index=values.index)
     if transform == "month":
         return when.month
     if transform == "day_of_year":

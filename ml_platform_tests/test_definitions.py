@@ -1,0 +1,41 @@
+"""The code location loads and holds one daily-partitioned graph of the five assets."""
+
+import dagster as dg
+import pytest
+
+from ml_platform.contracts import load_contract
+from ml_platform.definitions import DAILY_JOB, defs
+from ml_platform_tests.conftest import ALL_ASSETS
+
+
+@pytest.mark.parametrize("dataset", ["flights", "synthetic"])
+def test_definitions_load_for_each_bundled_dataset(monkeypatch, dataset):
+    monkeypatch.setenv("ML_PLATFORM_DATASET", dataset)
+    loaded = defs()
+    graph = loaded.resolve_asset_graph()
+    contract = load_contract(dataset)
+
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == set(ALL_ASSETS)
+    for name in ALL_ASSETS:
+        node = graph.get(dg.AssetKey(name))
+        assert isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
+        assert node.partitions_def.start.date() == contract.partitions.start_date
+        assert node.description, f"{name} has no docstring for the UI"
+    assert loaded.resolve_job_def(DAILY_JOB) is not None
+    assert {k.to_user_string() for k in graph.get(dg.AssetKey("model")).parent_keys} == {"features"}
+    assert {
+        k.to_user_string() for k in graph.get(dg.AssetKey("evaluation_report")).parent_keys
+    } == {"model", "features"}
+
+
+def test_schema_checks_block_downstream_assets():
+    graph = defs().resolve_asset_graph()
+    checks = {key.name: graph.get_check_spec(key) for key in graph.asset_check_keys}
+    assert set(checks) == {"raw_schema", "typed_schema"}
+    assert all(spec.blocking for spec in checks.values())
+
+
+def test_an_unknown_dataset_fails_with_the_bundled_names(monkeypatch):
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "weather")
+    with pytest.raises(ValueError, match="bundled contracts are: flights, synthetic"):
+        defs()

@@ -1,0 +1,160 @@
+"""The whole asset graph run with dg.materialize over real data and temporary storage."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from ml_platform_tests.conftest import ALL_ASSETS, contract_with, days_from
+
+FLIGHTS_DAYS = days_from("2013-01-01", 3)
+SYNTHETIC_DAYS = days_from("2024-01-01", 3)
+CLASSIFICATION_METRICS = {"precision", "recall", "f1", "roc_auc"}
+REGRESSION_METRICS = {"mae", "rmse", "r2"}
+
+
+@pytest.mark.parametrize(
+    ("dataset", "days", "metrics"),
+    [
+        ("flights", FLIGHTS_DAYS, CLASSIFICATION_METRICS),
+        ("synthetic", SYNTHETIC_DAYS, REGRESSION_METRICS),
+    ],
+)
+def test_three_consecutive_days_materialise_every_asset(platform_for, dataset, days, metrics):
+    platform = platform_for(dataset)
+    platform.land(days[0], len(days))
+
+    for day in days:
+        result = platform.materialize(day)
+        assert result.success, f"{dataset} {day} failed"
+        assert all(check.passed for check in result.get_asset_check_evaluations())
+        report = result.asset_materializations_for_node("evaluation_report")[0].metadata
+        assert metrics <= set(report), f"missing metrics: {metrics - set(report)}"
+        assert "Evaluation of the model of" in report["report"].value
+
+    for asset in ALL_ASSETS:
+        assert platform.materialized(asset) == set(days), asset
+
+    last = json.loads(platform.stored("evaluation_report", days[-1], "json").read_text())
+    assert last["window"] == days  # three days in, the window holds all three
+    for value in last["metrics"].values():
+        assert not isinstance(value, float) or pd.notna(value)
+
+
+def test_flights_labels_and_features_follow_the_contract(platform_for):
+    platform = platform_for("flights")
+    platform.land("2013-01-01", 1)
+    assert platform.materialize("2013-01-01").success
+
+    validated = pd.read_parquet(platform.stored("validated_data", "2013-01-01", "parquet"))
+    features = pd.read_parquet(platform.stored("features", "2013-01-01", "parquet"))
+    assert len(validated) == len(features) == 842  # every flight of 1 January 2013
+    known = validated["arr_delay"].notna()
+    assert (validated.loc[known, "delayed"] == (validated.loc[known, "arr_delay"] > 15)).all()
+    assert validated.loc[~known, "delayed"].isna().all()
+    assert not set(platform.contract.leakage_columns) & set(features.columns)
+    # Local scheduled departure, not the UTC time_hour: the first flight leaves at 05:15.
+    assert str(validated["event_time"].min()) == "2013-01-01 05:15:00"
+
+
+def test_rerunning_a_day_replaces_its_outputs(platform_for):
+    platform = platform_for("synthetic")
+    platform.land("2024-01-01", 2)
+    for day in ("2024-01-01", "2024-01-02"):
+        assert platform.materialize(day).success
+    lake = platform.lake_dir
+    before = {p: p.read_bytes() for p in sorted(lake.rglob("*")) if p.is_file()}
+
+    assert platform.materialize("2024-01-02").success
+
+    after = {p: p.read_bytes() for p in sorted(lake.rglob("*")) if p.is_file()}
+    assert after.keys() == before.keys(), "a rerun must not add files"
+    for path in before:
+        if path.suffix == ".parquet" or path.suffix == ".json":
+            assert after[path] == before[path], f"{path.name} changed on rerun"
+    validated = pd.read_parquet(platform.stored("validated_data", "2024-01-02", "parquet"))
+    assert len(validated) == platform.contract.source.rows_per_day  # no duplicated rows
+
+
+def test_model_reads_exactly_the_window_ending_its_day(platform_for, tmp_path):
+    platform = platform_for(contract_with(tmp_path, "synthetic", window_days=3))
+    days = days_from("2024-01-01", 5)
+    platform.land(days[0], 5)
+    for day in days:
+        assert platform.materialize(day).success
+
+    result = platform.materialize(days[4], selection=["model"])
+    assert result.success
+    meta = result.asset_materializations_for_node("model")[0].metadata
+    assert meta["window_partitions"].value == days[2:5]
+    window_rows = sum(
+        len(pd.read_parquet(platform.stored("features", d, "parquet"))) for d in days[2:5]
+    )
+    assert meta["train_rows"].value + meta["holdout_rows"].value == window_rows
+
+    # Days outside the window are not read: the model still builds without them.
+    for day in days[:2]:
+        platform.stored("features", day, "parquet").unlink()
+    assert platform.materialize(days[4], selection=["model"]).success
+    # A day inside the window is read: without it the step fails and names it.
+    platform.stored("features", days[2], "parquet").unlink()
+    failed = platform.materialize(days[4], selection=["model"])
+    assert not failed.success
+    message = failed.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert f"features partition {days[2]} is not in storage" in message
+
+
+def test_first_days_train_on_the_days_that_exist(platform_for):
+    platform = platform_for("flights")  # window of 28 days, reaching before 1 January 2013
+    platform.land("2013-01-01", 1)
+    result = platform.materialize("2013-01-01")
+    assert result.success
+    meta = result.asset_materializations_for_node("model")[0].metadata
+    assert meta["window_partitions"].value == ["2013-01-01"]
+
+
+def test_a_file_of_the_wrong_type_stops_its_day_only(platform_for):
+    platform = platform_for("synthetic")
+    platform.land("2024-01-01", 3)
+    platform.land("2024-01-02", 1, fault="retyped_column")
+
+    assert platform.materialize("2024-01-01").success
+    bad = platform.materialize("2024-01-02")
+
+    assert not bad.success
+    (check,) = bad.get_asset_check_evaluations()
+    assert not check.passed and check.check_name == "raw_schema"
+    assert "synthetic_2024-01-02.csv (partition 2024-01-02)" in check.description
+    assert "column x1 should be float" in check.description and "'n/a'" in check.description
+    assert platform.materialized("validated_data") == {"2024-01-01"}
+    assert platform.materialized("model") == {"2024-01-01"}
+    # The good day before it is untouched.
+    assert platform.stored("validated_data", "2024-01-01", "parquet").exists()
+    assert not platform.stored("validated_data", "2024-01-02", "parquet").exists()
+
+
+def test_rows_of_another_day_fail_the_typed_schema_check(platform_for):
+    platform = platform_for("synthetic")
+    platform.land("2024-01-03", 1, fault="wrong_day")
+
+    result = platform.materialize("2024-01-03")
+
+    assert not result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert checks["raw_schema"].passed
+    assert not checks["typed_schema"].passed
+    assert "1000 of 1000 rows have event dates outside 2024-01-03" in (
+        checks["typed_schema"].description
+    )
+    assert platform.materialized("features") == set()
+
+
+def test_a_day_without_a_landed_file_fails_naming_the_file(platform_for):
+    platform = platform_for("flights")
+
+    result = platform.materialize("2013-01-05")
+
+    assert not result.success
+    message = result.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert "No landed file for partition 2013-01-05" in message
+    assert str(platform.landing_dir / "flights_2013-01-05.csv") in message
