@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pandas as pd
-from sklearn import metrics as skm
 
 from ml_platform.contracts import Contract
 from ml_platform.training.model import TrainedModel, labelled, split_holdout, window_frame
@@ -31,6 +30,8 @@ def holdout_of(model: TrainedModel, partitions: dict[str, pd.DataFrame], contrac
 
 def classification_metrics(y_true: pd.Series, score: pd.Series, predicted: pd.Series) -> dict:
     """Precision, recall, F1, accuracy and ROC AUC (absent when the hold-out has one class)."""
+    from sklearn import metrics as skm
+
     result = {
         "precision": skm.precision_score(y_true, predicted, zero_division=0),
         "recall": skm.recall_score(y_true, predicted, zero_division=0),
@@ -45,6 +46,8 @@ def classification_metrics(y_true: pd.Series, score: pd.Series, predicted: pd.Se
 
 def regression_metrics(y_true: pd.Series, predicted: pd.Series) -> dict:
     """MAE, RMSE and R²."""
+    from sklearn import metrics as skm
+
     return {
         "mae": float(skm.mean_absolute_error(y_true, predicted)),
         "rmse": float(math.sqrt(skm.mean_squared_error(y_true, predicted))),
@@ -86,8 +89,10 @@ def render_report(partition: str, model: TrainedModel, metrics: dict, holdout: p
         rows,
     ]
     if model.task == "classification":
+        from sklearn.metrics import confusion_matrix
+
         y = holdout[model.label].astype("int64")
-        matrix = skm.confusion_matrix(y, model.predict(holdout), labels=[0, 1])
+        matrix = confusion_matrix(y, model.predict(holdout), labels=[0, 1])
         lines += [
             "",
             "Confusion matrix (rows: actual, columns: predicted)",

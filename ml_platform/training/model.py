@@ -7,16 +7,15 @@ not seen, as it will be used.
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from sklearn.compose import ColumnTransformer
-from sklearn.impute import SimpleImputer
-from sklearn.linear_model import LogisticRegression, Ridge
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import EVENT_TIME
+
+if TYPE_CHECKING:
+    from sklearn.pipeline import Pipeline
 
 
 class TrainingDataError(ValueError):
@@ -27,7 +26,7 @@ class TrainingDataError(ValueError):
 class TrainedModel:
     """A fitted pipeline and what it was trained on."""
 
-    pipeline: Pipeline
+    pipeline: "Pipeline"
     task: str
     features: list[str]
     label: str
@@ -70,8 +69,16 @@ def split_holdout(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, p
     return frame.iloc[:-n_holdout], frame.iloc[-n_holdout:]
 
 
-def make_pipeline(contract: Contract) -> Pipeline:
+def make_pipeline(contract: Contract) -> "Pipeline":
     """Preprocessing and estimator for the contract's task, unfitted."""
+    # scikit-learn is imported here, not at module level: loading the code location (webserver,
+    # daemon, sensors) should not pay the seconds it takes to import.
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
     preprocessing = ColumnTransformer(
         [
             (

@@ -1,0 +1,191 @@
+"""The real Dagster CLI, webserver and daemon against the code location, as a user runs them."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ml_platform_tests.conftest import ALL_ASSETS, REPO, free_port
+
+pytestmark = pytest.mark.integration
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def user_env(tmp_path):
+    """Environment of a user with a fresh instance, landing zone and lake."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "ML_PLATFORM_DATASET": "flights",
+        "ML_PLATFORM_LANDING_DIR": str(tmp_path / "landing"),
+        "ML_PLATFORM_LAKE_DIR": str(tmp_path / "lake"),
+    }
+    return env
+
+
+def run(args: list[str], env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_definitions_validate():
+    result = run(
+        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        {**os.environ, "ML_PLATFORM_DATASET": "flights"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "All code locations passed validation" in result.stdout + result.stderr
+
+
+def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(user_env):
+    landed = run([str(BIN / "ml-platform"), "land", "flights", "--start", "2013-01-01"], user_env)
+    assert landed.returncode == 0, landed.stderr
+    assert "2013-01-01 flights_2013-01-01.csv: 842 rows written" in landed.stdout
+
+    def materialize(day: str) -> subprocess.CompletedProcess:
+        return run(
+            [
+                str(BIN / "dagster"),
+                "asset",
+                "materialize",
+                "-m",
+                "ml_platform.definitions",
+                "--select",
+                "*",
+                "--partition",
+                day,
+            ],
+            user_env,
+        )
+
+    good = materialize("2013-01-01")
+    assert good.returncode == 0, good.stderr[-3000:]
+    lake = Path(user_env["ML_PLATFORM_LAKE_DIR"]) / "flights"
+    assert sorted(p.name for p in lake.iterdir()) == sorted(ALL_ASSETS)
+
+    missing = materialize("2013-01-05")
+    assert missing.returncode != 0
+    expected = Path(user_env["ML_PLATFORM_LANDING_DIR"]) / "flights_2013-01-05.csv"
+    assert f"No landed file for partition 2013-01-05: expected {expected}" in missing.stderr
+    assert not (lake / "raw_data" / "2013-01-05.parquet").exists()
+
+
+def test_materialize_command_skips_days_already_done(user_env):
+    ml = str(BIN / "ml-platform")
+    assert run([ml, "land", "flights", "--start", "2013-01-01", "--days", "2"], user_env)
+    first = run([ml, "materialize", "--start", "2013-01-01", "--days", "2"], user_env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.count("materialised in") == 2
+
+    again = run([ml, "materialize", "--start", "2013-01-01", "--days", "2"], user_env)
+    assert again.returncode == 0
+    assert again.stdout.count("already materialised") == 2
+
+    relanded = run([ml, "land", "flights", "--start", "2013-01-01", "--days", "2"], user_env)
+    assert relanded.stdout.count("rows unchanged") == 2
+
+
+def graphql(port: int, query: str) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["data"]
+
+
+ASSETS_QUERY = """
+{ assetNodes { assetKey { path } partitionDefinition { type }
+               partitionStats { numMaterialized } } }
+"""
+DAEMONS_QUERY = """
+{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }
+"""
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the run command exited while waiting for {what}"
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (urllib.error.URLError, ConnectionError, KeyError, TypeError):
+            pass
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env, tmp_path):
+    port = free_port()
+    log = (tmp_path / "run.log").open("w")
+    proc = subprocess.Popen(
+        ["make", "run", "DAYS=2", f"PORT={port}"],
+        cwd=REPO,
+        env=user_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        # A terminal delivers Ctrl-C as SIGINT; make sure it is not inherited as ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        nodes = wait_for(lambda: graphql(port, ASSETS_QUERY)["assetNodes"], 240, "the UI", proc)
+        by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
+        assert set(by_key) == set(ALL_ASSETS)
+        for node in by_key.values():
+            assert node["partitionDefinition"]["type"] == "TIME_WINDOW"
+            assert node["partitionStats"]["numMaterialized"] == 2
+
+        def daemons_healthy():
+            statuses = graphql(port, DAEMONS_QUERY)["instance"]["daemonHealth"]
+            required = [d for d in statuses["allDaemonStatuses"] if d["required"]]
+            return required and all(d["healthy"] for d in required)
+
+        wait_for(daemons_healthy, 120, "a healthy daemon", proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=90)
+            leftover = wait_for_group_exit(proc.pid, timeout=30)
+        finally:
+            log.close()
+            if proc.poll() is None or living_in_group(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+    output = (tmp_path / "run.log").read_text()
+    assert "2013-01-02 flights_2013-01-02.csv: 943 rows written" in output
+    assert "Dagster services shut down" in output
+    assert not leftover, f"processes left after Ctrl-C: {leftover}"
+    assert code in (0, 130, -signal.SIGINT, 2), output[-3000:]
+
+
+def living_in_group(pgid: int) -> list[str]:
+    """Processes of a process group that still run (zombies awaiting reaping do not count)."""
+    ps = subprocess.run(
+        ["ps", "-o", "pid=,stat=,args=", "-g", str(pgid)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [line for line in ps.stdout.splitlines() if line.split()[1][0] != "Z"]
+
+
+def wait_for_group_exit(pgid: int, timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (living := living_in_group(pgid)) and time.monotonic() < deadline:
+        time.sleep(1)
+    return living
