@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 BUNDLED_DIR = Path(__file__).parent
 Dtype = Literal["int", "float", "str", "bool", "datetime"]
@@ -140,13 +140,6 @@ class Contract(_Strict):
     features: list[FeatureSpec] = Field(min_length=1)
     training: TrainingSpec = TrainingSpec()
 
-    @field_validator("landing")
-    @classmethod
-    def _pattern_has_one_date(cls, landing: LandingSpec) -> LandingSpec:
-        if landing.file_pattern.count("{date}") != 1 or "/" in landing.file_pattern:
-            raise ValueError("file_pattern must be a file name containing '{date}' exactly once")
-        return landing
-
     def column(self, name: str) -> ColumnSpec:
         """The column spec called `name`."""
         return next(c for c in self.columns if c.name == name)
@@ -244,6 +237,9 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
             yield (*where, "transform"), f"'{f.transform}' needs a numeric source"
         if f.kind == "numeric" and f.transform == "identity" and dtypes[f.source] == "str":
             yield (*where, "kind"), f"'{f.source}' holds text; declare the feature categorical"
+    pattern = c.landing.file_pattern
+    if pattern.count("{date}") != 1 or "/" in pattern or pattern.count("{") != 1:
+        yield ("landing", "file_pattern"), "must be a file name containing '{date}' exactly once"
     p = c.partitions
     if p.end_date is not None and p.end_date < p.start_date:
         yield ("partitions", "end_date"), "end_date is before start_date"

@@ -27,11 +27,12 @@ def _transform(values: pd.Series, transform: str) -> pd.Series:
     if transform == "minute_of_day":
         return when.hour * 60 + when.minute
     if transform == "day_of_week":
-        return pd.Series(DAY_NAMES[when.day_of_week.to_numpy()], index=values.index)
+        day_index = when.day_of_week.fillna(0).astype("int64").to_numpy()
+        return pd.Series(DAY_NAMES[day_index], index=values.index).where(values.notna())
     if transform == "month":
         return when.month
     if transform == "day_of_year":
-        return when.dayofyear
+        return when.day_of_year
     raise ValueError(f"unknown transform '{transform}'")
 
 

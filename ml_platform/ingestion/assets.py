@@ -2,6 +2,8 @@
 
 import hashlib
 import io
+import warnings
+from collections.abc import Sequence
 
 import dagster as dg
 import pandas as pd
@@ -19,15 +21,32 @@ class LandingFileError(ValueError):
     """A landed file exists but cannot be read as its declared format."""
 
 
-def read_landed_file(data: bytes, file_name: str, partition: str) -> pd.DataFrame:
-    """Parse a landed CSV as-is, with inferred types.
+def read_landed_file(
+    data: bytes, file_name: str, partition: str, text_columns: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Parse a landed CSV as-is, with inferred types except for `text_columns`, read as text.
 
     Only empty fields are read as missing, so text like 'n/a' in a number column stays visible
-    to the schema check instead of silently becoming NaN.
+    to the schema check instead of silently becoming NaN; text columns keep text that looks
+    like a number ('00501' stays '00501'). A row with more fields than the header is an error,
+    not a shift of its values into other columns.
     """
     try:
-        return pd.read_csv(io.BytesIO(data), keep_default_na=False, na_values=[""])
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(
+                io.BytesIO(data),
+                keep_default_na=False,
+                na_values=[""],
+                index_col=False,
+                dtype=dict.fromkeys(text_columns, "str"),
+            )
+    except (
+        pd.errors.ParserError,
+        pd.errors.ParserWarning,
+        pd.errors.EmptyDataError,
+        UnicodeDecodeError,
+    ) as exc:
         raise LandingFileError(
             f"{file_name} (partition {partition}) is not a readable CSV file: {exc}"
         ) from exc
@@ -85,7 +104,8 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         day = context.partition_key
         file_name = contract.landing.file_name(day)
         data = landing.read_bytes(file_name, day)
-        frame = read_landed_file(data, file_name, day)
+        text_columns = [c.name for c in contract.columns if c.dtype == "str"]
+        frame = read_landed_file(data, file_name, day, text_columns)
         digest = hashlib.sha256(data).hexdigest()
         return dg.MaterializeResult(
             value=frame,

@@ -63,7 +63,8 @@ def labelled(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
 
 def split_holdout(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(train, holdout): the latest `fraction` of time-ordered rows is held out."""
-    n_holdout = max(1, math.ceil(len(frame) * fraction))
+    # Rounded first so that float error (100 * 0.07 = 7.000000000000001) does not add a row.
+    n_holdout = max(1, math.ceil(round(len(frame) * fraction, 9)))
     if len(frame) - n_holdout < 1:
         raise TrainingDataError(f"{len(frame)} labelled row(s) are too few to train and evaluate")
     return frame.iloc[:-n_holdout], frame.iloc[-n_holdout:]

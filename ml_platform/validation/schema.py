@@ -119,8 +119,13 @@ def _cast(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     return parsed.astype("datetime64[ns]")
 
 
-def event_times(typed: pd.DataFrame, contract: Contract) -> pd.Series:
-    """Local (wall-clock, naive) event time of each row, per the contract."""
+def event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract) -> pd.Series:
+    """Local (wall-clock, naive) event time of each row, per the contract.
+
+    A zone-aware source (e.g. '...Z') is converted to the contract's timezone; a naive one is
+    taken as local time already. It is parsed from the raw column because typing stores
+    datetime columns as naive UTC.
+    """
     spec = contract.event_time
     if spec.parts is not None:
         p = spec.parts
@@ -134,7 +139,7 @@ def event_times(typed: pd.DataFrame, contract: Contract) -> pd.Series:
             dates += pd.to_timedelta(hhmm // 100 * 60 + hhmm % 100, unit="min")
         return dates.astype("datetime64[ns]")
     assert spec.column is not None
-    source = pd.to_datetime(typed[spec.column], format="ISO8601")
+    source = pd.to_datetime(raw[spec.column], format="ISO8601")
     if getattr(source.dt, "tz", None) is not None:
         source = source.dt.tz_convert(spec.timezone).dt.tz_localize(None)
     return source.astype("datetime64[ns]")
@@ -161,7 +166,7 @@ def type_rows(raw: pd.DataFrame, contract: Contract, where: str) -> pd.DataFrame
     if not report.ok:
         raise ContractViolationError(f"{where}: {report.describe()}")
     typed = pd.DataFrame({spec.name: _cast(raw[spec.name], spec) for spec in contract.columns})
-    typed[EVENT_TIME] = event_times(typed, contract)
+    typed[EVENT_TIME] = event_times(raw, typed, contract)
     typed[contract.label_name] = derive_label(typed, contract)
     return typed
 

@@ -1,0 +1,218 @@
+"""Loading dataset contracts: the bundled ones, and every mistake of a broken one with its line."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ml_platform.contracts import ContractError, bundled_contracts, load_contract
+from ml_platform.contracts.model import BUNDLED_DIR
+
+FLIGHTS_TEXT = (BUNDLED_DIR / "flights.yaml").read_text()
+PROBLEM = re.compile(r"^line (\d+): (\S+): (.+)$", re.DOTALL)
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """`text` with `old` (which must occur exactly once) replaced by `new`."""
+    assert text.count(old) == 1, f"edit target not unique: {old!r}"
+    return text.replace(old, new)
+
+
+def line_of(text: str, snippet: str) -> int:
+    """1-based number of the only line of `text` containing `snippet`."""
+    hits = [i for i, line in enumerate(text.splitlines(), start=1) if snippet in line]
+    assert len(hits) == 1, f"{snippet!r} is on lines {hits}"
+    return hits[0]
+
+
+def load_broken(tmp_path: Path, text: str) -> ContractError:
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    assert str(path) in str(info.value)
+    return info.value
+
+
+def located(error: ContractError) -> dict[tuple[int, str], str]:
+    """(line, path) -> reason of each problem; every problem must have the documented shape."""
+    found = {}
+    for problem in error.problems:
+        match = PROBLEM.match(problem)
+        assert match, f"problem not shaped 'line N: path: reason': {problem!r}"
+        found[(int(match[1]), match[2])] = match[3]
+    assert len(found) == len(error.problems), error.problems
+    return found
+
+
+def test_bundled_contracts_are_flights_and_synthetic():
+    assert set(bundled_contracts()) == {"flights", "synthetic"}
+
+
+def test_flights_contract_loads():
+    contract = load_contract("flights")
+    assert contract.name == "flights"
+    assert contract.task == "classification"
+    assert contract.label_name == "delayed"
+    assert contract.landing.file_name("2013-01-01") == "flights_2013-01-01.csv"
+    leaks = {"dep_time", "dep_delay", "arr_time", "arr_delay", "air_time"}
+    assert set(contract.leakage_columns) == leaks
+    assert contract.categorical_features == ["day_of_week", "carrier", "origin", "dest"]
+
+
+def test_synthetic_contract_loads():
+    contract = load_contract("synthetic")
+    assert contract.name == "synthetic"
+    assert contract.task == "regression"
+    assert contract.label_name == "target_value"
+    assert contract.landing.file_name("2024-01-01") == "synthetic_2024-01-01.csv"
+    assert contract.source.kind == "synthetic"
+
+
+def test_a_contract_file_loads_by_path(tmp_path):
+    path = tmp_path / "my_flights.yaml"
+    path.write_text(edit(FLIGHTS_TEXT, "name: flights", "name: my_flights"))
+    assert load_contract(path).name == "my_flights"
+
+
+def test_field_mistakes_are_all_reported_at_once_with_their_lines(tmp_path):
+    # Drop the leading comments so that the document starts on line 1.
+    text = FLIGHTS_TEXT[FLIGHTS_TEXT.index("name: flights") :]
+    label_block = text[text.index("label:\n") : text.index("# Known only after")]
+    text = edit(text, label_block, "")
+    text = edit(
+        text, "    dtype: str\n    allowed_values: [9E", "    dtype: text\n    allowed_values: [9E"
+    )
+    text = edit(text, "  format: csv\n", "  format: csv\n  compresion: gzip\n")
+    text = edit(text, "window_days: 28", "window_days: 0")
+    text = edit(
+        text,
+        "{name: log_distance, kind: numeric,",
+        "{name: log_distance, kind: numerical,",
+    )
+
+    error = load_broken(tmp_path, text)
+    problems = located(error)
+
+    assert set(problems) == {
+        (line_of(text, "dtype: text"), "columns[9].dtype"),
+        (line_of(text, "compresion: gzip"), "landing.compresion"),
+        (1, "label"),
+        (line_of(text, "window_days: 0"), "training.window_days"),
+        (line_of(text, "kind: numerical"), "features[3].kind"),
+    }
+    assert "'text'" in problems[(line_of(text, "dtype: text"), "columns[9].dtype")]
+    assert "unknown field" in problems[(line_of(text, "compresion: gzip"), "landing.compresion")]
+    assert "required" in problems[(1, "label")].lower()
+    assert "5 problem(s)" in str(error)
+
+
+def semantically_broken_flights() -> str:
+    text = FLIGHTS_TEXT
+    # min above max
+    text = edit(
+        text,
+        "{name: month, dtype: int, min: 1, max: 12}",
+        "{name: month, dtype: int, min: 12, max: 1}",
+    )
+    # duplicate column
+    text = edit(
+        text,
+        "  - {name: minute, dtype: int, min: 0, max: 59}\n",
+        "  - {name: minute, dtype: int, min: 0, max: 59}\n"
+        "  - {name: dest, dtype: str, nullable: true}\n",
+    )
+    # unknown timezone
+    text = edit(text, "timezone: America/New_York", "timezone: America/Gotham")
+    # label source not declared
+    text = edit(text, "  source: arr_delay\n", "  source: arrival_delay\n")
+    # feature reading a leakage column
+    text = edit(
+        text,
+        "  - {name: carrier, kind: categorical, source: carrier}\n",
+        "  - {name: carrier, kind: categorical, source: carrier}\n"
+        "  - {name: departure_delay, kind: numeric, source: dep_delay}\n",
+    )
+    # time transform on a non-datetime source
+    text = edit(
+        text,
+        "  - {name: dest, kind: categorical, source: dest}\n",
+        "  - {name: dest, kind: categorical, source: dest}\n"
+        "  - {name: distance_hour, kind: numeric, source: distance, transform: hour}\n",
+    )
+    return text
+
+
+def test_semantic_mistakes_are_all_reported_at_once_with_their_lines(tmp_path):
+    text = semantically_broken_flights()
+
+    problems = located(load_broken(tmp_path, text))
+
+    expected = {
+        (line_of(text, "min: 12, max: 1"), "columns[1].min"): "above max",
+        (line_of(text, "{name: dest, dtype: str, nullable: true}"), "columns[18].name"): "twice",
+        (line_of(text, "America/Gotham"), "event_time.timezone"): "unknown timezone",
+        (line_of(text, "source: arrival_delay"), "label.source"): "not a declared column",
+        (line_of(text, "source: dep_delay}"), "features[5].source"): "leaks the label",
+        (line_of(text, "transform: hour}"), "features[8].transform"): "datetime",
+    }
+    assert set(problems) == set(expected)
+    for where, reason in expected.items():
+        assert reason in problems[where], (where, problems[where])
+
+
+def test_file_pattern_without_date_is_reported_on_its_line(tmp_path):
+    text = edit(FLIGHTS_TEXT, 'file_pattern: "flights_{date}.csv"', 'file_pattern: "flights.csv"')
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert len(problems) == 1
+    [((line, path), reason)] = problems.items()
+    assert line == line_of(text, 'file_pattern: "flights.csv"')
+    assert path.startswith("landing")
+    assert "{date}" in reason
+
+
+def test_file_pattern_mistake_does_not_hide_the_other_mistakes(tmp_path):
+    # The contract loader promises every mistake at once: a bad file_pattern must be listed
+    # together with the six cross-field mistakes, not instead of them.
+    text = edit(
+        semantically_broken_flights(),
+        'file_pattern: "flights_{date}.csv"',
+        'file_pattern: "flights.csv"',
+    )
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert {line for line, _ in problems} == {
+        line_of(text, 'file_pattern: "flights.csv"'),
+        line_of(text, "min: 12, max: 1"),
+        line_of(text, "{name: dest, dtype: str, nullable: true}"),
+        line_of(text, "America/Gotham"),
+        line_of(text, "source: arrival_delay"),
+        line_of(text, "source: dep_delay}"),
+        line_of(text, "transform: hour}"),
+    }
+
+
+def test_invalid_yaml_is_a_contract_error_naming_the_line(tmp_path):
+    text = edit(FLIGHTS_TEXT, "  kind: nycflights13\n", "\tkind: nycflights13\n")
+
+    error = load_broken(tmp_path, text)
+
+    assert len(error.problems) == 1
+    assert error.problems[0].startswith("not valid YAML")
+    assert f"line {line_of(text, 'kind: nycflights13')}" in error.problems[0]
+
+
+def test_a_document_that_is_not_a_mapping_is_a_contract_error(tmp_path):
+    error = load_broken(tmp_path, "- name: flights\n- name: synthetic\n")
+    assert error.problems == ["the document must be a mapping of contract fields"]
+
+
+def test_unknown_contract_name_lists_the_bundled_contracts():
+    with pytest.raises(ContractError) as info:
+        load_contract("flihgts")
+    message = str(info.value)
+    assert "flihgts" in message
+    assert "bundled contracts are: flights, synthetic" in message

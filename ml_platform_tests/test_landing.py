@@ -1,0 +1,146 @@
+"""Landing day files: names from the contract, idempotent re-landing, replacement, missing days."""
+
+import datetime as dt
+import os
+
+import pandas as pd
+import pytest
+
+from ml_platform.contracts import load_contract
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.landing import (
+    LandingZone,
+    MissingLandingFileError,
+    land_days,
+    source_day,
+)
+from ml_platform.ingestion.synthetic import Drift, generate_day
+
+SYNTHETIC = load_contract("synthetic")
+FLIGHTS = load_contract("flights")
+DAYS = [dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)]
+LONG_AGO_NS = 946_684_800 * 10**9  # 2000-01-01
+
+
+def names(zone_dir) -> list[str]:
+    return sorted(os.listdir(zone_dir))
+
+
+def test_land_days_writes_files_named_by_the_contract_pattern(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+
+    landed = list(land_days(SYNTHETIC, zone, DAYS))
+
+    expected = [f"synthetic_{d.isoformat()}.csv" for d in DAYS]
+    assert [(d, p.name, s) for d, p, s in landed] == [
+        (d, name, "written") for d, name in zip(DAYS, expected, strict=True)
+    ]
+    assert names(tmp_path) == expected
+    for d, path, _ in landed:
+        assert path == tmp_path / f"synthetic_{d.isoformat()}.csv"
+
+
+def test_a_landed_file_reads_back_as_the_source_rows(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    list(land_days(SYNTHETIC, zone, DAYS[:1]))
+
+    data = zone.read_bytes("synthetic_2024-01-01.csv", "2024-01-01")
+    frame = read_landed_file(data, "synthetic_2024-01-01.csv", "2024-01-01")
+
+    source = generate_day(DAYS[0], seed=7, rows=1000)
+    assert list(frame.columns) == list(source.columns)
+    assert len(frame) == 1000
+    assert frame["event_time"].tolist() == source["event_time"].tolist()
+    pd.testing.assert_series_equal(frame["target"], source["target"])
+
+
+def test_flights_days_are_named_by_their_pattern(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    [(day, path, status)] = land_days(FLIGHTS, zone, [dt.date(2013, 1, 2)])
+    assert (day, path.name, status) == (dt.date(2013, 1, 2), "flights_2013-01-02.csv", "written")
+    assert names(tmp_path) == ["flights_2013-01-02.csv"]
+    frame = read_landed_file(path.read_bytes(), path.name, "2013-01-02")
+    assert set(zip(frame["year"], frame["month"], frame["day"], strict=True)) == {(2013, 1, 2)}
+
+
+def test_landing_again_is_unchanged_and_leaves_files_untouched(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    list(land_days(SYNTHETIC, zone, DAYS))
+    before = {}
+    for name in names(tmp_path):
+        path = tmp_path / name
+        os.utime(path, ns=(LONG_AGO_NS, LONG_AGO_NS))
+        before[name] = (path.stat().st_mtime_ns, path.stat().st_ino, path.read_bytes())
+
+    statuses = [status for _, _, status in land_days(SYNTHETIC, zone, DAYS)]
+
+    assert statuses == ["unchanged"] * len(DAYS)
+    after = {}
+    for name in names(tmp_path):
+        path = tmp_path / name
+        after[name] = (path.stat().st_mtime_ns, path.stat().st_ino, path.read_bytes())
+    assert after == before
+
+
+def test_a_changed_file_is_replaced(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    list(land_days(SYNTHETIC, zone, DAYS))
+    old = {d: zone.path_for(f"synthetic_{d}.csv").read_bytes() for d in DAYS}
+
+    landed = list(land_days(SYNTHETIC, zone, DAYS, fault="null_burst", fault_days={DAYS[1]}))
+
+    assert [status for _, _, status in landed] == ["unchanged", "replaced", "unchanged"]
+    new = zone.path_for("synthetic_2024-01-02.csv").read_bytes()
+    assert new != old[DAYS[1]]
+    expected = generate_day(DAYS[1], seed=7, rows=1000, fault="null_burst")
+    assert new == expected.to_csv(index=False).encode()
+    assert zone.path_for("synthetic_2024-01-01.csv").read_bytes() == old[DAYS[0]]
+    assert names(tmp_path) == [f"synthetic_{d.isoformat()}.csv" for d in DAYS]
+
+
+def test_drift_relands_only_the_days_from_its_start(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    list(land_days(SYNTHETIC, zone, DAYS))
+    drift = Drift(feature="x2", shift_sd=1.0, start=DAYS[2])
+
+    statuses = [status for _, _, status in land_days(SYNTHETIC, zone, DAYS, drift=drift)]
+
+    assert statuses == ["unchanged", "unchanged", "replaced"]
+
+
+def test_progress_reports_each_day(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    messages: list[str] = []
+    list(land_days(SYNTHETIC, zone, DAYS[:2], progress=messages.append))
+    assert len(messages) == 2
+    assert "2024-01-01" in messages[0]
+    assert "synthetic_2024-01-01.csv" in messages[0]
+    assert "1000 rows written" in messages[0]
+    assert messages[1].startswith("[2/2]")
+
+
+def test_reading_a_day_that_never_landed_names_the_path_and_partition(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    list(land_days(SYNTHETIC, zone, DAYS[:1]))
+
+    with pytest.raises(MissingLandingFileError) as info:
+        zone.read_bytes("synthetic_2024-02-01.csv", "2024-02-01")
+
+    message = str(info.value)
+    assert str(tmp_path / "synthetic_2024-02-01.csv") in message
+    assert "partition 2024-02-01" in message
+    assert isinstance(info.value, FileNotFoundError)
+
+
+def test_no_temporary_files_are_left_behind(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path / "landing"))
+    list(land_days(SYNTHETIC, zone, DAYS))
+    list(land_days(SYNTHETIC, zone, DAYS, fault="duplicate_rows"))
+    list(land_days(SYNTHETIC, zone, DAYS))
+
+    assert names(tmp_path / "landing") == [f"synthetic_{d.isoformat()}.csv" for d in DAYS]
+
+
+def test_drift_and_faults_are_refused_for_flights():
+    with pytest.raises(ValueError, match="synthetic dataset only"):
+        source_day(FLIGHTS, dt.date(2013, 1, 1), fault="null_burst")

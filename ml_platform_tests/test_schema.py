@@ -1,0 +1,275 @@
+"""Raw schema checks and typing of landed rows: faults found, dtypes, event time and label."""
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ml_platform.contracts import load_contract
+from ml_platform.contracts.model import parse_contract
+from ml_platform.ingestion.assets import LandingFileError, read_landed_file, schema_check_result
+from ml_platform.ingestion.flights import flights_for_day
+from ml_platform.ingestion.synthetic import FAULTS, generate_day
+from ml_platform.validation.schema import (
+    ContractViolationError,
+    expected_typed_dtypes,
+    raw_schema,
+    type_rows,
+)
+
+FLIGHTS = load_contract("flights")
+SYNTHETIC = load_contract("synthetic")
+FLIGHTS_DAY = dt.date(2013, 1, 1)
+SYNTHETIC_DAY = dt.date(2024, 1, 3)
+SCHEMA_FAULTS = {"missing_column", "extra_column", "retyped_column"}
+
+
+def landed(frame: pd.DataFrame, file_name: str = "day.csv", partition: str = "p") -> pd.DataFrame:
+    """`frame` as it reads back after landing as CSV."""
+    return read_landed_file(frame.to_csv(index=False).encode(), file_name, partition)
+
+
+@pytest.fixture(scope="module")
+def flights_raw() -> pd.DataFrame:
+    return landed(flights_for_day(FLIGHTS_DAY), "flights_2013-01-01.csv", "2013-01-01")
+
+
+@pytest.fixture(scope="module")
+def flights_typed(flights_raw) -> pd.DataFrame:
+    return type_rows(flights_raw, FLIGHTS, "flights_2013-01-01.csv (partition 2013-01-01)")
+
+
+def synthetic_raw(fault: str | None = None) -> pd.DataFrame:
+    frame = generate_day(SYNTHETIC_DAY, seed=7, rows=200, fault=fault)
+    return landed(frame, "synthetic_2024-01-03.csv", "2024-01-03")
+
+
+def dtypes_of(frame: pd.DataFrame) -> dict[str, str]:
+    return {str(name): str(dtype) for name, dtype in frame.dtypes.items()}
+
+
+def test_clean_flights_day_fits_the_contract(flights_raw):
+    report = raw_schema(flights_raw, FLIGHTS)
+    assert report.ok
+    assert (report.missing, report.unexpected, report.retyped) == ([], [], {})
+    result = schema_check_result(flights_raw, FLIGHTS, "flights_2013-01-01.csv", "2013-01-01")
+    assert result.passed
+    assert "flights_2013-01-01.csv (partition 2013-01-01)" in result.description
+
+
+def test_clean_synthetic_day_fits_the_contract():
+    assert raw_schema(synthetic_raw(), SYNTHETIC).ok
+
+
+def test_every_non_schema_fault_still_passes_the_schema_check():
+    for fault in set(FAULTS) - SCHEMA_FAULTS:
+        assert raw_schema(synthetic_raw(fault), SYNTHETIC).ok, fault
+
+
+def test_missing_column_is_reported():
+    report = raw_schema(synthetic_raw("missing_column"), SYNTHETIC)
+    assert not report.ok
+    assert (report.missing, report.unexpected, report.retyped) == (["x3"], [], {})
+    assert report.describe() == "missing column(s) x3"
+
+
+def test_extra_column_is_reported():
+    report = raw_schema(synthetic_raw("extra_column"), SYNTHETIC)
+    assert not report.ok
+    assert (report.missing, report.unexpected, report.retyped) == ([], ["promo_code"], {})
+    assert report.describe() == "unexpected column(s) promo_code"
+
+
+def test_retyped_column_is_reported_with_the_offending_sample():
+    raw = synthetic_raw("retyped_column")
+    n_bad = int((raw["x1"] == "n/a").sum())
+    assert n_bad > 0
+
+    report = raw_schema(raw, SYNTHETIC)
+
+    assert not report.ok
+    assert (report.missing, report.unexpected, list(report.retyped)) == ([], [], ["x1"])
+    description = report.describe()
+    assert description.startswith("column x1 should be float")
+    assert f"{n_bad} of {len(raw)} value(s)" in description
+    assert "'n/a'" in description
+
+
+def test_schema_check_result_fails_and_tells_what_to_do():
+    result = schema_check_result(
+        synthetic_raw("missing_column"), SYNTHETIC, "synthetic_2024-01-03.csv", "2024-01-03"
+    )
+    assert not result.passed
+    assert "synthetic_2024-01-03.csv (partition 2024-01-03)" in result.description
+    assert "missing column(s) x3" in result.description
+    assert result.metadata["missing_columns"].value == ["x3"]
+
+
+def test_type_rows_refuses_a_file_that_does_not_fit():
+    with pytest.raises(ContractViolationError, match=r"synthetic_2024-01-03\.csv.*x3"):
+        type_rows(synthetic_raw("missing_column"), SYNTHETIC, "synthetic_2024-01-03.csv")
+
+
+def test_typed_flights_have_exactly_the_expected_dtypes(flights_typed):
+    assert dtypes_of(flights_typed) == expected_typed_dtypes(FLIGHTS)
+    assert list(flights_typed.columns) == [*FLIGHTS.column_names, "event_time", "delayed"]
+
+
+def test_typed_synthetic_rows_have_exactly_the_expected_dtypes():
+    typed = type_rows(synthetic_raw(), SYNTHETIC, "synthetic_2024-01-03.csv")
+    assert dtypes_of(typed) == expected_typed_dtypes(SYNTHETIC)
+    assert len(typed) == 200
+
+
+def test_a_header_only_file_types_to_an_empty_frame_with_the_expected_dtypes():
+    typed = type_rows(synthetic_raw("header_only"), SYNTHETIC, "synthetic_2024-01-03.csv")
+    assert len(typed) == 0
+    assert dtypes_of(typed) == expected_typed_dtypes(SYNTHETIC)
+
+
+def test_flights_event_time_is_the_local_scheduled_departure(flights_typed):
+    t = flights_typed
+    hhmm = t["sched_dep_time"].astype("int64")
+    expected = pd.to_datetime(
+        pd.DataFrame({"year": t["year"], "month": t["month"], "day": t["day"]}).astype("int64")
+    ) + pd.to_timedelta(hhmm // 100 * 60 + hhmm % 100, unit="min")
+    expected = expected.astype("datetime64[ns]")
+    pd.testing.assert_series_equal(t["event_time"], expected, check_names=False)
+    assert (t["event_time"].dt.date == FLIGHTS_DAY).all()
+    # time_hour is the scheduled hour in UTC: New York is five hours behind it in January.
+    assert (t["event_time"].dt.floor("h") == t["time_hour"] - pd.Timedelta(hours=5)).all()
+
+
+def test_flights_event_time_of_known_rows():
+    raw = flights_for_day(FLIGHTS_DAY).head(3).copy()
+    raw["sched_dep_time"] = [5, 1345, 2359]
+    typed = type_rows(landed(raw), FLIGHTS, "w")
+    assert typed["event_time"].tolist() == [
+        pd.Timestamp("2013-01-01 00:05"),
+        pd.Timestamp("2013-01-01 13:45"),
+        pd.Timestamp("2013-01-01 23:59"),
+    ]
+
+
+def test_flights_label_is_arrival_delay_over_15_minutes(flights_typed):
+    t = flights_typed
+    known = t["arr_delay"].notna()
+    assert not known.all(), "the day should hold flights without an arrival delay"
+    assert t.loc[~known, "delayed"].isna().all()
+    expected = (t.loc[known, "arr_delay"] > 15).astype("int64")
+    assert t.loc[known, "delayed"].astype("int64").tolist() == expected.tolist()
+
+
+def test_flights_label_at_the_threshold():
+    raw = flights_for_day(FLIGHTS_DAY).head(5).copy()
+    raw["arr_delay"] = [15.0, 16.0, np.nan, -3.0, 15.5]
+    typed = type_rows(landed(raw), FLIGHTS, "w")
+    assert typed["delayed"].tolist() == [0, 1, pd.NA, 0, 1]
+
+
+TZ_CONTRACT = """
+name: deliveries
+source: {kind: external}
+partitions: {start_date: 2013-01-01}
+landing: {file_pattern: "deliveries_{date}.csv"}
+event_time: {column: delivered_at, timezone: America/New_York}
+columns:
+  - {name: delivered_at, dtype: datetime}
+  - {name: weight, dtype: float}
+  - {name: minutes, dtype: float}
+label: {name: duration, task: regression, source: minutes}
+features:
+  - {name: weight, kind: numeric, source: weight}
+"""
+
+
+def test_event_time_from_a_utc_datetime_column_is_local_wall_clock_time():
+    contract = parse_contract(TZ_CONTRACT, "deliveries.yaml")
+    raw = landed(
+        pd.DataFrame(
+            {
+                "delivered_at": ["2013-01-01T10:00:00Z", "2013-07-01T10:00:00Z"],
+                "weight": [1.0, 2.0],
+                "minutes": [30.0, 40.0],
+            }
+        )
+    )
+    typed = type_rows(raw, contract, "deliveries_2013-01-01.csv")
+    # New York is UTC-5 in winter and UTC-4 in summer.
+    assert typed["event_time"].tolist() == [
+        pd.Timestamp("2013-01-01 05:00"),
+        pd.Timestamp("2013-07-01 06:00"),
+    ]
+
+
+CODES_CONTRACT = """
+name: shipments
+source: {kind: external}
+partitions: {start_date: 2024-01-01}
+landing: {file_pattern: "shipments_{date}.csv"}
+event_time: {column: shipped_at}
+columns:
+  - {name: shipped_at, dtype: datetime}
+  - {name: zip_code, dtype: str, nullable: true}
+  - {name: cost, dtype: float}
+label: {name: cost_value, task: regression, source: cost}
+features:
+  - {name: zip_code, kind: categorical, source: zip_code}
+"""
+
+
+def test_text_columns_keep_their_text_when_it_looks_like_numbers():
+    contract = parse_contract(CODES_CONTRACT, "shipments.yaml")
+    data = (
+        b"shipped_at,zip_code,cost\n"
+        b"2024-01-01T08:00:00,00501,1.5\n"
+        b"2024-01-01T09:00:00,,2.5\n"
+        b"2024-01-01T10:00:00,10001,3.5\n"
+    )
+    raw = read_landed_file(data, "shipments_2024-01-01.csv", "2024-01-01", ["zip_code"])
+    typed = type_rows(raw, contract, "shipments_2024-01-01.csv")
+    assert typed["zip_code"].tolist()[0] == "00501"
+    assert typed["zip_code"].tolist()[2] == "10001"
+    assert typed["zip_code"].isna().tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\n\n",
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00",
+        b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",
+        b'x1,x2\n"1.0,2.0\n',
+    ],
+    ids=["empty", "blank-lines", "png", "gzip", "open-quote"],
+)
+def test_unreadable_landed_file_names_file_and_partition(data):
+    with pytest.raises(LandingFileError) as info:
+        read_landed_file(data, "synthetic_2024-01-03.csv", "2024-01-03")
+    message = str(info.value)
+    assert "synthetic_2024-01-03.csv" in message
+    assert "partition 2024-01-03" in message
+
+
+def test_rows_with_more_fields_than_the_header_are_not_silently_shifted():
+    # Extra values on every row: pandas would by default make the first column the index and
+    # shift every value one column to the left.
+    data = b"a,b\n1,2,9\n3,4,9\n"
+    with pytest.raises(LandingFileError, match=r"day\.csv \(partition 2024-01-03\)"):
+        read_landed_file(data, "day.csv", "2024-01-03")
+
+
+def test_a_trailing_empty_field_keeps_every_value_in_its_column():
+    frame = read_landed_file(b"a,b\n1,2,\n3,4,\n", "day.csv", "2024-01-03")
+    assert frame.to_dict("list") == {"a": [1, 3], "b": [2, 4]}
+
+
+def test_not_available_text_stays_visible_to_the_schema_check():
+    frame = read_landed_file(b"x,y\n1.5,a\nn/a,b\n,c\nNA,d\n", "day.csv", "p")
+    x = frame["x"].tolist()
+    assert x[0] == "1.5"
+    assert x[1] == "n/a"
+    assert pd.isna(x[2])
+    assert x[3] == "NA"

@@ -1,0 +1,194 @@
+"""Training on a window of feature partitions: time hold-out, recorded facts, metrics, refusals."""
+
+import datetime as dt
+import math
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ml_platform.contracts import load_contract
+from ml_platform.evaluation.metrics import evaluate, holdout_of
+from ml_platform.features.transforms import build_features
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.flights import flights_for_day
+from ml_platform.ingestion.synthetic import generate_day
+from ml_platform.training.model import TrainingDataError, split_holdout, train_model
+from ml_platform.validation.schema import type_rows
+
+SYNTHETIC = load_contract("synthetic")
+FLIGHTS = load_contract("flights")
+SYNTHETIC_DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
+FLIGHTS_DAYS = ["2013-01-01", "2013-01-02"]
+
+
+def features_of(frame: pd.DataFrame, contract, day: str) -> pd.DataFrame:
+    file_name = contract.landing.file_name(day)
+    raw = read_landed_file(frame.to_csv(index=False).encode(), file_name, day)
+    return build_features(type_rows(raw, contract, file_name), contract)
+
+
+@pytest.fixture(scope="module")
+def synthetic_window() -> dict[str, pd.DataFrame]:
+    return {
+        day: features_of(generate_day(dt.date.fromisoformat(day), seed=7, rows=80), SYNTHETIC, day)
+        for day in SYNTHETIC_DAYS
+    }
+
+
+@pytest.fixture(scope="module")
+def flights_window() -> dict[str, pd.DataFrame]:
+    return {
+        day: features_of(flights_for_day(dt.date.fromisoformat(day)), FLIGHTS, day)
+        for day in FLIGHTS_DAYS
+    }
+
+
+@pytest.fixture(scope="module")
+def synthetic_model(synthetic_window):
+    return train_model(synthetic_window, SYNTHETIC)
+
+
+@pytest.fixture(scope="module")
+def flights_model(flights_window):
+    return train_model(flights_window, FLIGHTS)
+
+
+def share(rows: int, fraction: float) -> int:
+    """`fraction` of `rows`, rounded up, computed exactly."""
+    return math.ceil(Fraction(str(fraction)) * rows)
+
+
+def timed_frame(n: int) -> pd.DataFrame:
+    times = pd.date_range("2024-01-01", periods=n, freq="h")
+    return pd.DataFrame({"event_time": times, "y": np.arange(n, dtype=float)})
+
+
+def test_split_holdout_holds_out_the_latest_rows():
+    train, holdout = split_holdout(timed_frame(10), 0.2)
+    assert train["y"].tolist() == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert holdout["y"].tolist() == [8, 9]
+    assert train["event_time"].max() < holdout["event_time"].min()
+
+
+@pytest.mark.parametrize(
+    ("rows", "fraction", "held_out"),
+    [(10, 0.2, 2), (10, 0.25, 3), (3, 0.1, 1), (2, 0.5, 1), (100, 0.07, 7), (25, 0.28, 7)],
+)
+def test_split_holdout_size_is_the_fraction_rounded_up(rows, fraction, held_out):
+    train, holdout = split_holdout(timed_frame(rows), fraction)
+    assert len(holdout) == held_out
+    assert len(train) == rows - held_out
+
+
+@pytest.mark.parametrize("rows", [0, 1])
+def test_split_holdout_refuses_too_few_rows(rows):
+    with pytest.raises(TrainingDataError, match=f"{rows} labelled row"):
+        split_holdout(timed_frame(rows), 0.2)
+
+
+def test_synthetic_model_records_its_window_and_rows(synthetic_model, synthetic_window):
+    total = sum(len(f) for f in synthetic_window.values())
+    assert synthetic_model.task == "regression"
+    assert synthetic_model.label == "target_value"
+    assert synthetic_model.window == SYNTHETIC_DAYS
+    assert synthetic_model.holdout_rows == share(total, SYNTHETIC.training.holdout_fraction)
+    assert synthetic_model.train_rows == total - synthetic_model.holdout_rows
+    latest = pd.concat(synthetic_window.values())["event_time"].sort_values()
+    assert synthetic_model.holdout_start == str(latest.iloc[-synthetic_model.holdout_rows])
+
+
+def test_window_is_recorded_oldest_first_whatever_the_input_order(synthetic_window):
+    shuffled = {day: synthetic_window[day] for day in reversed(SYNTHETIC_DAYS)}
+    assert train_model(shuffled, SYNTHETIC).window == SYNTHETIC_DAYS
+
+
+def test_synthetic_model_predicts_values(synthetic_model, synthetic_window):
+    frame = synthetic_window["2024-01-03"]
+    predicted = synthetic_model.predict(frame)
+    assert len(predicted) == len(frame)
+    assert predicted.index.equals(frame.index)
+    assert predicted.notna().all()
+    # The target is a near-linear function of the features: predictions must follow it.
+    assert np.corrcoef(predicted, frame["target_value"])[0, 1] > 0.9
+
+
+def test_holdout_is_the_latest_labelled_rows_of_the_window(synthetic_model, synthetic_window):
+    shuffled = {
+        day: frame.sample(frac=1.0, random_state=1) for day, frame in synthetic_window.items()
+    }
+    holdout = holdout_of(synthetic_model, shuffled, SYNTHETIC)
+
+    times = pd.concat(synthetic_window.values())["event_time"].sort_values().tolist()
+    assert len(holdout) == synthetic_model.holdout_rows
+    assert holdout["event_time"].tolist() == times[-synthetic_model.holdout_rows :]
+    assert holdout["event_time"].iloc[0] == pd.Timestamp(synthetic_model.holdout_start)
+
+
+def test_flights_model_trains_on_labelled_rows_only(flights_model, flights_window):
+    labels = pd.concat(flights_window.values())["delayed"]
+    labelled = int(labels.notna().sum())
+    assert labelled < len(labels)
+    assert flights_model.task == "classification"
+    assert flights_model.window == FLIGHTS_DAYS
+    assert flights_model.train_rows + flights_model.holdout_rows == labelled
+    assert flights_model.holdout_rows == share(labelled, FLIGHTS.training.holdout_fraction)
+    assert flights_model.holdout_start.startswith("2013-01-02")
+
+
+def test_flights_model_predicts_classes_and_probabilities(flights_model, flights_window):
+    frame = flights_window["2013-01-02"]
+    assert set(flights_model.predict(frame)) <= {0, 1}
+    assert len(set(flights_model.predict(frame))) == 2
+    score = flights_model.score(frame)
+    assert ((score >= 0) & (score <= 1)).all()
+    assert len(score) == len(frame)
+
+
+def test_single_class_window_is_refused(flights_window):
+    on_time = {
+        day: frame[frame["delayed"].isna() | (frame["delayed"] == 0)]
+        for day, frame in flights_window.items()
+    }
+    with pytest.raises(TrainingDataError, match=r"2013-01-01\.\.2013-01-02.*single class"):
+        train_model(on_time, FLIGHTS)
+
+
+def test_an_empty_window_is_refused():
+    with pytest.raises(TrainingDataError):
+        train_model({}, SYNTHETIC)
+
+
+def test_classification_metrics(flights_model, flights_window):
+    holdout = holdout_of(flights_model, flights_window, FLIGHTS)
+    metrics = evaluate(flights_model, holdout)
+    assert {"precision", "recall", "f1", "roc_auc"} <= set(metrics)
+    for name in ("precision", "recall", "f1", "roc_auc"):
+        assert 0.0 <= metrics[name] <= 1.0, name
+    # Better than chance on the real flights of a day it has not seen.
+    assert metrics["roc_auc"] > 0.55
+    assert metrics["positive_rate"] == pytest.approx(holdout["delayed"].astype(float).mean())
+
+
+def test_regression_metrics(synthetic_model, synthetic_window):
+    holdout = holdout_of(synthetic_model, synthetic_window, SYNTHETIC)
+    metrics = evaluate(synthetic_model, holdout)
+    assert {"mae", "rmse", "r2"} <= set(metrics)
+    assert 0.0 < metrics["mae"] <= metrics["rmse"]
+    assert metrics["r2"] > 0.8
+    assert metrics["mae"] < metrics["baseline_mae"]
+
+
+def test_holdout_of_refuses_another_window(synthetic_model, synthetic_window):
+    other = dict(synthetic_window)
+    del other["2024-01-01"]
+    with pytest.raises(ValueError, match="differs from the model's training window"):
+        holdout_of(synthetic_model, other, SYNTHETIC)
+
+
+def test_holdout_of_refuses_a_window_whose_rows_changed(synthetic_model, synthetic_window):
+    changed = dict(synthetic_window)
+    changed["2024-01-03"] = synthetic_window["2024-01-03"].iloc[:-10]
+    with pytest.raises(ValueError, match="rematerialise the model"):
+        holdout_of(synthetic_model, changed, SYNTHETIC)
