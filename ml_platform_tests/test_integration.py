@@ -40,10 +40,9 @@ def run(args: list[str], env: dict, timeout: float = 180) -> subprocess.Complete
     )
 
 
-def test_definitions_validate():
+def test_definitions_validate(user_env):
     result = run(
-        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
-        {**os.environ, "ML_PLATFORM_DATASET": "flights"},
+        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"], user_env
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "All code locations passed validation" in result.stdout + result.stderr
