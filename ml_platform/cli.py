@@ -11,6 +11,10 @@ from ml_platform.contracts import ContractError, load_contract
 from ml_platform.ingestion.synthetic import FAULTS, Drift
 
 
+# Step events go to the instance (and the UI); the terminal shows one line a day and errors.
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
 def _date(text: str) -> dt.date:
     try:
         return dt.date.fromisoformat(text)
@@ -72,7 +76,7 @@ def materialize(args: argparse.Namespace) -> int:
                 continue
             started = time.perf_counter()
             result = job.execute_in_process(
-                partition_key=day, instance=instance, raise_on_error=False
+                partition_key=day, instance=instance, raise_on_error=False, run_config=QUIET
             )
             seconds = time.perf_counter() - started
             if not result.success:
