@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 
 from ml_platform.contracts import ContractError, load_contract
-from ml_platform.ingestion.synthetic import FAULTS, Drift
-
+from ml_platform.ingestion.synthetic import BYTE_FAULTS, FAULTS, Drift
 
 # Step events go to the instance (and the UI); the terminal shows one line a day and errors.
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -56,6 +55,21 @@ def land(args: argparse.Namespace) -> int:
     ):
         pass
     return 0
+
+
+def landing_status(args: argparse.Namespace) -> int:
+    """Say which partition days have a landed file and which files fit no partition."""
+    from ml_platform.ingestion.landing import LandingZone, scan_landing
+
+    contract = load_contract(args.dataset)
+    zone = LandingZone(base_dir=args.landing_dir or _require_env("ML_PLATFORM_LANDING_DIR"))
+    scan = scan_landing(contract, zone.file_names())
+    days = sorted(scan.days)
+    span = f" ({days[0]} to {days[-1]})" if days else ""
+    print(f"{zone.base_dir}: {len(days)} day file(s) of {contract.name}{span}")
+    for name, reason in scan.problems.items():
+        print(f"error: {zone.path_for(name)} belongs to no partition: {reason}", file=sys.stderr)
+    return 1 if scan.problems else 0
 
 
 def materialize(args: argparse.Namespace) -> int:
@@ -114,7 +128,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drift-feature", help="synthetic only: feature to shift")
     p.add_argument("--drift-sd", type=float, default=0.2, help="shift in standard deviations")
     p.add_argument("--drift-from", type=_date, help="first drifted day (default: --start)")
-    p.add_argument("--fault", choices=sorted(FAULTS), help="synthetic only: damage the files")
+    p.add_argument(
+        "--fault", choices=sorted([*FAULTS, *BYTE_FAULTS]), help="synthetic only: damage the files"
+    )
     p.add_argument(
         "--fault-day",
         type=_date,
@@ -122,6 +138,11 @@ def parser() -> argparse.ArgumentParser:
         help="only damage this day (repeatable; default: every landed day)",
     )
     p.set_defaults(func=land)
+
+    p = sub.add_parser("landing-status", help="map landed files to days; report misfits")
+    p.add_argument("dataset", help="bundled contract name or contract path")
+    p.add_argument("--landing-dir", help="default: $ML_PLATFORM_LANDING_DIR")
+    p.set_defaults(func=landing_status)
 
     p = sub.add_parser("materialize", help="materialise days of the whole graph in-process")
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")

@@ -33,13 +33,14 @@ def build_definitions(
         )
     ]
     landing = landing_dir or dg.EnvVar("ML_PLATFORM_LANDING_DIR")
-    lake = lake_dir or dg.EnvVar("ML_PLATFORM_LAKE_DIR")
+    lake = LocalStorage(base_dir=lake_dir or dg.EnvVar("ML_PLATFORM_LAKE_DIR"))
     return dg.Definitions(
         assets=assets,
         jobs=[dg.define_asset_job(DAILY_JOB, selection=assets)],
         resources={
             "landing": LandingZone(base_dir=landing),
-            "io_manager": LakeIOManager(storage=LocalStorage(base_dir=lake), dataset=contract.name),
+            "lake": lake,
+            "io_manager": LakeIOManager(storage=lake, dataset=contract.name),
         },
         # A day is ~1k rows: one process per step would spend more time importing pandas and
         # scikit-learn than computing, so steps of a run share one process.

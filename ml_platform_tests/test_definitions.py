@@ -5,6 +5,7 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.definitions import DAILY_JOB, defs
+from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import ALL_ASSETS
 
 
@@ -28,11 +29,13 @@ def test_definitions_load_for_each_bundled_dataset(monkeypatch, dataset):
     } == {"model", "features"}
 
 
-def test_schema_checks_block_downstream_assets():
+def test_quality_gates_block_downstream_assets_and_schema_change_only_warns():
     graph = defs().resolve_asset_graph()
     checks = {key.name: graph.get_check_spec(key) for key in graph.asset_check_keys}
-    assert set(checks) == {"raw_schema", "typed_schema"}
-    assert all(spec.blocking for spec in checks.values())
+    gates = {"raw_schema", *CHECKS}
+    assert gates <= set(checks)
+    assert all(checks[name].blocking for name in gates)
+    assert not checks["schema_change"].blocking
 
 
 def test_an_unknown_dataset_fails_with_the_bundled_names(monkeypatch):

@@ -41,9 +41,12 @@ class ColumnSpec(_Strict):
     name: str
     dtype: Dtype
     nullable: bool = False
+    # With nullable false: the share of missing values still tolerated (e.g. 0.05).
+    max_null_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
     min: float | None = None
     max: float | None = None
     allowed_values: list[str] | None = None
+    unique: bool = False
     description: str = ""
 
 
@@ -124,6 +127,34 @@ class TrainingSpec(_Strict):
     random_seed: int = 0
 
 
+class RowCountSpec(_Strict):
+    """Bounds on the number of rows of one day's file."""
+
+    min: int = Field(default=1, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+
+class BadRowsSpec(_Strict):
+    """What happens to rows that fail a row-level expectation.
+
+    `fail`: the whole partition fails. `quarantine`: such rows are moved to the quarantine
+    location with their reasons, and the partition passes if their share is at most
+    `max_fraction`.
+    """
+
+    policy: Literal["fail", "quarantine"] = "fail"
+    max_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class QualitySpec(_Strict):
+    """Dataset-level expectations of every partition."""
+
+    row_count: RowCountSpec = RowCountSpec()
+    # Columns (event_time allowed) that together identify a row; duplicates fail the gate.
+    row_key: list[str] = Field(default_factory=list)
+    bad_rows: BadRowsSpec = BadRowsSpec()
+
+
 class Contract(_Strict):
     """A dataset contract. Everything in the asset graph is generated from it."""
 
@@ -139,6 +170,7 @@ class Contract(_Strict):
     leakage_columns: list[str] = Field(default_factory=list)
     features: list[FeatureSpec] = Field(min_length=1)
     training: TrainingSpec = TrainingSpec()
+    quality: QualitySpec = QualitySpec()
 
     def column(self, name: str) -> ColumnSpec:
         """The column spec called `name`."""
@@ -183,6 +215,11 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
             yield ("columns", i, "dtype"), f"min/max need a numeric dtype, not '{col.dtype}'"
         if col.allowed_values is not None and col.dtype != "str":
             yield ("columns", i, "allowed_values"), "allowed_values needs dtype 'str'"
+        if col.max_null_fraction is not None and col.nullable:
+            yield (
+                ("columns", i, "max_null_fraction"),
+                "a tolerated null fraction needs nullable: false (nullable allows any nulls)",
+            )
     for i, leak in enumerate(c.leakage_columns):
         if leak not in dtypes:
             yield ("leakage_columns", i), f"'{leak}' is not a declared column"
@@ -237,6 +274,12 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
             yield (*where, "transform"), f"'{f.transform}' needs a numeric source"
         if f.kind == "numeric" and f.transform == "identity" and dtypes[f.source] == "str":
             yield (*where, "kind"), f"'{f.source}' holds text; declare the feature categorical"
+    for i, key in enumerate(c.quality.row_key):
+        if key not in dtypes and key != EVENT_TIME:
+            yield ("quality", "row_key", i), f"'{key}' is not a declared column or 'event_time'"
+    bounds = c.quality.row_count
+    if bounds.max is not None and bounds.max < bounds.min:
+        yield ("quality", "row_count", "max"), f"max {bounds.max} is below min {bounds.min}"
     pattern = c.landing.file_pattern
     if pattern.count("{date}") != 1 or "/" in pattern or pattern.count("{") != 1:
         yield ("landing", "file_pattern"), "must be a file name containing '{date}' exactly once"

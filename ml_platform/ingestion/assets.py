@@ -1,9 +1,10 @@
 """raw_data: the landed file of each day, kept as it arrived."""
 
+import datetime as dt
 import hashlib
 import io
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import dagster as dg
 import pandas as pd
@@ -15,6 +16,7 @@ from ml_platform.storage import FORMAT_KEY
 from ml_platform.validation.schema import raw_schema
 
 RAW_SCHEMA_CHECK = "raw_schema"
+SCHEMA_CHANGE_CHECK = "schema_change"
 
 
 class LandingFileError(ValueError):
@@ -77,6 +79,60 @@ def schema_check_result(frame: pd.DataFrame, contract: Contract, file_name: str,
     )
 
 
+def schema_change_result(
+    current: dg.TableSchema, previous: dg.TableSchema | None, previous_day: str, where: str
+) -> dg.AssetCheckResult:
+    """Warn when a day's columns differ from the previous day's: new, missing or retyped."""
+    if previous is None:
+        return dg.AssetCheckResult(
+            check_name=SCHEMA_CHANGE_CHECK,
+            passed=True,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"{where}: no materialised {previous_day} to compare with.",
+        )
+    before = {c.name: c.type for c in previous.columns}
+    now = {c.name: c.type for c in current.columns}
+    new = [c for c in now if c not in before]
+    missing = [c for c in before if c not in now]
+    retyped = {c: f"{before[c]} -> {now[c]}" for c in now if c in before and now[c] != before[c]}
+    changes = []
+    if new:
+        changes.append(f"new column(s) {', '.join(new)}")
+    if missing:
+        changes.append(f"missing column(s) {', '.join(missing)}")
+    changes += [f"column {c} changed type {change}" for c, change in retyped.items()]
+    return dg.AssetCheckResult(
+        check_name=SCHEMA_CHANGE_CHECK,
+        passed=not changes,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{where}: schema changed since {previous_day}: {'; '.join(changes)}. Ask the "
+            "upstream owner whether the change is intended before it reaches the model."
+            if changes
+            else f"{where}: same columns and types as {previous_day}."
+        ),
+        metadata={"new_columns": new, "missing_columns": missing, "retyped_columns": retyped},
+    )
+
+
+def previous_column_schema(
+    context: dg.AssetExecutionContext, contract: Contract, day: str
+) -> tuple[str, dg.TableSchema | None]:
+    """The previous day and the column schema recorded by its latest raw_data materialisation."""
+    previous = dt.date.fromisoformat(day) - dt.timedelta(days=1)
+    previous_day = previous.isoformat()
+    if previous < contract.partitions.start_date:
+        return previous_day, None
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[previous_day]),
+        limit=1,
+    ).records
+    if not records or records[0].asset_materialization is None:
+        return previous_day, None
+    schema = records[0].asset_materialization.metadata.get("dagster/column_schema")
+    return previous_day, schema.value if schema is not None else None
+
+
 def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
     """The raw_data asset of a dataset."""
 
@@ -92,32 +148,46 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 asset="raw_data",
                 blocking=True,
                 description="The landed file has the contract's columns, each of a castable type.",
-            )
+            ),
+            dg.AssetCheckSpec(
+                SCHEMA_CHANGE_CHECK,
+                asset="raw_data",
+                description="The file has the same columns and types as the previous day's.",
+            ),
         ],
     )
-    def raw_data(context: dg.AssetExecutionContext, landing: LandingZone):
+    def raw_data(context: dg.AssetExecutionContext, landing: LandingZone) -> Iterator:
         """The file that landed for day D, read as-is and stored as parquet.
 
-        Its schema is checked against the dataset contract; a mismatch fails the blocking
-        `raw_schema` check, so nothing downstream runs on that day.
+        Its schema is checked against the dataset contract: a mismatch fails the blocking
+        `raw_schema` check and the step, so nothing downstream runs on that day and the
+        previous version of the partition is kept. `schema_change` warns when the columns
+        differ from the previous day's.
         """
         day = context.partition_key
         file_name = contract.landing.file_name(day)
+        where = f"{file_name} (partition {day})"
         data = landing.read_bytes(file_name, day)
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
         frame = read_landed_file(data, file_name, day, text_columns)
+        schema = table_schema(frame)
+        previous_day, previous = previous_column_schema(context, contract, day)
+        yield schema_change_result(schema, previous, previous_day, where)
+        check = schema_check_result(frame, contract, file_name, day)
+        yield check
+        if not check.passed:
+            raise dg.Failure(description=check.description, allow_retries=False)
         digest = hashlib.sha256(data).hexdigest()
-        return dg.MaterializeResult(
+        yield dg.MaterializeResult(
             value=frame,
             data_version=dg.DataVersion(digest),
             metadata={
                 "dagster/row_count": len(frame),
-                "dagster/column_schema": table_schema(frame),
+                "dagster/column_schema": schema,
                 "source_file": dg.MetadataValue.path(str(landing.path_for(file_name))),
                 "source_bytes": len(data),
                 "source_sha256": digest,
             },
-            check_results=[schema_check_result(frame, contract, file_name, day)],
         )
 
     return raw_data

@@ -4,8 +4,10 @@ Files are written the way a careful upstream system writes them: to a temporary 
 then renamed, so a reader never sees half a file.
 """
 
+import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -13,7 +15,7 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
-from ml_platform.ingestion.synthetic import Drift, generate_day
+from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
 from ml_platform.storage import write_atomically
 
 
@@ -40,6 +42,48 @@ class LandingZone(dg.ConfigurableResource):
                 "the upstream delivery."
             )
         return path.read_bytes()
+
+    def file_names(self) -> list[str]:
+        """Names of the files in the zone, skipping files still being written (dot-files)."""
+        base = Path(self.base_dir)
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+@dataclasses.dataclass(frozen=True)
+class LandingScan:
+    """Landed files mapped to partition days, and the files that map to none."""
+
+    days: dict[str, str]  # partition day -> file name
+    problems: dict[str, str]  # file name -> why it belongs to no partition
+
+
+def scan_landing(contract: Contract, file_names: Iterable[str]) -> LandingScan:
+    """Map file names to partition days by the contract's pattern; explain every misfit."""
+    prefix, suffix = contract.landing.file_pattern.split("{date}")
+    pattern = re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$")
+    first, last = contract.partitions.start_date, contract.partitions.end_date
+    days: dict[str, str] = {}
+    problems: dict[str, str] = {}
+    for name in file_names:
+        match = pattern.match(name)
+        try:
+            day = dt.date.fromisoformat(match["date"]) if match else None
+        except ValueError:
+            day = None
+        if day is None or (match and match["date"] != day.isoformat()):
+            problems[name] = (
+                f"its name carries no parsable date: expected "
+                f"{contract.landing.file_pattern} with the day as YYYY-MM-DD"
+            )
+        elif day < first:
+            problems[name] = f"it is for {day}, before the first partition {first}"
+        elif last is not None and day > last:
+            problems[name] = f"it is for {day}, after the last partition {last}"
+        else:
+            days[day.isoformat()] = name
+    return LandingScan(days=days, problems=problems)
 
 
 def source_day(
@@ -79,7 +123,7 @@ def land_days(
     for i, day in enumerate(days, start=1):
         day_fault = fault if fault_days is None or day in fault_days else None
         frame = source_day(contract, day, drift=drift, fault=day_fault)
-        data = frame.to_csv(index=False).encode()
+        data = file_bytes(frame, day_fault)
         path = zone.path_for(contract.landing.file_name(day.isoformat()))
         if path.is_file() and path.read_bytes() == data:
             status = "unchanged"

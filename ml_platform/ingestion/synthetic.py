@@ -7,6 +7,7 @@ one day's file in the way a broken upstream export would.
 
 import dataclasses
 import datetime as dt
+import gzip
 from collections.abc import Callable
 
 import numpy as np
@@ -93,6 +94,24 @@ FAULTS: dict[str, Callable[[pd.DataFrame, np.random.Generator], pd.DataFrame]] =
 }
 
 
+# Faults of the file itself rather than of its rows: they damage the CSV bytes.
+BYTE_FAULTS: dict[str, Callable[[bytes], bytes]] = {
+    "empty_file": lambda data: b"",
+    "wrong_delimiter": lambda data: data.replace(b",", b";"),
+    # One Latin-1 byte where UTF-8 is expected, as a legacy exporter would write 'Ä'.
+    "non_utf8": lambda data: data.replace(b",A,", b",\xc4,", 1),
+    "truncated": lambda data: data[: len(data) // 2],
+    # A compressed export delivered under the .csv name.
+    "binary_garbage": lambda data: gzip.compress(data, mtime=0),
+}
+
+
+def file_bytes(frame: pd.DataFrame, fault: str | None = None) -> bytes:
+    """The CSV file of a frame, as delivered, with a file-level fault applied if named."""
+    data = frame.to_csv(index=False).encode()
+    return BYTE_FAULTS[fault](data) if fault in BYTE_FAULTS else data
+
+
 def generate_day(
     day: dt.date,
     *,
@@ -127,8 +146,9 @@ def generate_day(
         + rng.normal(0.0, 0.5, rows)
     )
     frame["target"] = target.round(6)
-    if fault is not None:
+    if fault is not None and fault not in BYTE_FAULTS:
         if fault not in FAULTS:
-            raise ValueError(f"unknown fault '{fault}'; known faults: {', '.join(FAULTS)}")
+            known = ", ".join([*FAULTS, *BYTE_FAULTS])
+            raise ValueError(f"unknown fault '{fault}'; known faults: {known}")
         frame = FAULTS[fault](frame, np.random.default_rng([seed, day.toordinal(), 1]))
     return frame

@@ -1,53 +1,84 @@
-"""validated_data: typed rows of each day, per the contract, behind a blocking schema check."""
+"""validated_data: typed rows of each day behind the blocking Great Expectations gate."""
+
+from collections.abc import Iterator
 
 import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.contracts.model import EVENT_TIME
 from ml_platform.observability import table_schema
-from ml_platform.storage import FORMAT_KEY
-from ml_platform.validation.schema import SAMPLE_SIZE, expected_typed_dtypes, type_rows
+from ml_platform.storage import FORMAT_KEY, LocalStorage, serialise
+from ml_platform.validation.expectations import (
+    CHECKS,
+    SAMPLE_ROWS,
+    GateReport,
+    quality_gate,
+    render_data_docs,
+    result_bytes,
+)
+from ml_platform.validation.schema import type_rows
 
-TYPED_SCHEMA_CHECK = "typed_schema"
+QUARANTINE_REASONS = "quarantine_reasons"
 
 
-def typed_schema_result(typed: pd.DataFrame, contract: Contract, partition: str, file_name: str):
-    """Blocking check that the typed rows have the contract's dtypes and all fall on the day."""
-    problems = []
-    expected = expected_typed_dtypes(contract)
-    actual = {str(k): str(v) for k, v in typed.dtypes.items()}
-    if actual != expected:
-        wrong = {
-            c: f"{actual.get(c, 'absent')} instead of {t}"
-            for c, t in expected.items()
-            if actual.get(c) != t
-        }
-        problems.append(f"typed columns differ from the contract: {wrong}")
-    dates = typed[EVENT_TIME].dt.strftime("%Y-%m-%d")
-    outside = typed[dates != partition]
-    if len(outside):
-        sample = ", ".join(sorted(set(dates[outside.index]))[:SAMPLE_SIZE])
-        problems.append(
-            f"{len(outside)} of {len(typed)} rows have event dates outside {partition} "
-            f"(e.g. {sample}); the upstream file holds the wrong day's rows"
+def quarantine_allowed(contract: Contract, report: GateReport) -> bool:
+    """Whether the rows failing row-level expectations may be set aside instead of failing."""
+    policy = contract.quality.bad_rows
+    share = len(report.quarantine_reasons()) / max(report.rows, 1)
+    return policy.policy == "quarantine" and share <= policy.max_fraction
+
+
+def check_results(
+    contract: Contract,
+    report: GateReport,
+    typed: pd.DataFrame,
+    where: str,
+    links: dict[str, dg.MetadataValue],
+) -> list[dg.AssetCheckResult]:
+    """One blocking check per family of expectations, each saying what failed and where."""
+    quarantining = quarantine_allowed(contract, report)
+    results = []
+    for name in CHECKS:
+        failures = report.of(name)
+        row_level_only = all(f.row_level for f in failures)
+        passed = not failures or (row_level_only and quarantining)
+        rows = sorted({row for f in failures for row in f.rows})
+        sentences = " ".join(f.sentence for f in failures)
+        if not failures:
+            description = f"{where}: all {name} expectations pass."
+        elif passed:
+            description = (
+                f"{where}: {sentences} These {len(rows)} row(s) were quarantined with their "
+                "reasons; the day passes because their share is within the contract's limit."
+            )
+        else:
+            description = (
+                f"{where}: {sentences} Fix the upstream file and re-land it, or change the "
+                "contract if this is the new normal."
+            )
+        sample = typed.iloc[rows[:SAMPLE_ROWS]] if rows else typed.iloc[0:0]
+        results.append(
+            dg.AssetCheckResult(
+                check_name=name,
+                passed=passed,
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=description,
+                metadata={
+                    "failed_expectations": [f.expectation for f in failures],
+                    "unexpected_rows": len(rows),
+                    "unexpected_values": {
+                        f.column or f.expectation: [str(v) for v in f.unexpected_values]
+                        for f in failures
+                        if f.unexpected_values
+                    },
+                    "offending_rows": dg.MetadataValue.md(
+                        sample.to_markdown(index=True) if len(sample) else "none"
+                    ),
+                    **links,
+                },
+            )
         )
-    return dg.AssetCheckResult(
-        check_name=TYPED_SCHEMA_CHECK,
-        passed=not problems,
-        severity=dg.AssetCheckSeverity.ERROR,
-        description=(
-            f"{file_name} (partition {partition}): " + "; ".join(problems) + "."
-            if problems
-            else f"{len(typed)} typed rows of {partition} match the contract."
-        ),
-        metadata={
-            "rows_outside_partition": len(outside),
-            "outside_sample": dg.MetadataValue.md(
-                outside.head(SAMPLE_SIZE).to_markdown(index=False) if len(outside) else "none"
-            ),
-        },
-    )
+    return results
 
 
 def build_validated_data(
@@ -59,35 +90,75 @@ def build_validated_data(
         name="validated_data",
         partitions_def=partitions,
         group_name="validation",
-        kinds={"pandas", "parquet"},
+        kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
         check_specs=[
-            dg.AssetCheckSpec(
-                TYPED_SCHEMA_CHECK,
-                asset="validated_data",
-                blocking=True,
-                description="Typed columns match the contract and every row falls on the day.",
-            )
+            dg.AssetCheckSpec(name, asset="validated_data", blocking=True, description=text)
+            for name, text in CHECKS.items()
         ],
     )
-    def validated_data(context: dg.AssetExecutionContext, raw_data: pd.DataFrame):
-        """Rows of day D cast to the contract's types, with the local event time and the label.
+    def validated_data(
+        context: dg.AssetExecutionContext, raw_data: pd.DataFrame, lake: LocalStorage
+    ) -> Iterator:
+        """Rows of day D, typed per the contract, that passed the Great Expectations gate.
 
-        Text is trimmed and empty text is missing. Rows whose label is not known yet (e.g. a
-        cancelled flight has no arrival delay) are kept with an empty label and counted; the
-        model does not train on them.
+        Each row gets its local event time and its label. The gate is generated from the
+        contract and checks columns and types, missing values, ranges and allowed values,
+        duplicates, row count and that every row falls on day D. When it fails, the step
+        fails and the partition keeps its previous, good version; the GE result and a Data
+        Docs page are stored either way. Under the `quarantine` policy, rows failing a
+        row-level expectation are set aside with their reasons and the day passes if they are
+        few enough. Rows without a label yet (a cancelled flight) are kept and counted.
         """
         day = context.partition_key
         file_name = contract.landing.file_name(day)
-        typed = type_rows(raw_data, contract, where=f"{file_name} (partition {day})")
-        return dg.MaterializeResult(
-            value=typed,
+        where = f"{file_name} (partition {day})"
+        typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
+        gate = quality_gate(contract)
+        report, result = gate.validate(typed, day)
+
+        prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
+        lake.write_bytes(f"{prefix}.json", result_bytes(report))
+        lake.write_bytes(f"{prefix}.html", render_data_docs(result).encode())
+        links: dict[str, dg.MetadataValue] = {
+            "validation_result": dg.MetadataValue.path(lake.uri(f"{prefix}.json")),
+            "data_docs": dg.MetadataValue.path(lake.uri(f"{prefix}.html")),
+        }
+        reasons = report.quarantine_reasons()
+        if reasons and contract.quality.bad_rows.policy == "quarantine":
+            rows = sorted(reasons)
+            quarantined = typed.iloc[rows].assign(
+                **{QUARANTINE_REASONS: ["; ".join(reasons[r]) for r in rows]}
+            )
+            key = f"{contract.name}/quarantine/{day}/{context.run.run_id}.parquet"
+            lake.write_bytes(key, serialise(quarantined, "parquet"))
+            links["quarantine"] = dg.MetadataValue.path(lake.uri(key))
+
+        checks = check_results(contract, report, typed, where, links)
+        yield from checks
+        failed = [c for c in checks if not c.passed]
+        if failed:
+            failed_names = ", ".join(str(c.check_name) for c in failed)
+            raise dg.Failure(
+                description=(
+                    f"{where} failed the quality gate ({failed_names}): "
+                    f"{' '.join(f.sentence for f in report.failures)} The previous version of "
+                    "this partition, if any, is unchanged."
+                ),
+                metadata=links,
+                allow_retries=False,
+            )
+        kept = typed.drop(index=sorted(reasons)).reset_index(drop=True) if reasons else typed
+        yield dg.MaterializeResult(
+            value=kept,
             metadata={
-                "dagster/row_count": len(typed),
-                "dagster/column_schema": table_schema(typed),
-                "rows_without_label": int(typed[contract.label_name].isna().sum()),
+                "dagster/row_count": len(kept),
+                "dagster/column_schema": table_schema(kept),
+                "rows_without_label": int(kept[contract.label_name].isna().sum()),
+                "quarantined_rows": len(reasons),
+                "expectations_evaluated": report.evaluated,
+                **links,
             },
-            check_results=[typed_schema_result(typed, contract, day, file_name)],
         )
 
     return validated_data

@@ -1,0 +1,278 @@
+"""The quality gate: a Great Expectations suite generated from the contract, and its verdict.
+
+Great Expectations is the engine of record: every rule below is a GE expectation, validated by
+GE; this module only builds the suite from the contract, reads GE's results and turns them into
+sentences a person acts on, the rows to quarantine, and a rendered Data Docs page.
+
+GE is imported on first use (it takes seconds) and its context and suite are built once per
+process and contract, then reused for every partition through suite parameters.
+"""
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+import pandas as pd
+
+from ml_platform.contracts import Contract
+from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.validation.schema import expected_typed_dtypes
+
+# Dagster check names, one per family of expectations.
+SCHEMA, COMPLETENESS, VALIDITY, UNIQUENESS, VOLUME, PARTITION_DAY = (
+    "gx_schema",
+    "gx_completeness",
+    "gx_validity",
+    "gx_uniqueness",
+    "gx_volume",
+    "gx_partition_day",
+)
+CHECKS = {
+    SCHEMA: "Columns, their order and their types are those of the contract.",
+    COMPLETENESS: "Columns that must be filled have no more missing values than tolerated.",
+    VALIDITY: "Values are inside their declared ranges and allowed sets.",
+    UNIQUENESS: "Unique columns and the row key hold no duplicates.",
+    VOLUME: "The day holds a plausible number of rows.",
+    PARTITION_DAY: "Every row's event time falls on the partition's day.",
+}
+# GE's pandas engine compares a column's scalar type with the type named here, so the nullable
+# Int64 dtype is checked as int64 and boolean as bool.
+GE_TYPES = {
+    "Int64": "int64",
+    "Int8": "int8",
+    "float64": "float64",
+    "str": "str",
+    "boolean": "bool",
+    "datetime64[ns]": "datetime64[ns]",
+}
+SAMPLE_ROWS = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """One failed expectation, in words and numbers."""
+
+    check: str
+    expectation: str
+    column: str | None
+    sentence: str
+    unexpected_count: int
+    row_level: bool
+    rows: list[int]  # positions of offending rows (row-level expectations)
+    unexpected_values: list[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class GateReport:
+    """GE's verdict on one partition, read for people and for the quarantine."""
+
+    rows: int
+    failures: list[Failure]
+    result_json: dict
+    evaluated: int
+
+    def of(self, check: str) -> list[Failure]:
+        """Failures of one Dagster check."""
+        return [f for f in self.failures if f.check == check]
+
+    def quarantine_reasons(self) -> dict[int, list[str]]:
+        """Row position -> reasons, for rows failing a row-level expectation."""
+        reasons: dict[int, list[str]] = {}
+        for failure in self.failures:
+            if failure.row_level:
+                for row in failure.rows:
+                    reasons.setdefault(row, []).append(f"{failure.expectation}({failure.column})")
+        return reasons
+
+
+def _expectations(contract: Contract) -> list[Any]:
+    import great_expectations as gx
+
+    e = gx.expectations
+    dtypes = expected_typed_dtypes(contract)
+    suite: list[Any] = [
+        e.ExpectTableColumnsToMatchOrderedList(column_list=list(dtypes), meta={"check": SCHEMA}),
+        e.ExpectTableRowCountToBeBetween(
+            min_value=contract.quality.row_count.min,
+            max_value=contract.quality.row_count.max,
+            meta={"check": VOLUME},
+        ),
+        e.ExpectColumnValuesToBeBetween(
+            column=EVENT_TIME,
+            min_value={"$PARAMETER": "day_start"},
+            max_value={"$PARAMETER": "day_end"},
+            meta={"check": PARTITION_DAY},
+        ),
+    ]
+    suite += [
+        e.ExpectColumnValuesToBeOfType(column=name, type_=GE_TYPES[dtype], meta={"check": SCHEMA})
+        for name, dtype in dtypes.items()
+    ]
+    for col in contract.columns:
+        if not col.nullable:
+            mostly = 1.0 - (col.max_null_fraction or 0.0)
+            suite.append(
+                e.ExpectColumnValuesToNotBeNull(
+                    column=col.name, mostly=mostly, meta={"check": COMPLETENESS}
+                )
+            )
+        if col.min is not None or col.max is not None:
+            suite.append(
+                e.ExpectColumnValuesToBeBetween(
+                    column=col.name,
+                    min_value=col.min,
+                    max_value=col.max,
+                    meta={"check": VALIDITY},
+                )
+            )
+        if col.allowed_values is not None:
+            suite.append(
+                e.ExpectColumnValuesToBeInSet(
+                    column=col.name, value_set=col.allowed_values, meta={"check": VALIDITY}
+                )
+            )
+        if col.unique:
+            suite.append(
+                e.ExpectColumnValuesToBeUnique(column=col.name, meta={"check": UNIQUENESS})
+            )
+    if contract.quality.row_key:
+        suite.append(
+            e.ExpectCompoundColumnsToBeUnique(
+                column_list=contract.quality.row_key, meta={"check": UNIQUENESS}
+            )
+        )
+    return suite
+
+
+class QualityGate:
+    """A contract's GE suite with its (ephemeral) context, ready to validate partitions."""
+
+    def __init__(self, contract: Contract):
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.contract = contract
+        self.context = gx.get_context(mode="ephemeral")
+        # Progress bars would land in every run's logs.
+        self.context.variables.progress_bars = ProgressBarsConfig(
+            globally=False, metric_calculations=False
+        )
+        asset = self.context.data_sources.add_pandas("lake").add_dataframe_asset("partition")
+        self.batch_definition = asset.add_batch_definition_whole_dataframe("day")
+        self.suite = self.context.suites.add(gx.ExpectationSuite(name=f"{contract.name}_gate"))
+        for expectation in _expectations(contract):
+            self.suite.add_expectation(expectation)
+
+    @property
+    def expectation_count(self) -> int:
+        """Number of expectations in the suite."""
+        return len(self.suite.expectations)
+
+    def validate(self, typed: pd.DataFrame, day: str) -> tuple[GateReport, Any]:
+        """Validate one day's typed rows; return the report and GE's own result object."""
+        # Positions, not labels, identify offending rows in GE's index lists.
+        frame = typed.reset_index(drop=True)
+        start = pd.Timestamp(day)
+        batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
+        result = batch.validate(
+            self.suite,
+            expectation_parameters={
+                "day_start": start,
+                "day_end": start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
+            },
+            result_format={"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_ROWS},
+        )
+        failures = [_failure(r, len(frame)) for r in result.results if not r.success]
+        report = GateReport(
+            rows=len(frame),
+            failures=failures,
+            result_json=result.to_json_dict(),
+            evaluated=len(result.results),
+        )
+        return report, result
+
+
+@functools.cache
+def _gate_for(contract_json: str) -> QualityGate:
+    return QualityGate(Contract.model_validate_json(contract_json))
+
+
+def quality_gate(contract: Contract) -> QualityGate:
+    """The gate of a contract, built once per process."""
+    return _gate_for(contract.model_dump_json())
+
+
+def _what(kind: str, kwargs: dict) -> str:
+    if kind == "expect_column_values_to_not_be_null":
+        tolerated = 1.0 - kwargs.get("mostly", 1.0)
+        return "are missing" + (f" (tolerated: {tolerated:.1%})" if tolerated > 0 else "")
+    if kind == "expect_column_values_to_be_between":
+        low, high = kwargs.get("min_value"), kwargs.get("max_value")
+        return f"are outside [{low}, {high}]"
+    if kind == "expect_column_values_to_be_in_set":
+        return "are not among the contract's allowed values"
+    if kind in ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique"):
+        return "are duplicates"
+    return "fail the expectation"
+
+
+def _failure(result: Any, total: int) -> Failure:
+    config = result.expectation_config
+    kind, kwargs = config.type, dict(config.kwargs)
+    check = (config.meta or {}).get("check", SCHEMA)
+    column = kwargs.get("column") or ", ".join(kwargs.get("column_list", []) or []) or None
+    info = result.result or {}
+    if result.exception_info and result.exception_info.get("raised_exception"):
+        message = result.exception_info.get("exception_message")
+        return Failure(
+            check,
+            kind,
+            column,
+            f"{kind} on {column} could not be evaluated: {message}.",
+            0,
+            False,
+            [],
+            [],
+        )
+    if "unexpected_count" in info:
+        count = int(info["unexpected_count"])
+        values = [c["value"] for c in info.get("partial_unexpected_counts", [])]
+        where = f"column {column}" if "column" in kwargs else f"columns ({column})"
+        sentence = (
+            f"{kind} failed on {where}: {count} of {total} rows "
+            f"({count / max(total, 1):.1%}) {_what(kind, kwargs)}"
+            + (f", e.g. {', '.join(repr(_plain(v)) for v in values)}." if values else ".")
+        )
+        rows = [int(i) for i in info.get("unexpected_index_list") or []]
+        return Failure(check, kind, column, sentence, count, True, rows, values)
+    observed = info.get("observed_value")
+    if kind == "expect_table_row_count_to_be_between":
+        sentence = (
+            f"the file holds {observed} rows, expected between {kwargs.get('min_value')} "
+            f"and {kwargs.get('max_value') or 'any number'}."
+        )
+    elif kind == "expect_table_columns_to_match_ordered_list":
+        sentence = f"columns are {observed}, expected {kwargs.get('column_list')}."
+    elif kind == "expect_column_values_to_be_of_type":
+        sentence = f"column {column} has type {observed}, expected {kwargs.get('type_')}."
+    else:
+        sentence = f"{kind} failed on {column}: observed {observed}."
+    return Failure(check, kind, column, sentence, 0, False, [], [])
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def render_data_docs(result: Any) -> str:
+    """GE's own Data Docs page (HTML) of one validation result."""
+    from great_expectations.render.renderer import ValidationResultsPageRenderer
+    from great_expectations.render.view import DefaultJinjaPageView
+
+    return str(DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result)))
+
+
+def result_bytes(report: GateReport) -> bytes:
+    """GE's validation result as JSON bytes."""
+    return json.dumps(report.result_json, indent=2, default=str).encode()

@@ -1,0 +1,199 @@
+"""The quality gate: a catalogue of bad files, each landed among good days, and what it does."""
+
+import pandas as pd
+import pytest
+
+from ml_platform.cli import main
+from ml_platform.contracts import load_contract
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.landing import LandingZone, land_days, scan_landing, source_day
+from ml_platform.validation.expectations import quality_gate
+from ml_platform.validation.schema import type_rows
+from ml_platform_tests.conftest import ALL_ASSETS, Platform, days_from
+
+GOOD_DAYS = ["2024-01-01", "2024-01-02"]
+BAD_DAY = "2024-01-03"
+BAD_FILE = f"synthetic_{BAD_DAY}.csv"
+WHERE = f"{BAD_FILE} (partition {BAD_DAY})"
+
+# fault -> (failing step, failing check or None for a raised error, words the message must hold)
+CATALOGUE = {
+    "empty_file": ("raw_data", None, ["is not a readable CSV file"]),
+    "header_only": ("validated_data", "gx_volume", ["the file holds 0 rows, expected between 900"]),
+    "wrong_delimiter": (
+        "raw_data",
+        "raw_schema",
+        ["missing column(s) event_time, x1", "unexpected column(s) event_time;x1;x2"],
+    ),
+    "retyped_column": ("raw_data", "raw_schema", ["column x1 should be float", "'n/a'"]),
+    "missing_column": ("raw_data", "raw_schema", ["missing column(s) x3"]),
+    "extra_column": ("raw_data", "raw_schema", ["unexpected column(s) promo_code"]),
+    "null_burst": (
+        "validated_data",
+        "gx_completeness",
+        ["expect_column_values_to_not_be_null failed on column x2", "are missing"],
+    ),
+    "out_of_range": (
+        "validated_data",
+        "gx_validity",
+        ["expect_column_values_to_be_between failed on column amount", "e.g. -1.0"],
+    ),
+    "unknown_category": (
+        "validated_data",
+        "gx_validity",
+        ["failed on column segment", "not among the contract's allowed values, e.g. 'Z'"],
+    ),
+    "duplicate_rows": (
+        "validated_data",
+        "gx_uniqueness",
+        ["expect_compound_columns_to_be_unique failed on columns (event_time, x1, x2, x3)"],
+    ),
+    "wrong_day": (
+        "validated_data",
+        "gx_partition_day",
+        ["failed on column event_time: 1000 of 1000 rows (100.0%) are outside"],
+    ),
+    "non_utf8": ("raw_data", None, ["is not a readable CSV file", "utf-8"]),
+    # Cut mid-row: the last row's half-written timestamp gives it away.
+    "truncated": ("raw_data", "raw_schema", ["column event_time should be datetime", "'2024-01-'"]),
+    "binary_garbage": ("raw_data", None, ["is not a readable CSV file"]),
+}
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory):
+    """Two good days materialised once; each case then lands one bad file for the third."""
+    platform = Platform(load_contract("synthetic"), tmp_path_factory.mktemp("gate"))
+    platform.land(GOOD_DAYS[0], 2)
+    for day in GOOD_DAYS:
+        assert platform.materialize(day).success
+    return platform
+
+
+def good_outputs(platform: Platform) -> dict:
+    return {
+        path: path.read_bytes()
+        for asset in ALL_ASSETS
+        for day in GOOD_DAYS
+        for path in (platform.lake_dir / "synthetic" / asset).glob(f"{day}.*")
+    }
+
+
+def error_text(result) -> str:
+    return "\n".join(
+        e.event_specific_data.error.to_string() for e in result.get_step_failure_events()
+    )
+
+
+def read(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+@pytest.mark.parametrize("fault", sorted(CATALOGUE))
+def test_a_bad_file_fails_its_day_and_names_file_partition_and_reason(platform, fault):
+    step, check_name, words = CATALOGUE[fault]
+    before = good_outputs(platform)
+    platform.land(BAD_DAY, 1, fault=fault)
+
+    result = platform.materialize(BAD_DAY)
+
+    assert not result.success
+    failed_steps = [e.step_key for e in result.get_step_failure_events()]
+    assert failed_steps == [step]
+    if check_name is None:
+        message = error_text(result)
+    else:
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        assert not checks[check_name].passed
+        message = checks[check_name].description
+    assert WHERE in message
+    for word in words:
+        assert word in message
+    # The landed file is kept, the good days and their model are untouched, and nothing
+    # downstream of the failing step ran for the bad day.
+    assert (platform.landing_dir / BAD_FILE).exists()
+    assert good_outputs(platform) == before
+    materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert materialised == set(ALL_ASSETS[: ALL_ASSETS.index(step)])
+
+
+def test_gate_failures_carry_samples_values_and_links(platform):
+    platform.land(BAD_DAY, 1, fault="unknown_category")
+    result = platform.materialize(BAD_DAY)
+    check = next(c for c in result.get_asset_check_evaluations() if c.check_name == "gx_validity")
+    meta = check.metadata
+    assert meta["unexpected_values"].value == {"segment": ["Z"]}
+    landed = pd.read_csv(platform.landing_dir / BAD_FILE)
+    assert meta["unexpected_rows"].value == (landed["segment"] == "Z").sum() > 0
+    assert "| Z " in meta["offending_rows"].value
+    assert BAD_DAY in meta["validation_result"].value and BAD_DAY in meta["data_docs"].value
+    assert "<html" in read(meta["data_docs"].value).lower()
+    # The JSON is GE's own validation result.
+    assert '"expect_column_values_to_be_in_set"' in read(meta["validation_result"].value)
+
+
+def test_a_bad_relanding_of_a_good_day_keeps_its_good_version(tmp_path):
+    platform = Platform(load_contract("synthetic"), tmp_path)
+    platform.land("2024-01-01", 1)
+    assert platform.materialize("2024-01-01").success
+    stored = platform.stored("validated_data", "2024-01-01", "parquet").read_bytes()
+
+    platform.land("2024-01-01", 1, fault="null_burst")
+    assert not platform.materialize("2024-01-01").success
+
+    assert platform.stored("validated_data", "2024-01-01", "parquet").read_bytes() == stored
+
+
+def test_a_few_bad_rows_are_quarantined_with_reasons_and_the_day_passes(tmp_path):
+    platform = Platform(load_contract("synthetic"), tmp_path)
+    platform.land("2024-01-01", 1)
+    landed = platform.landing_dir / "synthetic_2024-01-01.csv"
+    frame = pd.read_csv(landed)
+    frame.loc[[10, 20, 30], "amount"] = -5.0
+    landed.write_text(frame.to_csv(index=False))
+
+    result = platform.materialize("2024-01-01")
+
+    assert result.success
+    validity = next(
+        c for c in result.get_asset_check_evaluations() if c.check_name == "gx_validity"
+    )
+    assert validity.passed and "These 3 row(s) were quarantined" in validity.description
+    validated = pd.read_parquet(platform.stored("validated_data", "2024-01-01", "parquet"))
+    assert len(validated) == 997 and (validated["amount"] >= 0).all()
+    quarantined = pd.read_parquet(validity.metadata["quarantine"].value)
+    assert quarantined["amount"].tolist() == [-5.0, -5.0, -5.0]
+    assert set(quarantined["quarantine_reasons"]) == {"expect_column_values_to_be_between(amount)"}
+
+
+def test_misnamed_and_out_of_range_files_are_reported_by_name(tmp_path, capsys):
+    contract = load_contract("synthetic")
+    zone = LandingZone(base_dir=str(tmp_path))
+    list(land_days(contract, zone, [pd.Timestamp("2024-01-05").date()]))
+    (tmp_path / "synthetic_latest.csv").write_text("x")
+    (tmp_path / "synthetic_2024-02-30.csv").write_text("x")
+    (tmp_path / "synthetic_2023-12-31.csv").write_text("x")
+
+    scan = scan_landing(contract, zone.file_names())
+
+    assert scan.days == {"2024-01-05": "synthetic_2024-01-05.csv"}
+    assert "carries no parsable date" in scan.problems["synthetic_latest.csv"]
+    assert "carries no parsable date" in scan.problems["synthetic_2024-02-30.csv"]
+    assert "before the first partition 2024-01-01" in scan.problems["synthetic_2023-12-31.csv"]
+    code = main(["landing-status", "synthetic", "--landing-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"{tmp_path / 'synthetic_latest.csv'} belongs to no partition" in err
+
+
+def test_a_clean_real_month_of_flights_passes_every_gate():
+    contract = load_contract("flights")
+    gate = quality_gate(contract)
+    text = [c.name for c in contract.columns if c.dtype == "str"]
+    for day in days_from("2013-01-01", 31):
+        csv = source_day(contract, pd.Timestamp(day).date()).to_csv(index=False).encode()
+        typed = type_rows(read_landed_file(csv, "f", day, text), contract, day)
+        report, _ = gate.validate(typed, day)
+        assert report.failures == [], f"{day}: {[f.sentence for f in report.failures]}"
+    assert gate.expectation_count >= 50
