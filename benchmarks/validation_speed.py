@@ -71,10 +71,14 @@ def main() -> None:
     started = time.perf_counter()
     gate = QualityGate(contract)
     setup = time.perf_counter() - started
-    print(f"machine: {platform.processor() or platform.machine()}, python "
-          f"{platform.python_version()}, pandas {pd.__version__}")
-    print(f"GE context and suite of {gate.expectation_count} expectations built in {setup:.2f}s "
-          "(once per process)")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, python "
+        f"{platform.python_version()}, pandas {pd.__version__}"
+    )
+    print(
+        f"GE context and suite of {gate.expectation_count} expectations built in {setup:.2f}s "
+        "(once per process)"
+    )
     print("| rows | GE gate (s) | plain pandas (s) | GE / pandas |")
     print("|---:|---:|---:|---:|")
     for rows in args.rows:

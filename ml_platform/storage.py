@@ -67,6 +67,22 @@ class LocalStorage(dg.ConfigurableResource):
         """The bytes stored under `key`."""
         return self._path(key).read_bytes()
 
+    def delete(self, key: str) -> None:
+        """Remove the object under `key`, if there is one."""
+        self._path(key).unlink(missing_ok=True)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Keys of the objects under a prefix (a folder), sorted."""
+        base = Path(self.base_dir)
+        folder = self._path(prefix)
+        if not folder.is_dir():
+            return []
+        return sorted(
+            str(p.relative_to(base))
+            for p in folder.rglob("*")
+            if p.is_file() and not p.name.startswith(".")
+        )
+
 
 def serialise(value: Any, fmt: str) -> bytes:
     """Bytes of `value` in a lake format."""
@@ -137,6 +153,13 @@ class LakeIOManager(dg.ConfigurableIOManager):
                 f"{{'{WINDOW_KEY}': True}} to receive them as a dict"
             )
         return self._load(context.asset_key, keys[0], fmt)
+
+    def load_partition(self, asset_key: dg.AssetKey, partition: str, fmt: str) -> Any:
+        """One stored partition; MissingPartitionError naming it if it was never stored.
+
+        For code that reads partitions no input maps, e.g. the reference days of a drift check.
+        """
+        return self._load(asset_key, partition, fmt)
 
     def _load(self, asset_key: dg.AssetKey, partition: str, fmt: str) -> Any:
         key = self.key(asset_key, partition, fmt)

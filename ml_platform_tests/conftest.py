@@ -15,6 +15,8 @@ from ml_platform.ingestion.landing import LandingZone, land_days
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_ASSETS = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
+# What the daily job materialises: the five assets and the registry entry.
+DAILY_ASSETS = [*ALL_ASSETS, "registered_model"]
 
 
 def days_from(start: str, count: int) -> list[str]:
@@ -55,7 +57,7 @@ class Platform:
             partition_key=day,
             resources=self.defs.resources,
             instance=self.instance,
-            selection=selection,
+            selection=selection or DAILY_ASSETS,
             raise_on_error=False,
         )
 

@@ -27,7 +27,8 @@ def test_three_consecutive_days_materialise_every_asset(platform_for, dataset, d
     for day in days:
         result = platform.materialize(day)
         assert result.success, f"{dataset} {day} failed"
-        assert all(check.passed for check in result.get_asset_check_evaluations())
+        failed = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
+        assert failed == [], f"{dataset} {day}: {failed}"
         report = result.asset_materializations_for_node("evaluation_report")[0].metadata
         assert metrics <= set(report), f"missing metrics: {metrics - set(report)}"
         assert "Evaluation of the model of" in report["report"].value

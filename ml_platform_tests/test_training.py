@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ml_platform.contracts import load_contract
-from ml_platform.evaluation.metrics import evaluate, holdout_of
+from ml_platform.evaluation.metrics import holdout_of, score_model
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
@@ -160,24 +160,25 @@ def test_an_empty_window_is_refused():
         train_model({}, SYNTHETIC)
 
 
-def test_classification_metrics(flights_model, flights_window):
+def test_classification_metrics_with_intervals(flights_model, flights_window):
     holdout = holdout_of(flights_model, flights_window, FLIGHTS)
-    metrics = evaluate(flights_model, holdout)
-    assert {"precision", "recall", "f1", "roc_auc"} <= set(metrics)
-    for name in ("precision", "recall", "f1", "roc_auc"):
-        assert 0.0 <= metrics[name] <= 1.0, name
-    # Better than chance on the real flights of a day it has not seen.
-    assert metrics["roc_auc"] > 0.55
-    assert metrics["positive_rate"] == pytest.approx(holdout["delayed"].astype(float).mean())
+    scores = score_model(flights_model, holdout, samples=100, seed=0)
+    assert set(scores.values) == {"precision", "recall", "f1", "accuracy", "roc_auc"}
+    for name, value in scores.values.items():
+        low, high = scores.intervals[name]
+        assert 0.0 <= low <= value <= high <= 1.0, name
+    # Better than chance on the real flights it has not seen.
+    assert scores.values["roc_auc"] > 0.55
 
 
-def test_regression_metrics(synthetic_model, synthetic_window):
+def test_regression_metrics_with_intervals(synthetic_model, synthetic_window):
     holdout = holdout_of(synthetic_model, synthetic_window, SYNTHETIC)
-    metrics = evaluate(synthetic_model, holdout)
-    assert {"mae", "rmse", "r2"} <= set(metrics)
-    assert 0.0 < metrics["mae"] <= metrics["rmse"]
-    assert metrics["r2"] > 0.8
-    assert metrics["mae"] < metrics["baseline_mae"]
+    scores = score_model(synthetic_model, holdout, samples=100, seed=0)
+    assert set(scores.values) == {"mae", "rmse", "r2"}
+    assert 0.0 < scores.values["mae"] <= scores.values["rmse"]
+    assert scores.values["r2"] > 0.8
+    low, high = scores.intervals["rmse"]
+    assert low < scores.values["rmse"] < high
 
 
 def test_holdout_of_refuses_another_window(synthetic_model, synthetic_window):
@@ -192,3 +193,23 @@ def test_holdout_of_refuses_a_window_whose_rows_changed(synthetic_model, synthet
     changed["2024-01-03"] = synthetic_window["2024-01-03"].iloc[:-10]
     with pytest.raises(ValueError, match="rematerialise the model"):
         holdout_of(synthetic_model, changed, SYNTHETIC)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_vectorised_bootstrap_metrics_equal_scikit_learn_on_every_sample(task):
+    from ml_platform.evaluation.metrics import _bootstrap, _metric_functions
+
+    rng = np.random.default_rng(3)
+    n = 400
+    if task == "classification":
+        y = rng.integers(0, 2, n)
+        score = np.round(rng.random(n), 2)  # rounded: ties in the ROC ranks
+        predicted = (score > 0.5).astype(int)
+    else:
+        y = rng.normal(size=n)
+        predicted = score = y + rng.normal(scale=0.3, size=n)
+    rows = rng.integers(0, n, (20, n))
+    vectorised = _bootstrap(task, y, predicted, score, rows)
+    for name, metric in _metric_functions(task).items():
+        expected = [metric(y[r], predicted[r], score[r]) for r in rows]
+        np.testing.assert_allclose(vectorised[name], expected, rtol=1e-12, err_msg=name)

@@ -120,11 +120,34 @@ class SourceSpec(_Strict):
 
 
 class TrainingSpec(_Strict):
-    """Training window and the out-of-time hold-out used for evaluation."""
+    """Training window, the out-of-time hold-out used for evaluation, and the epochs."""
 
     window_days: int = Field(default=28, ge=1, le=366)
+    # Window of the weekly full retrain, which competes with the champion by the same rules.
+    full_window_days: int = Field(default=90, ge=1, le=731)
     holdout_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
     random_seed: int = 0
+    max_epochs: int = Field(default=30, ge=1)
+    # Early stopping: stop when the validation loss has not improved for this many epochs.
+    patience: int = Field(default=5, ge=1)
+    min_delta: float = Field(default=1e-4, ge=0.0)
+    batch_size: int = Field(default=512, ge=1)
+    # L2 regularisation and initial learning rate of the SGD estimator.
+    alpha: float = Field(default=1e-4, gt=0.0)
+    eta0: float = Field(default=0.01, ge=0.0)
+
+
+class EvaluationSpec(_Strict):
+    """How a candidate model is judged: alone (value thresholds) and against the champion.
+
+    Metrics where lower is better (mae, rmse) take their value threshold as a maximum; the others
+    as a minimum. A change threshold is the least improvement over the champion, in the metric's
+    better direction, that promotes the candidate (negative tolerates a small loss).
+    """
+
+    bootstrap_samples: int = Field(default=200, ge=10)
+    value_thresholds: dict[str, float] = Field(default_factory=dict)
+    change_thresholds: dict[str, float] = Field(default_factory=dict)
 
 
 class RowCountSpec(_Strict):
@@ -155,6 +178,44 @@ class QualitySpec(_Strict):
     bad_rows: BadRowsSpec = BadRowsSpec()
 
 
+class DriftReferenceSpec(_Strict):
+    """The partitions of `features` that day D is compared with; always days before D.
+
+    `previous_days`: the `days` days before D, a window that slides with D. `baseline`: the
+    fixed window of `days` days from `start` (days of it on or after D are left out). With
+    `same_weekday`, only the days of the window that fall on D's weekday are kept.
+    """
+
+    mode: Literal["previous_days", "baseline"] = "previous_days"
+    days: int = Field(default=7, ge=1, le=366)
+    start: dt.date | None = None
+    same_weekday: bool = False
+
+
+class FeatureDriftSpec(_Strict):
+    """Drift settings of one feature; `threshold` overrides the default effect size."""
+
+    threshold: float | None = Field(default=None, gt=0.0, le=1.0)
+    blocking: bool = False
+    exclude: bool = False
+
+
+class DriftSpec(_Strict):
+    """The drift check of `features`: reference, effect-size thresholds and the p-value gate.
+
+    A feature drifts when its effect size (KS statistic D for numeric features, Jensen-Shannon
+    distance for categorical ones) reaches its threshold AND its p-value, corrected for the
+    number of features tested that day, is at most `alpha`.
+    """
+
+    reference: DriftReferenceSpec = DriftReferenceSpec()
+    numeric_threshold: float = Field(default=0.05, gt=0.0, le=1.0)
+    categorical_threshold: float = Field(default=0.1, gt=0.0, le=1.0)
+    correction: Literal["holm", "benjamini_hochberg"] = "holm"
+    alpha: float = Field(default=0.02, gt=0.0, lt=1.0)
+    features: dict[str, FeatureDriftSpec] = Field(default_factory=dict)
+
+
 class Contract(_Strict):
     """A dataset contract. Everything in the asset graph is generated from it."""
 
@@ -170,7 +231,9 @@ class Contract(_Strict):
     leakage_columns: list[str] = Field(default_factory=list)
     features: list[FeatureSpec] = Field(min_length=1)
     training: TrainingSpec = TrainingSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
     quality: QualitySpec = QualitySpec()
+    drift: DriftSpec = DriftSpec()
 
     def column(self, name: str) -> ColumnSpec:
         """The column spec called `name`."""
@@ -280,12 +343,49 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     bounds = c.quality.row_count
     if bounds.max is not None and bounds.max < bounds.min:
         yield ("quality", "row_count", "max"), f"max {bounds.max} is below min {bounds.min}"
+    known = (
+        {"precision", "recall", "f1", "accuracy", "roc_auc"}
+        if lab.task == "classification"
+        else {"mae", "rmse", "r2"}
+    )
+    for section in ("value_thresholds", "change_thresholds"):
+        for metric in getattr(c.evaluation, section):
+            if metric not in known:
+                yield (
+                    ("evaluation", section, metric),
+                    f"unknown {lab.task} metric '{metric}'; use one of {', '.join(sorted(known))}",
+                )
     pattern = c.landing.file_pattern
     if pattern.count("{date}") != 1 or "/" in pattern or pattern.count("{") != 1:
         yield ("landing", "file_pattern"), "must be a file name containing '{date}' exactly once"
     p = c.partitions
     if p.end_date is not None and p.end_date < p.start_date:
         yield ("partitions", "end_date"), "end_date is before start_date"
+    yield from _drift_problems(c)
+
+
+def _drift_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Cross-field mistakes of the `drift` section."""
+    ref = c.drift.reference
+    if ref.mode == "baseline":
+        if ref.start is None:
+            yield ("drift", "reference", "mode"), "a baseline reference needs a 'start' day"
+        else:
+            last = ref.start + dt.timedelta(days=ref.days - 1)
+            if ref.start < c.partitions.start_date:
+                yield ("drift", "reference", "start"), "the baseline starts before the partitions"
+            elif c.partitions.end_date is not None and last > c.partitions.end_date:
+                yield ("drift", "reference", "days"), "the baseline ends after the last partition"
+    elif ref.start is not None:
+        yield ("drift", "reference", "start"), "'start' belongs to a baseline reference only"
+    if ref.same_weekday and ref.days < 7:
+        yield ("drift", "reference", "days"), "same_weekday needs a window of at least 7 days"
+    feature_names = {f.name for f in c.features}
+    for name, spec in c.drift.features.items():
+        if name not in feature_names:
+            yield ("drift", "features", name), f"'{name}' is not a declared feature"
+        if spec.exclude and (spec.blocking or spec.threshold is not None):
+            yield ("drift", "features", name), "an excluded feature takes no other setting"
 
 
 def _line_index(text: str) -> dict[tuple[Any, ...], int]:

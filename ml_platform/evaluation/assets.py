@@ -1,55 +1,125 @@
-"""evaluation_report: metrics of each day's model on rows it never trained on."""
+"""evaluation_report: each day's candidate and the current champion on the same unseen rows."""
+
+from collections.abc import Iterator
 
 import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.evaluation.metrics import evaluate, holdout_of, render_report
-from ml_platform.storage import FORMAT_KEY
-from ml_platform.training.assets import training_window
+from ml_platform.evaluation.metrics import (
+    holdout_of,
+    judge,
+    plots,
+    render_report,
+    score_model,
+)
+from ml_platform.registry.store import ModelRegistry
+from ml_platform.storage import FORMAT_KEY, LocalStorage
+from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
+
+VERDICT_CHECK = "promotion_verdict"
 
 
 def build_evaluation_report(
-    contract: Contract, partitions: dg.PartitionsDefinition
+    contract: Contract,
+    partitions: dg.PartitionsDefinition,
+    name: str = "evaluation_report",
+    model_name: str = "model",
+    window_days: int | None = None,
+    kind: str = "daily",
 ) -> dg.AssetsDefinition:
-    """The evaluation_report asset of a dataset."""
+    """An evaluation asset of a dataset, for the model asset `model_name` (versions `kind-D`)."""
+    days = window_days or contract.training.window_days
 
     @dg.asset(
-        name="evaluation_report",
+        name=name,
         partitions_def=partitions,
         group_name="evaluation",
         kinds={"scikitlearn", "json"},
         metadata={FORMAT_KEY: "json"},
-        ins={"features": training_window(contract)},
+        ins={"model": dg.AssetIn(key=model_name), "features": window_input(days)},
+        check_specs=[
+            dg.AssetCheckSpec(
+                VERDICT_CHECK,
+                asset=name,
+                blocking=True,
+                description="The candidate meets the contract's value thresholds; otherwise it "
+                "is not registered.",
+            )
+        ],
     )
-    def evaluation_report(
-        context: dg.AssetExecutionContext, model: TrainedModel, features: dict[str, pd.DataFrame]
-    ) -> dg.MaterializeResult[dict]:
-        """Metrics of the model of day D on rows it never trained on.
+    def _evaluation_report(
+        context: dg.AssetExecutionContext,
+        model: TrainedModel,
+        features: dict[str, pd.DataFrame],
+        lake: LocalStorage,
+    ) -> Iterator:
+        """Metrics of the model of day D and of the current champion on the same held-out rows.
 
-        The rows are the latest of its window. Metrics are numbers the UI plots across days, and
-        a markdown report. Classification: precision, recall, F1, accuracy, ROC AUC.
-        Regression: MAE, RMSE, R².
+        The rows are the latest of the model's window, never trained on. Each metric has a
+        bootstrap 95 % interval; ROC and precision-recall curves and the confusion matrix (or
+        residuals) are embedded in the report. The verdict applies the contract's value and
+        change thresholds: `promote`, `challenger` or `reject`. Classification: precision,
+        recall, F1, accuracy, ROC AUC. Regression: MAE, RMSE, R².
         """
+        day = context.partition_key
+        spec = contract.evaluation
         holdout = holdout_of(model, features, contract)
-        metrics = evaluate(model, holdout)
-        report = render_report(context.partition_key, model, metrics, holdout)
-        numbers = {k: v for k, v in metrics.items() if isinstance(v, float)}
-        return dg.MaterializeResult(
-            value={
-                "partition": context.partition_key,
-                "task": model.task,
-                "metrics": metrics,
-                "window": model.window,
-                "holdout_rows": model.holdout_rows,
-                "report_markdown": report,
-            },
+        seed = contract.training.random_seed
+        candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
+        registry = ModelRegistry(lake, contract.name)
+        champion_version = registry.champion_to_beat(f"{kind}-{day}")
+        champion = (
+            score_model(registry.load(champion_version), holdout, spec.bootstrap_samples, seed)
+            if champion_version is not None
+            else None
+        )
+        verdict = judge(contract, candidate, champion)
+        report = render_report(
+            day,
+            model,
+            candidate,
+            champion,
+            champion_version,
+            verdict,
+            plots(model, holdout, candidate),
+        )
+        yield dg.AssetCheckResult(
+            check_name=VERDICT_CHECK,
+            passed=verdict.decision != "reject",
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"{verdict.decision}: " + "; ".join(verdict.reasons) + ".",
+            metadata={"decision": verdict.decision, "champion": champion_version or "none"},
+        )
+        value = {
+            "partition": day,
+            "task": model.task,
+            "metrics": candidate.values,
+            "intervals": candidate.intervals,
+            "champion_version": champion_version,
+            "champion_metrics": champion.values if champion is not None else None,
+            "decision": verdict.decision,
+            "reasons": verdict.reasons,
+            "window": model.window,
+            "holdout_rows": model.holdout_rows,
+            "report_markdown": report,
+        }
+        metadata: dict[str, dg.MetadataValue] = {
+            name: dg.MetadataValue.float(v) for name, v in candidate.values.items()
+        }
+        if champion is not None:
+            metadata.update(
+                {f"champion_{n}": dg.MetadataValue.float(v) for n, v in champion.values.items()}
+            )
+        yield dg.MaterializeResult(
+            value=value,
             metadata={
-                **{name: dg.MetadataValue.float(value) for name, value in numbers.items()},
+                **metadata,
+                "decision": verdict.decision,
                 "holdout_rows": model.holdout_rows,
                 "report": dg.MetadataValue.md(report),
             },
         )
 
-    return evaluation_report
+    return _evaluation_report

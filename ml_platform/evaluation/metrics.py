@@ -1,15 +1,28 @@
-"""Metrics of a model on its held-out rows, and the markdown report shown in the UI."""
+"""Metrics of a candidate and the champion on the same held-out rows, and the verdict.
 
+Every metric has a bootstrap 95 % interval (resampling the held-out rows with a fixed seed), so
+a reader sees whether a difference between two models is more than noise. The verdict applies
+value thresholds (absolute bounds) and change thresholds (least improvement over the champion)
+from the contract; a first model, with no champion, is judged on values alone.
+"""
+
+import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
+from ml_platform.observability import figure_markdown, new_figure
 from ml_platform.training.model import TrainedModel, labelled, split_holdout, window_frame
 
+LOWER_IS_BETTER = {"mae", "rmse"}
 
-def holdout_of(model: TrainedModel, partitions: dict[str, pd.DataFrame], contract: Contract):
+
+def holdout_of(
+    model: TrainedModel, partitions: dict[str, pd.DataFrame], contract: Contract
+) -> pd.DataFrame:
     """The rows `model` held out, recomputed from the same window of feature partitions."""
     if sorted(partitions) != model.window:
         raise ValueError(
@@ -28,80 +41,207 @@ def holdout_of(model: TrainedModel, partitions: dict[str, pd.DataFrame], contrac
     return holdout
 
 
-def classification_metrics(y_true: pd.Series, score: pd.Series, predicted: pd.Series) -> dict:
-    """Precision, recall, F1, accuracy and ROC AUC (absent when the hold-out has one class)."""
+def _metric_functions(task: str) -> dict[str, Any]:
     from sklearn import metrics as skm
 
-    result = {
-        "precision": skm.precision_score(y_true, predicted, zero_division=0),
-        "recall": skm.recall_score(y_true, predicted, zero_division=0),
-        "f1": skm.f1_score(y_true, predicted, zero_division=0),
-        "accuracy": skm.accuracy_score(y_true, predicted),
-        "positive_rate": float(np.mean(y_true)),
-    }
-    if y_true.nunique() == 2:
-        result["roc_auc"] = skm.roc_auc_score(y_true, score)
-    return {k: float(v) for k, v in result.items()}
-
-
-def regression_metrics(y_true: pd.Series, predicted: pd.Series) -> dict:
-    """MAE, RMSE and R²."""
-    from sklearn import metrics as skm
-
+    if task == "classification":
+        return {
+            "precision": lambda y, p, s: skm.precision_score(y, p, zero_division=0),
+            "recall": lambda y, p, s: skm.recall_score(y, p, zero_division=0),
+            "f1": lambda y, p, s: skm.f1_score(y, p, zero_division=0),
+            "accuracy": lambda y, p, s: skm.accuracy_score(y, p),
+            "roc_auc": lambda y, p, s: (
+                skm.roc_auc_score(y, s) if len(np.unique(y)) == 2 else math.nan
+            ),
+        }
     return {
-        "mae": float(skm.mean_absolute_error(y_true, predicted)),
-        "rmse": float(math.sqrt(skm.mean_squared_error(y_true, predicted))),
-        "r2": float(skm.r2_score(y_true, predicted)),
+        "mae": lambda y, p, s: skm.mean_absolute_error(y, p),
+        "rmse": lambda y, p, s: math.sqrt(skm.mean_squared_error(y, p)),
+        "r2": lambda y, p, s: skm.r2_score(y, p),
     }
 
 
-def evaluate(model: TrainedModel, holdout: pd.DataFrame) -> dict:
-    """Metrics of `model` on `holdout`.
+@dataclasses.dataclass(frozen=True)
+class Scores:
+    """One model's metrics on the hold-out, each with its bootstrap interval."""
 
-    Regression also reports the MAE of always predicting the mean, so a reader sees what the
-    model adds.
-    """
+    values: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+    predicted: np.ndarray
+    score: np.ndarray
+
+
+def _bootstrap(
+    task: str, y: np.ndarray, predicted: np.ndarray, score: np.ndarray, rows: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Every metric on every bootstrap sample at once (`rows` is samples x n row indices)."""
+    yb, pb = y[rows], predicted[rows]
+    if task != "classification":
+        error = yb - pb
+        total = ((yb - yb.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r2 = 1.0 - (error**2).sum(axis=1) / total
+        return {
+            "mae": np.abs(error).mean(axis=1),
+            "rmse": np.sqrt((error**2).mean(axis=1)),
+            "r2": r2,
+        }
+    from scipy.stats import rankdata
+
+    tp = ((pb == 1) & (yb == 1)).sum(axis=1)
+    fp = ((pb == 1) & (yb == 0)).sum(axis=1)
+    fn = ((pb == 0) & (yb == 1)).sum(axis=1)
+    positives = (yb == 1).sum(axis=1)
+    negatives = yb.shape[1] - positives
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)
+        recall = np.where(tp + fn > 0, tp / (tp + fn), 0.0)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), 0.0)
+        # ROC AUC as the Mann-Whitney statistic, ties counted half (average ranks).
+        ranks = rankdata(score[rows], axis=1)
+        rank_sum = (ranks * (yb == 1)).sum(axis=1)
+        auc = (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "accuracy": (pb == yb).mean(axis=1),
+        "roc_auc": np.where((positives > 0) & (negatives > 0), auc, np.nan),
+    }
+
+
+def score_model(model: TrainedModel, holdout: pd.DataFrame, samples: int, seed: int) -> Scores:
+    """Metrics of a model on the hold-out with bootstrap 95 % intervals."""
+    y = holdout[model.label].astype("int64" if model.task == "classification" else "float64")
+    y_true = y.to_numpy()
+    predicted = model.predict(holdout).to_numpy()
+    score = model.score(holdout).to_numpy()
+    functions = _metric_functions(model.task)
+    values = {name: float(fn(y_true, predicted, score)) for name, fn in functions.items()}
+    rows = np.random.default_rng(seed).integers(0, len(y_true), (samples, len(y_true)))
+    draws = _bootstrap(model.task, y_true, predicted, score, rows)
+    intervals = {
+        name: (float(np.nanpercentile(d, 2.5)), float(np.nanpercentile(d, 97.5)))
+        for name, d in draws.items()
+        if not np.isnan(d).all()
+    }
+    return Scores(values, intervals, predicted, score)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Whether the candidate may be registered, and whether it becomes champion."""
+
+    passes_values: bool
+    beats_champion: bool
+    reasons: list[str]
+
+    @property
+    def decision(self) -> str:
+        """'promote', 'challenger' (good, but not better than the champion) or 'reject'."""
+        if not self.passes_values:
+            return "reject"
+        return "promote" if self.beats_champion else "challenger"
+
+
+def judge(contract: Contract, candidate: Scores, champion: Scores | None) -> Verdict:
+    """Apply the contract's value and change thresholds."""
+    spec = contract.evaluation
+    reasons = []
+    passes_values = True
+    for metric, bound in spec.value_thresholds.items():
+        value = candidate.values.get(metric, math.nan)
+        lower = metric in LOWER_IS_BETTER
+        ok = value <= bound if lower else value >= bound
+        passes_values &= ok
+        word = "at most" if lower else "at least"
+        reasons.append(
+            f"{metric} {value:.4f} {'meets' if ok else 'misses'} the bound ({word} {bound})"
+        )
+    if champion is None:
+        reasons.append("there is no champion yet: judged on value thresholds only")
+        return Verdict(passes_values, True, reasons)
+    beats = True
+    for metric, least in spec.change_thresholds.items():
+        gain = candidate.values[metric] - champion.values[metric]
+        if metric in LOWER_IS_BETTER:
+            gain = -gain
+        ok = gain >= least
+        beats &= ok
+        reasons.append(
+            f"{metric} {candidate.values[metric]:.4f} vs champion {champion.values[metric]:.4f}:"
+            f" improvement {gain:+.4f} {'meets' if ok else 'misses'} the least of {least:+}"
+        )
+    return Verdict(passes_values, beats, reasons)
+
+
+def plots(model: TrainedModel, holdout: pd.DataFrame, scores: Scores) -> list[str]:
+    """Markdown images: ROC and precision-recall curves and confusion matrix, or residuals."""
+    from sklearn import metrics as skm
+
+    y = holdout[model.label].to_numpy()
+    images = []
     if model.task == "classification":
-        y = holdout[model.label].astype("int64")
-        metrics = classification_metrics(y, model.score(holdout), model.predict(holdout))
-        if y.nunique() < 2:
-            metrics["note"] = "ROC AUC undefined: the hold-out rows hold a single class"
-        return metrics
-    y = holdout[model.label].astype("float64")
-    metrics = regression_metrics(y, model.predict(holdout))
-    metrics["baseline_mae"] = float(np.mean(np.abs(y - y.mean())))
-    return metrics
+        y = y.astype("int64")
+        if len(np.unique(y)) == 2:
+            figure, axes = new_figure()
+            skm.RocCurveDisplay.from_predictions(y, scores.score, ax=axes)
+            axes.set_title("ROC curve")
+            images.append(figure_markdown(figure, "ROC curve"))
+            figure, axes = new_figure()
+            skm.PrecisionRecallDisplay.from_predictions(y, scores.score, ax=axes)
+            axes.set_title("Precision-recall curve")
+            images.append(figure_markdown(figure, "Precision-recall curve"))
+        figure, axes = new_figure(3.5, 3.0)
+        skm.ConfusionMatrixDisplay.from_predictions(y, scores.predicted, labels=[0, 1], ax=axes)
+        axes.set_title("Confusion matrix")
+        images.append(figure_markdown(figure, "Confusion matrix"))
+    else:
+        figure, axes = new_figure()
+        axes.scatter(scores.predicted, y.astype("float64") - scores.predicted, s=4, alpha=0.5)
+        axes.axhline(0.0, color="grey", linewidth=1)
+        axes.set(title="Residuals", xlabel="predicted", ylabel="actual - predicted")
+        images.append(figure_markdown(figure, "Residuals"))
+    return images
 
 
-def render_report(partition: str, model: TrainedModel, metrics: dict, holdout: pd.DataFrame):
+def render_report(
+    partition: str,
+    model: TrainedModel,
+    candidate: Scores,
+    champion: Scores | None,
+    champion_version: str | None,
+    verdict: Verdict,
+    images: list[str],
+) -> str:
     """Markdown report of one evaluation."""
-    numeric = {k: v for k, v in metrics.items() if isinstance(v, float)}
-    rows = "\n".join(f"| {name} | {value:.4f} |" for name, value in numeric.items())
+    header = "| metric | candidate (95 % interval) |"
+    rule = "|---|---|"
+    if champion is not None:
+        header += f" champion {champion_version} (95 % interval) |"
+        rule += "---|"
+    rows = []
+    for name, value in candidate.values.items():
+        low, high = candidate.intervals.get(name, (math.nan, math.nan))
+        row = f"| {name} | {value:.4f} ({low:.4f} – {high:.4f}) |"
+        if champion is not None:
+            c_low, c_high = champion.intervals.get(name, (math.nan, math.nan))
+            row += f" {champion.values[name]:.4f} ({c_low:.4f} – {c_high:.4f}) |"
+        rows.append(row)
     lines = [
         f"# Evaluation of the model of {partition}",
         "",
         f"Task: **{model.task}**; label `{model.label}`. Trained on {model.train_rows} rows of "
-        f"{len(model.window)} day(s) ({model.window[0]} to {model.window[-1]}); evaluated on "
-        f"the {model.holdout_rows} latest rows (from {model.holdout_start}), never trained on.",
+        f"{len(model.window)} day(s) ({model.window[0]} to {model.window[-1]}) for "
+        f"{len(model.history)} epoch(s) (best: {model.best_epoch}); evaluated on the "
+        f"{model.holdout_rows} latest rows (from {model.holdout_start}), never trained on.",
         "",
-        "| metric | value |",
-        "|---|---|",
-        rows,
+        f"**Verdict: {verdict.decision}.** " + "; ".join(verdict.reasons) + ".",
+        "",
+        header,
+        rule,
+        *rows,
+        "",
+        *images,
     ]
-    if model.task == "classification":
-        from sklearn.metrics import confusion_matrix
-
-        y = holdout[model.label].astype("int64")
-        matrix = confusion_matrix(y, model.predict(holdout), labels=[0, 1])
-        lines += [
-            "",
-            "Confusion matrix (rows: actual, columns: predicted)",
-            "",
-            "| | predicted 0 | predicted 1 |",
-            "|---|---|---|",
-            f"| actual 0 | {matrix[0, 0]} | {matrix[0, 1]} |",
-            f"| actual 1 | {matrix[1, 0]} | {matrix[1, 1]} |",
-        ]
-    if "note" in metrics:
-        lines += ["", f"Note: {metrics['note']}"]
     return "\n".join(lines) + "\n"

@@ -3,7 +3,9 @@
 import dagster as dg
 import pandas as pd
 
+from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.drift.profile import feature_profile
 from ml_platform.features.transforms import build_features
 from ml_platform.observability import table_schema
 from ml_platform.storage import FORMAT_KEY
@@ -17,6 +19,7 @@ def build_features_asset(
     @dg.asset(
         name="features",
         partitions_def=partitions,
+        retry_policy=STORAGE_RETRY_POLICY,
         group_name="features",
         kinds={"pandas", "parquet"},
         metadata={FORMAT_KEY: "parquet"},
@@ -25,15 +28,22 @@ def build_features_asset(
         """Model inputs of day D: the contract's features, the event time and the label.
 
         Deterministic and row-wise: nothing is fitted here, so a day's features never depend
-        on other days, and columns that leak the label never appear.
+        on other days, and columns that leak the label never appear. Each feature's profile
+        (count, nulls, mean, std, min, quantiles, max; categories and top share for
+        categorical features) is recorded as `profile/<feature>/<statistic>`, so the UI plots
+        every feature across days.
         """
         frame = build_features(validated_data, contract)
+        profile = {
+            f"profile/{key}": value for key, value in feature_profile(frame, contract).items()
+        }
         return dg.MaterializeResult(
             value=frame,
             metadata={
                 "dagster/row_count": len(frame),
                 "dagster/column_schema": table_schema(frame),
                 "labelled_rows": int(frame[contract.label_name].notna().sum()),
+                **profile,
             },
         )
 

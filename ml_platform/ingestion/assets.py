@@ -9,8 +9,9 @@ from collections.abc import Iterator, Sequence
 import dagster as dg
 import pandas as pd
 
+from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.ingestion.landing import LandingZone
+from ml_platform.ingestion.landing import LandingZone, MissingLandingFileError
 from ml_platform.observability import table_schema
 from ml_platform.storage import FORMAT_KEY
 from ml_platform.validation.schema import raw_schema
@@ -139,6 +140,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
     @dg.asset(
         name="raw_data",
         partitions_def=partitions,
+        retry_policy=STORAGE_RETRY_POLICY,
         group_name="ingestion",
         kinds={"csv", "parquet"},
         metadata={FORMAT_KEY: "parquet", "dataset": contract.name},
@@ -167,9 +169,14 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         day = context.partition_key
         file_name = contract.landing.file_name(day)
         where = f"{file_name} (partition {day})"
-        data = landing.read_bytes(file_name, day)
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
-        frame = read_landed_file(data, file_name, day, text_columns)
+        try:
+            data = landing.read_bytes(file_name, day)
+            frame = read_landed_file(data, file_name, day, text_columns)
+        except (MissingLandingFileError, LandingFileError) as exc:
+            # Retrying will not land a file nor repair one: fail now (the landing sensor runs
+            # the day when a corrected file lands) instead of after the retry policy's backoff.
+            raise dg.Failure(description=str(exc), allow_retries=False) from exc
         schema = table_schema(frame)
         previous_day, previous = previous_column_schema(context, contract, day)
         yield schema_change_result(schema, previous, previous_day, where)

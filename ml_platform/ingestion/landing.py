@@ -4,14 +4,19 @@ Files are written the way a careful upstream system writes them: to a temporary 
 then renamed, so a reader never sees half a file.
 """
 
+import bisect
 import dataclasses
 import datetime as dt
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 import dagster as dg
 import pandas as pd
+from pydantic import Field, PrivateAttr
 
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
@@ -23,8 +28,53 @@ class MissingLandingFileError(FileNotFoundError):
     """No file has landed for a partition day."""
 
 
-class LandingZone(dg.ConfigurableResource):
-    """A local directory where day files land (an S3 prefix is the production alternative)."""
+@dataclasses.dataclass(frozen=True)
+class LandedObject:
+    """One file in the landing zone as a listing sees it."""
+
+    name: str  # file name relative to the zone (the key below the S3 prefix)
+    modified: float  # last-modified time, seconds since the epoch
+    version: str  # changes whenever the content is replaced: S3 ETag, or local mtime and size
+
+
+class LandingStore(dg.ConfigurableResource):
+    """Where day files land: the interface the assets and the landing sensor use.
+
+    Implemented by a local directory (`LandingZone`) and an S3 prefix (`S3LandingZone`);
+    `landing_from_env` picks one by configuration.
+    """
+
+    def path_for(self, file_name: str) -> Path | str:
+        """Where a landed file of this name lives (a path or a URI), for messages and metadata."""
+        raise NotImplementedError
+
+    def read_bytes(self, file_name: str, partition: str) -> bytes:
+        """The landed file's bytes; MissingLandingFileError naming file and partition if absent."""
+        raise NotImplementedError
+
+    def file_names(self) -> list[str]:
+        """Names of all the files in the zone, sorted."""
+        raise NotImplementedError
+
+    def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
+        """Up to `limit` files whose names sort after `after`, in name order.
+
+        Returns the files and the name to continue after, or None when the listing is complete.
+        A sensor walks a large zone a page per tick with this instead of listing it whole.
+        """
+        raise NotImplementedError
+
+    def missing(self, file_name: str, partition: str) -> "MissingLandingFileError":
+        """The error for a day whose file has not landed, saying what to do about it."""
+        return MissingLandingFileError(
+            f"No landed file for partition {partition}: expected {self.path_for(file_name)}. "
+            f"Land it first (e.g. `ml-platform land <dataset> --start {partition} --days 1`) "
+            "or check the upstream delivery."
+        )
+
+
+class LandingZone(LandingStore):
+    """A local directory where day files land (the embedded default)."""
 
     base_dir: str
 
@@ -36,11 +86,7 @@ class LandingZone(dg.ConfigurableResource):
         """The landed file's bytes; a clear error naming file and partition when it is absent."""
         path = self.path_for(file_name)
         if not path.is_file():
-            raise MissingLandingFileError(
-                f"No landed file for partition {partition}: expected {path}. Land it first "
-                f"(e.g. `ml-platform land <dataset> --start {partition} --days 1`) or check "
-                "the upstream delivery."
-            )
+            raise self.missing(file_name, partition)
         return path.read_bytes()
 
     def file_names(self) -> list[str]:
@@ -49,6 +95,163 @@ class LandingZone(dg.ConfigurableResource):
         if not base.is_dir():
             return []
         return sorted(p.name for p in base.iterdir() if p.is_file() and not p.name.startswith("."))
+
+    def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
+        """Up to `limit` files after `after` in name order, each with its mtime and size.
+
+        Names come from one directory read (cheap even for 100 000 entries); only the files of
+        the page are stat-ed. A file removed between the read and the stat is left out.
+        """
+        names = self.file_names()
+        start = bisect.bisect_right(names, after) if after is not None else 0
+        page = names[start : start + limit]
+        objects = []
+        for name in page:
+            try:
+                stat = os.stat(self.path_for(name))
+            except FileNotFoundError:
+                continue  # deleted since the directory was read: deleted files do nothing
+            objects.append(
+                LandedObject(
+                    name=name,
+                    modified=stat.st_mtime,
+                    version=f"{stat.st_mtime_ns}-{stat.st_size}",
+                )
+            )
+        more = start + limit < len(names)
+        return objects, (page[-1] if more and page else None)
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'."""
+    parsed = urlparse(url)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
+    prefix = parsed.path.strip("/")
+    return parsed.netloc, f"{prefix}/" if prefix else ""
+
+
+class S3LandingZone(LandingStore):
+    """An S3 prefix where day files land (production; any S3-compatible endpoint).
+
+    Credentials come from the environment the AWS SDK reads (AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY, or an instance role), never from this configuration.
+    """
+
+    url: str = Field(description="s3://bucket/prefix of the landing zone")
+    endpoint_url: str | None = Field(
+        default=None, description="S3 API endpoint; unset means AWS itself"
+    )
+    region_name: str = Field(default="us-east-1", description="region of the bucket")
+
+    _client: Any = PrivateAttr(default=None)
+
+    @property
+    def bucket(self) -> str:
+        """The bucket of the zone."""
+        return parse_s3_url(self.url)[0]
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of the zone: empty or ending with '/'."""
+        return parse_s3_url(self.url)[1]
+
+    def client(self) -> Any:
+        """An S3 client for the configured endpoint, created once per resource instance."""
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            # Short timeouts and the SDK's own retries of throttling and 5xx: a sensor tick
+            # must not hang on a slow endpoint; longer outages are retried by the step policy.
+            config = Config(
+                connect_timeout=5,
+                read_timeout=30,
+                retries={"max_attempts": 3, "mode": "standard"},
+            )
+            self._client = boto3.client(
+                "s3", endpoint_url=self.endpoint_url, region_name=self.region_name, config=config
+            )
+        return self._client
+
+    def path_for(self, file_name: str) -> str:
+        """The s3:// URI of a landed file of this name."""
+        return f"s3://{self.bucket}/{self.prefix}{file_name}"
+
+    def read_bytes(self, file_name: str, partition: str) -> bytes:
+        """The landed object's bytes; MissingLandingFileError naming file and partition if gone."""
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + file_name)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise self.missing(file_name, partition) from exc
+            raise
+        return response["Body"].read()
+
+    def file_names(self) -> list[str]:
+        """Names of all the objects below the prefix (the whole listing, page by page)."""
+        names: list[str] = []
+        after: str | None = None
+        while True:
+            page, after = self.list_page(after, 1000)
+            names.extend(o.name for o in page)
+            if after is None:
+                return names
+
+    def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
+        """One ListObjectsV2 call: up to `limit` objects whose keys sort after `after`."""
+        request: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "MaxKeys": limit}
+        if after is not None:
+            request["StartAfter"] = self.prefix + after
+        response = self.client().list_objects_v2(**request)
+        objects = [
+            LandedObject(
+                name=item["Key"][len(self.prefix) :],
+                modified=item["LastModified"].timestamp(),
+                version=str(item["ETag"]).strip('"'),
+            )
+            for item in response.get("Contents", [])
+            # Names below the prefix only; "folders" created by consoles are empty keys.
+            if item["Key"] != self.prefix and not item["Key"].endswith("/")
+        ]
+        keys = [item["Key"] for item in response.get("Contents", [])]
+        more = bool(response.get("IsTruncated")) and bool(keys)
+        return objects, (keys[-1][len(self.prefix) :] if more else None)
+
+
+LANDING_URL_ENV = "ML_PLATFORM_LANDING_URL"
+LANDING_DIR_ENV = "ML_PLATFORM_LANDING_DIR"
+S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
+S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
+
+
+def landing_from_env(landing_dir: str | None = None) -> LandingStore:
+    """The landing zone the environment configures, read when the definitions load.
+
+    `ML_PLATFORM_LANDING_URL=s3://bucket/prefix` selects S3 (endpoint and region from
+    `ML_PLATFORM_S3_ENDPOINT_URL` and `ML_PLATFORM_S3_REGION` when set); otherwise the local
+    directory `ML_PLATFORM_LANDING_DIR`. `landing_dir` (tests) forces a local directory. Values
+    stay `EnvVar`s, so the UI shows variable names, not their values.
+    """
+    if landing_dir is not None:
+        return LandingZone(base_dir=landing_dir)
+    url = os.environ.get(LANDING_URL_ENV, "")
+    if not url:
+        return LandingZone(base_dir=dg.EnvVar(LANDING_DIR_ENV))
+    if not url.startswith("s3://"):
+        raise ValueError(
+            f"{LANDING_URL_ENV}={url!r} is not supported: use s3://bucket/prefix, or unset it "
+            f"and set {LANDING_DIR_ENV} for a local directory"
+        )
+    parse_s3_url(url)  # fail at load time, with the variable named, not in the first run
+    optional: dict[str, Any] = {}
+    if os.environ.get(S3_ENDPOINT_ENV):
+        optional["endpoint_url"] = dg.EnvVar(S3_ENDPOINT_ENV)
+    if os.environ.get(S3_REGION_ENV):
+        optional["region_name"] = dg.EnvVar(S3_REGION_ENV)
+    return S3LandingZone(url=dg.EnvVar(LANDING_URL_ENV), **optional)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,14 +1,22 @@
-"""The trained model: a scikit-learn pipeline with its preprocessing, and how it is fitted.
+"""The trained model: a scikit-learn pipeline trained in epochs, checkpointed after each one.
 
 The window's rows are split in time: the latest `holdout_fraction` of rows (by event time) is
-held out for evaluation and never trained on, so evaluation measures the model on days it has
-not seen, as it will be used.
+held out for evaluation and never trained on; the latest 10 % of the rest is the validation set
+that early stopping watches. Preprocessing (imputation, scaling, one-hot encoding) is fitted
+once, then an SGD estimator learns epoch by epoch with `partial_fit`, in an order drawn from a
+seeded generator. After every epoch the whole state (preprocessing, estimator, best estimator,
+generator state, loss history) is written atomically, so a killed run resumes where it stopped
+and ends with the model an uninterrupted run would have produced.
 """
 
+import copy
 import dataclasses
+import hashlib
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
@@ -16,6 +24,8 @@ from ml_platform.contracts.model import EVENT_TIME
 
 if TYPE_CHECKING:
     from sklearn.pipeline import Pipeline
+
+VALIDATION_FRACTION = 0.1
 
 
 class TrainingDataError(ValueError):
@@ -34,6 +44,12 @@ class TrainedModel:
     train_rows: int
     holdout_rows: int
     holdout_start: str  # event time of the first held-out row
+    data_versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    history: list[dict] = dataclasses.field(default_factory=list)  # loss per epoch
+    best_epoch: int = 0
+    resumed_from_epoch: int = 0
+    # Training loss of the untrained estimator (all weights zero), the yardstick of learning.
+    initial_loss: float = math.nan
 
     def predict(self, frame: pd.DataFrame) -> pd.Series:
         """Predicted label (class or value) for each row of a features frame."""
@@ -45,6 +61,41 @@ class TrainedModel:
             proba = self.pipeline.predict_proba(frame[self.features])[:, 1]
             return pd.Series(proba, index=frame.index)
         return self.predict(frame)
+
+    @property
+    def hyperparameters(self) -> dict[str, Any]:
+        """Parameters of the estimator, for the registry's manifest."""
+        params = self.pipeline.named_steps["estimator"].get_params()
+        return {k: v for k, v in params.items() if isinstance(v, (int, float, str, bool))}
+
+
+@dataclasses.dataclass
+class TrainingState:
+    """Everything needed to continue training after the last finished epoch."""
+
+    fingerprint: str
+    epoch: int  # epochs finished
+    preprocess: Any
+    estimator: Any
+    best_estimator: Any
+    best_epoch: int
+    best_loss: float
+    rng_state: dict
+    history: list[dict]
+
+
+class Checkpoints:
+    """Where training state goes after each epoch (any object with save/load/clear)."""
+
+    def save(self, state: TrainingState) -> None:
+        """Persist the state atomically."""
+
+    def load(self) -> TrainingState | None:
+        """The last saved state, if any."""
+        return None
+
+    def clear(self) -> None:
+        """Remove the state once the model is stored."""
 
 
 def window_frame(partitions: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -70,17 +121,22 @@ def split_holdout(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, p
     return frame.iloc[:-n_holdout], frame.iloc[-n_holdout:]
 
 
-def make_pipeline(contract: Contract) -> "Pipeline":
-    """Preprocessing and estimator for the contract's task, unfitted."""
+def data_version(frame: pd.DataFrame) -> str:
+    """Content hash of a frame: equal frames, equal versions."""
+    hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    return hashlib.sha256(hashed.tobytes()).hexdigest()[:16]
+
+
+def make_preprocessing(contract: Contract) -> Any:
+    """Imputation, scaling and one-hot encoding of the contract's features, unfitted."""
     # scikit-learn is imported here, not at module level: loading the code location (webserver,
     # daemon, sensors) should not pay the seconds it takes to import.
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-    preprocessing = ColumnTransformer(
+    return ColumnTransformer(
         [
             (
                 "numeric",
@@ -99,31 +155,137 @@ def make_pipeline(contract: Contract) -> "Pipeline":
                 ),
                 contract.categorical_features,
             ),
-        ]
+        ],
+        sparse_threshold=0.0,
     )
-    seed = contract.training.random_seed
-    estimator = (
-        LogisticRegression(max_iter=1000, class_weight="balanced", random_state=seed)
-        if contract.task == "classification"
-        else Ridge(alpha=1.0, random_state=seed)
-    )
-    return Pipeline([("preprocess", preprocessing), ("estimator", estimator)])
 
 
-def train_model(partitions: dict[str, pd.DataFrame], contract: Contract) -> TrainedModel:
-    """Fit the contract's pipeline on the training part of a window of feature partitions."""
+def make_estimator(contract: Contract) -> Any:
+    """The SGD estimator of the contract's task, unfitted."""
+    from sklearn.linear_model import SGDClassifier, SGDRegressor
+
+    t = contract.training
+    if contract.task == "classification":
+        return SGDClassifier(
+            loss="log_loss",
+            alpha=t.alpha,
+            learning_rate="invscaling",
+            eta0=t.eta0,
+            random_state=t.random_seed,
+        )
+    return SGDRegressor(
+        alpha=t.alpha, learning_rate="invscaling", eta0=t.eta0, random_state=t.random_seed
+    )
+
+
+def _loss(estimator: Any, x: np.ndarray, y: np.ndarray, weights: np.ndarray | None, task: str):
+    from sklearn.metrics import log_loss, mean_squared_error
+
+    if task == "classification":
+        return float(log_loss(y, estimator.predict_proba(x), labels=[0, 1], sample_weight=weights))
+    return float(mean_squared_error(y, estimator.predict(x)))
+
+
+def _balanced_weights(y: np.ndarray) -> np.ndarray:
+    """Per-row weights that give both classes equal total weight (class_weight='balanced')."""
+    counts = np.bincount(y, minlength=2).astype("float64")
+    return (len(y) / (2.0 * counts))[y]
+
+
+def fingerprint_of(contract: Contract, data_versions: dict[str, str]) -> str:
+    """Identity of a training job: a checkpoint resumes only the same data and settings."""
+    text = contract.training.model_dump_json() + repr(sorted(data_versions.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def train_model(
+    partitions: dict[str, pd.DataFrame],
+    contract: Contract,
+    checkpoints: Checkpoints | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
+) -> TrainedModel:
+    """Train the contract's pipeline in epochs on a window of feature partitions."""
+    from sklearn.pipeline import Pipeline
+
+    t = contract.training
+    checkpoints = checkpoints or Checkpoints()
+    versions = {key: data_version(partitions[key]) for key in sorted(partitions)}
+    fingerprint = fingerprint_of(contract, versions)
     frame = labelled(window_frame(partitions), contract)
-    train, holdout = split_holdout(frame, contract.training.holdout_fraction)
+    train, holdout = split_holdout(frame, t.holdout_fraction)
     label = contract.label_name
-    y = train[label].astype("int64" if contract.task == "classification" else "float64")
-    if contract.task == "classification" and y.nunique() < 2:
+    classification = contract.task == "classification"
+    y_all = train[label].astype("int64" if classification else "float64").to_numpy()
+    if classification and len(np.unique(y_all)) < 2:
         raise TrainingDataError(
             f"the training rows of window {min(partitions)}..{max(partitions)} hold a single "
-            f"class ({y.iloc[0]}); a classifier needs both"
+            f"class ({y_all[0]}); a classifier needs both"
         )
+    fit_part, val_part = (
+        split_holdout(train, VALIDATION_FRACTION)
+        if len(train) > 1
+        else (
+            train,
+            train,
+        )
+    )
     features = contract.numeric_features + contract.categorical_features
-    pipeline = make_pipeline(contract).fit(train[features], y)
-    return TrainedModel(
+    y_fit, y_val = y_all[: len(fit_part)], y_all[len(y_all) - len(val_part) :]
+    w_fit = _balanced_weights(y_fit) if classification and len(np.unique(y_fit)) == 2 else None
+    w_val = _balanced_weights(y_val) if classification and len(np.unique(y_val)) == 2 else None
+
+    state = checkpoints.load()
+    if state is not None and state.fingerprint != fingerprint:
+        state = None  # inputs or settings changed since that checkpoint: start afresh
+    resumed_from = state.epoch if state is not None else 0
+    if state is None:
+        preprocess = make_preprocessing(contract).fit(fit_part[features])
+        state = TrainingState(
+            fingerprint=fingerprint,
+            epoch=0,
+            preprocess=preprocess,
+            estimator=make_estimator(contract),
+            best_estimator=None,
+            best_epoch=0,
+            best_loss=math.inf,
+            rng_state=dict(np.random.default_rng(t.random_seed).bit_generator.state),
+            history=[],
+        )
+    x_fit = state.preprocess.transform(fit_part[features])
+    x_val = state.preprocess.transform(val_part[features])
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state.rng_state
+    classes = np.array([0, 1]) if classification else None
+
+    while state.epoch < t.max_epochs and state.epoch - state.best_epoch < t.patience:
+        order = rng.permutation(len(y_fit))
+        for start in range(0, len(order), t.batch_size):
+            batch = order[start : start + t.batch_size]
+            weights = w_fit[batch] if w_fit is not None else None
+            if classes is not None:
+                state.estimator.partial_fit(
+                    x_fit[batch], y_fit[batch], classes=classes, sample_weight=weights
+                )
+            else:
+                state.estimator.partial_fit(x_fit[batch], y_fit[batch])
+        state.epoch += 1
+        record = {
+            "epoch": state.epoch,
+            "train_loss": _loss(state.estimator, x_fit, y_fit, w_fit, contract.task),
+            "validation_loss": _loss(state.estimator, x_val, y_val, w_val, contract.task),
+        }
+        state.history.append(record)
+        if record["validation_loss"] < state.best_loss - t.min_delta:
+            state.best_loss = record["validation_loss"]
+            state.best_epoch = state.epoch
+            state.best_estimator = copy.deepcopy(state.estimator)
+        state.rng_state = dict(rng.bit_generator.state)
+        checkpoints.save(state)
+        if on_epoch is not None:
+            on_epoch(record)
+
+    pipeline = Pipeline([("preprocess", state.preprocess), ("estimator", state.best_estimator)])
+    model = TrainedModel(
         pipeline=pipeline,
         task=contract.task,
         features=features,
@@ -132,4 +294,10 @@ def train_model(partitions: dict[str, pd.DataFrame], contract: Contract) -> Trai
         train_rows=len(train),
         holdout_rows=len(holdout),
         holdout_start=str(holdout[EVENT_TIME].iloc[0]),
+        data_versions=versions,
+        history=state.history,
+        best_epoch=state.best_epoch,
+        resumed_from_epoch=resumed_from,
+        initial_loss=math.log(2.0) if classification else float(np.mean(y_fit**2)),
     )
+    return model

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import dagster as dg
 import pandas as pd
 
+from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.observability import table_schema
 from ml_platform.storage import FORMAT_KEY, LocalStorage, serialise
@@ -89,6 +90,7 @@ def build_validated_data(
     @dg.asset(
         name="validated_data",
         partitions_def=partitions,
+        retry_policy=STORAGE_RETRY_POLICY,
         group_name="validation",
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},

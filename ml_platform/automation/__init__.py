@@ -1,0 +1,1 @@
+"""Automation: landing sensors, schedules, jobs, retries, concurrency tags and alerts."""

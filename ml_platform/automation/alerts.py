@@ -1,0 +1,391 @@
+"""Alerts a person acts on: the rules, deduplication, and the notifier that delivers them.
+
+Rules (see docs/runbook.md for what to do about each):
+
+- A job, or an asset's step, failing in 3 runs in a row -> one CRITICAL alert, reset by a
+  success. Retries of a run (same root run) count once.
+- A failed check of WARN severity (drift, loss plateau, low utilisation, schema change...) ->
+  WARNING. A failed ERROR check in a run that still succeeded (non-blocking) -> ERROR.
+- A landed file that fits no partition -> WARNING.
+- Every failed run is logged as a JSON line (level ERROR) but pages nobody on its own: alert
+  fatigue makes people ignore the alerts that matter.
+
+Every alert carries the run id, partition, failure class, the one-line cause, a link to the run
+in the UI and the runbook section. Alerts that say the same thing (same rule, subject,
+partition and cause) within the dedup window are sent once. Delivery state (what was sent, what
+still has to be sent after a sink failed) lives in the sensor cursor, so it survives restarts
+and moves with the instance.
+"""
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import smtplib
+import time
+import urllib.error
+import urllib.request
+from email.message import EmailMessage
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from ml_platform.automation.classify import FailedCheck, StepFailure, classify_failure
+
+CRITICAL = "CRITICAL"
+ERROR = "ERROR"
+WARNING = "WARNING"
+LEVELS = {CRITICAL: logging.CRITICAL, ERROR: logging.ERROR, WARNING: logging.WARNING}
+# After this many failed attempts (one per sensor tick) a sink gives up on an alert.
+MAX_DELIVERY_ATTEMPTS = 5
+
+python_logger = logging.getLogger("ml_platform.alerts")
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    """One alert: what happened, why, where to look and what to do."""
+
+    severity: str  # CRITICAL | ERROR | WARNING
+    rule: str  # failure_streak | run_failed | check_failed | landing_misfit
+    title: str  # what happened, one line
+    cause: str  # why, one line
+    subject: str  # what failed: a job, an asset, a check or a file
+    failure_class: str | None  # data | software; None when not a failure
+    run_id: str | None
+    partition: str | None
+    run_url: str | None
+    runbook: str  # link to the runbook section
+    page: bool  # sent to the webhook and email sinks, not only logged
+    occurred_at: float
+
+    @property
+    def fingerprint(self) -> str:
+        """Equal for alerts that say the same thing (run id and time left out)."""
+        same = [self.rule, self.severity, self.subject, self.partition or "", self.cause]
+        return hashlib.sha256("\x1f".join(same).encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        """The alert as a JSON object (the log line, and the webhook's structured part)."""
+        return {**dataclasses.asdict(self), "fingerprint": self.fingerprint}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Alert":
+        """An alert read back from `to_json` (e.g. from a cursor's outbox)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+    def text(self) -> str:
+        """A message for people: Slack text or an email body."""
+        lines = [
+            f"[{self.severity}] {self.title}",
+            f"Cause: {self.cause}",
+            f"Partition: {self.partition or '-'}   Failure class: {self.failure_class or '-'}",
+            f"Run: {self.run_id or '-'}" + (f" {self.run_url}" if self.run_url else ""),
+            f"Runbook: {self.runbook}",
+        ]
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class DeliveryState:
+    """What was sent recently (for dedup) and what a sink still has to send (outbox)."""
+
+    sent: dict[str, float] = dataclasses.field(default_factory=dict)  # fingerprint -> time
+    outbox: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """For a sensor cursor."""
+        return {"sent": self.sent, "outbox": self.outbox}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> "DeliveryState":
+        """From a sensor cursor (None: nothing sent yet)."""
+        data = data or {}
+        return cls(sent=dict(data.get("sent", {})), outbox=list(data.get("outbox", [])))
+
+
+class Notifier(dg.ConfigurableResource):
+    """Sends alerts to a JSON log line (always), a Slack-compatible webhook and SMTP email.
+
+    The webhook URL and the SMTP password are secrets: set them through environment variables
+    (`notifier_from_env`), never in code; they are never logged.
+    """
+
+    ui_url: str = Field(default="http://127.0.0.1:3000", description="Dagster UI base URL")
+    runbook_url: str = Field(default="docs/runbook.md", description="runbook the alerts link")
+    webhook_url: str | None = Field(default=None, description="Slack-compatible incoming webhook")
+    smtp_host: str | None = Field(default=None, description="SMTP server; unset: no email")
+    smtp_port: int = 587
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = True
+    email_from: str = "ml-platform@localhost"
+    email_to: str = Field(default="", description="comma-separated recipients")
+    dedup_seconds: int = Field(default=3600, description="identical alerts are sent once per")
+    failure_streak: int = Field(default=3, description="failed runs in a row that page")
+    timeout_seconds: float = 10.0
+
+    def run_url(self, run_id: str | None) -> str | None:
+        """Link to a run in the Dagster UI."""
+        return f"{self.ui_url.rstrip('/')}/runs/{run_id}" if run_id else None
+
+    def runbook(self, anchor: str) -> str:
+        """Link to a runbook section."""
+        return f"{self.runbook_url}#{anchor}"
+
+    def paging_sinks(self) -> list[str]:
+        """The configured sinks beyond the log line."""
+        sinks = []
+        if self.webhook_url:
+            sinks.append("webhook")
+        if self.smtp_host and self.email_to.strip():
+            sinks.append("email")
+        return sinks
+
+    def deliver(
+        self, alerts: list[Alert], state: DeliveryState, log: Any, now: float | None = None
+    ) -> DeliveryState:
+        """Log every new alert, queue paging ones for the sinks, and work the outbox.
+
+        An alert whose fingerprint was sent within the dedup window is dropped. A sink that
+        fails keeps the alert in the outbox and is tried again on the next call (the next
+        sensor tick), up to MAX_DELIVERY_ATTEMPTS; other sinks are not held up by it.
+        """
+        now = time.time() if now is None else now
+        sent = {f: t for f, t in state.sent.items() if now - t < self.dedup_seconds}
+        outbox = list(state.outbox)
+        for alert in alerts:
+            if alert.fingerprint in sent:
+                log.info(f"duplicate within {self.dedup_seconds} s, not sent: {alert.title}")
+                continue
+            sent[alert.fingerprint] = now
+            line = json.dumps({"alert": alert.to_json()}, sort_keys=True)
+            log.log(LEVELS[alert.severity], line)
+            python_logger.log(LEVELS[alert.severity], line)
+            sinks = self.paging_sinks() if alert.page else []
+            if sinks:
+                outbox.append({"alert": alert.to_json(), "sinks": sinks, "attempts": 0})
+        return DeliveryState(sent=sent, outbox=self._work_outbox(outbox, log))
+
+    def _work_outbox(self, outbox: list[dict[str, Any]], log: Any) -> list[dict[str, Any]]:
+        remaining = []
+        for entry in outbox:
+            alert = Alert.from_json(entry["alert"])
+            pending = []
+            for sink in entry["sinks"]:
+                try:
+                    self._send(sink, alert)
+                except (OSError, smtplib.SMTPException) as exc:
+                    # URLError and socket errors are OSErrors. Their text never holds the
+                    # webhook URL or the password, so it is safe to log.
+                    log.error(
+                        f"alert '{alert.title}': {sink} delivery failed "
+                        f"(attempt {entry['attempts'] + 1} of {MAX_DELIVERY_ATTEMPTS}): "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    pending.append(sink)
+            attempts = entry["attempts"] + 1
+            if pending and attempts < MAX_DELIVERY_ATTEMPTS:
+                remaining.append({**entry, "sinks": pending, "attempts": attempts})
+            elif pending:
+                log.error(
+                    f"alert '{alert.title}' given up on {', '.join(pending)} after "
+                    f"{attempts} attempts; see docs/runbook.md#alert-delivery-failed"
+                )
+        return remaining
+
+    def _send(self, sink: str, alert: Alert) -> None:
+        if sink == "webhook":
+            self._post_webhook(alert)
+        elif sink == "email":
+            self._send_email(alert)
+        else:
+            raise ValueError(f"unknown alert sink {sink!r}")
+
+    def _post_webhook(self, alert: Alert) -> None:
+        assert self.webhook_url is not None
+        # Slack reads `text`; other receivers get the structured alert beside it.
+        body = json.dumps({"text": alert.text(), "ml_platform_alert": alert.to_json()}).encode()
+        request = urllib.request.Request(
+            self.webhook_url,
+            data=body,
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+            response.read()
+
+    def _send_email(self, alert: Alert) -> None:
+        assert self.smtp_host is not None
+        message = EmailMessage()
+        message["Subject"] = f"[{alert.severity}] {alert.title}"
+        message["From"] = self.email_from
+        message["To"] = ", ".join(a.strip() for a in self.email_to.split(",") if a.strip())
+        message.set_content(alert.text() + "\n\n" + json.dumps(alert.to_json(), indent=2))
+        with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=self.timeout_seconds) as smtp:
+            if self.smtp_starttls:
+                smtp.starttls()
+            if self.smtp_user and self.smtp_password:
+                smtp.login(self.smtp_user, self.smtp_password)
+            smtp.send_message(message)
+
+
+# Notifier field -> environment variable. Only variables that are set are passed, as EnvVars,
+# so the UI shows the variable name, never a secret's value.
+NOTIFIER_ENV = {
+    "ui_url": "ML_PLATFORM_UI_URL",
+    "runbook_url": "ML_PLATFORM_RUNBOOK_URL",
+    "webhook_url": "ML_PLATFORM_ALERT_WEBHOOK_URL",
+    "smtp_host": "ML_PLATFORM_SMTP_HOST",
+    "smtp_user": "ML_PLATFORM_SMTP_USER",
+    "smtp_password": "ML_PLATFORM_SMTP_PASSWORD",
+    "email_from": "ML_PLATFORM_ALERT_EMAIL_FROM",
+    "email_to": "ML_PLATFORM_ALERT_EMAIL_TO",
+}
+NOTIFIER_INT_ENV = {
+    "smtp_port": "ML_PLATFORM_SMTP_PORT",
+    "dedup_seconds": "ML_PLATFORM_ALERT_DEDUP_SECONDS",
+}
+NOTIFIER_BOOL_ENV = {"smtp_starttls": "ML_PLATFORM_SMTP_STARTTLS"}
+
+
+def notifier_from_env() -> Notifier:
+    """The notifier configured by the environment variables that are set (see .env.example)."""
+    config: dict[str, Any] = {}
+    for field, var in NOTIFIER_ENV.items():
+        if os.environ.get(var):
+            config[field] = dg.EnvVar(var)
+    for field, var in NOTIFIER_INT_ENV.items():
+        if os.environ.get(var):
+            config[field] = dg.EnvVar.int(var)
+    for field, var in NOTIFIER_BOOL_ENV.items():
+        if os.environ.get(var):
+            # Not a secret, and EnvVar has no boolean form: read when the definitions load.
+            config[field] = os.environ[var].strip().lower() in {"1", "true", "yes", "on"}
+    return Notifier(**config)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What the alert rules need to know about a finished run."""
+
+    run_id: str
+    root_run_id: str  # the first run of a retry chain; its retries share it
+    job_name: str
+    partition: str | None
+    succeeded: bool
+    step_failures: list[StepFailure]
+    succeeded_steps: list[str]
+    failed_checks: list[FailedCheck]
+    run_message: str  # the run failure's message, for failures outside any step
+
+
+def streak_keys(outcome: RunOutcome) -> list[str]:
+    """What a failure counts against: the job (unless an ad-hoc asset job) and failed assets."""
+    keys = [] if outcome.job_name.startswith("__") else [f"job {outcome.job_name}"]
+    return keys + [f"asset {f.step}" for f in outcome.step_failures]
+
+
+def check_anchor(check: str) -> str:
+    """The runbook section of a warning check, from its name."""
+    name = check.lower()
+    if "drift" in name:
+        return "drift"
+    if "plateau" in name or "loss" in name:
+        return "loss-plateau"
+    if "utilisation" in name or "utilization" in name or "cpu" in name:
+        return "low-utilisation"
+    return "warning-check"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """The first line of a message, shortened for an alert."""
+    line = next((s.strip() for s in text.strip().splitlines() if s.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def evaluate_run(
+    outcome: RunOutcome, streaks: dict[str, dict[str, Any]], notifier: Notifier, now: float
+) -> list[Alert]:
+    """The alerts a finished run raises; updates the failure `streaks` in place.
+
+    `streaks` maps a key ("job daily_pipeline_job", "asset raw_data") to its count of failed
+    runs in a row and the root run last counted, so that a retried run counts once.
+    """
+    alerts: list[Alert] = []
+    run_url = notifier.run_url(outcome.run_id)
+
+    def alert(**fields: Any) -> Alert:
+        return Alert(
+            run_id=outcome.run_id,
+            partition=outcome.partition,
+            run_url=run_url,
+            occurred_at=now,
+            **fields,
+        )
+
+    for check in outcome.failed_checks:
+        if check.severity == "ERROR" and not outcome.succeeded:
+            continue  # a blocking gate: reported as the cause of the run failure below
+        alerts.append(
+            alert(
+                severity=WARNING if check.severity == "WARN" else ERROR,
+                rule="check_failed",
+                title=f"check {check.check} on {check.asset} failed",
+                cause=one_line(check.description) or f"{check.check} did not pass",
+                subject=f"{check.asset}:{check.check}",
+                failure_class=None,
+                runbook=notifier.runbook(check_anchor(check.check)),
+                page=True,
+            )
+        )
+
+    for step in outcome.succeeded_steps:
+        streaks.pop(f"asset {step}", None)
+    if outcome.succeeded:
+        for key in streak_keys(outcome):
+            streaks.pop(key, None)
+        return alerts
+
+    classification = classify_failure(outcome.step_failures, outcome.failed_checks)
+    first = outcome.step_failures[0] if outcome.step_failures else None
+    cause = one_line(first.message if first else outcome.run_message) or "unknown cause"
+    anchor = f"{classification.failure_class}-failure"
+    alerts.append(
+        alert(
+            severity=ERROR,
+            rule="run_failed",
+            title=f"run of {outcome.job_name} failed" + (f" at step {first.step}" if first else ""),
+            cause=cause,
+            subject=outcome.job_name,
+            failure_class=classification.failure_class,
+            runbook=notifier.runbook(anchor),
+            page=False,
+        )
+    )
+    crossed = []
+    for key in streak_keys(outcome):
+        streak = streaks.get(key, {"count": 0, "root": None})
+        if streak["root"] == outcome.root_run_id:
+            continue  # a retry of a run already counted
+        count = streak["count"] + 1
+        streaks[key] = {"count": count, "root": outcome.root_run_id}
+        if count == notifier.failure_streak:
+            crossed.append(key)
+    if crossed:
+        alerts.append(
+            alert(
+                severity=CRITICAL,
+                rule="failure_streak",
+                title=f"{' and '.join(crossed)} failed {notifier.failure_streak} times in a row",
+                cause=cause,
+                subject=", ".join(crossed),
+                failure_class=classification.failure_class,
+                runbook=notifier.runbook("failed-3-times-in-a-row"),
+                page=True,
+            )
+        )
+    return alerts

@@ -1,0 +1,83 @@
+"""Schedules: the previous day every night, and a full retrain every Monday.
+
+Both run at 02:00 in the timezone of the dataset's partitions (the contract's
+`event_time.timezone`), so "the previous day" is the day that just ended where the data lives.
+The partition comes from the partitions definition at the scheduled time, not from the clock
+of whatever machine evaluates the tick.
+"""
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+DAILY_SCHEDULE = "daily_pipeline_schedule"
+WEEKLY_RETRAIN_SCHEDULE = "weekly_retrain_schedule"
+NIGHTLY_CRON = "0 2 * * *"
+MONDAY_CRON = "0 2 * * 1"
+
+
+def previous_day(
+    partitions: dg.TimeWindowPartitionsDefinition, context: dg.ScheduleEvaluationContext
+) -> str | None:
+    """The last complete day at the tick's scheduled time (None before the first day)."""
+    with dg.partition_loading_context(effective_dt=context.scheduled_execution_time):
+        return partitions.get_last_partition_key()
+
+
+def build_daily_schedule(
+    partitions: dg.TimeWindowPartitionsDefinition, job_name: str, asset_keys: Sequence[str]
+) -> dg.ScheduleDefinition:
+    """At 02:00, run the previous day unless it is already done (e.g. by the landing sensor)."""
+    keys = [dg.AssetKey(key) for key in asset_keys]
+
+    @dg.schedule(
+        name=DAILY_SCHEDULE,
+        cron_schedule=NIGHTLY_CRON,
+        job_name=job_name,
+        execution_timezone=partitions.timezone,
+        description=(
+            "At 02:00 (dataset timezone), runs the day that just ended, unless every asset of "
+            "the job already has that day (the landing sensor ran it when its file landed)."
+        ),
+    )
+    def daily_pipeline_schedule(context: dg.ScheduleEvaluationContext):
+        day = previous_day(partitions, context)
+        if day is None:
+            return dg.SkipReason("no complete day yet: the first partition has not ended")
+        missing = [
+            key.to_user_string()
+            for key in keys
+            if not context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
+            ).records
+        ]
+        if not missing:
+            return dg.SkipReason(f"{day} is already materialised for every asset of {job_name}")
+        return dg.RunRequest(run_key=f"{DAILY_SCHEDULE}:{day}", partition_key=day)
+
+    return daily_pipeline_schedule
+
+
+def build_weekly_retrain_schedule(
+    partitions: dg.TimeWindowPartitionsDefinition, job_name: str
+) -> dg.ScheduleDefinition:
+    """On Mondays at 02:00, retrain on the window ending the previous day (Sunday).
+
+    `job_name` is the retrain job (issue 5's longer-window `weekly_retrain_job`); this schedule
+    only decides when and for which day.
+    """
+
+    @dg.schedule(
+        name=WEEKLY_RETRAIN_SCHEDULE,
+        cron_schedule=MONDAY_CRON,
+        job_name=job_name,
+        execution_timezone=partitions.timezone,
+        description="Mondays at 02:00 (dataset timezone): full retrain ending the previous day.",
+    )
+    def weekly_retrain_schedule(context: dg.ScheduleEvaluationContext):
+        day = previous_day(partitions, context)
+        if day is None:
+            return dg.SkipReason("no complete day yet: the first partition has not ended")
+        return dg.RunRequest(run_key=f"{WEEKLY_RETRAIN_SCHEDULE}:{day}", partition_key=day)
+
+    return weekly_retrain_schedule

@@ -1,0 +1,489 @@
+"""Sensors: a new or corrected landed file runs its day; finished runs raise alerts.
+
+The landing sensor walks the zone (a local directory or an S3 prefix) a page at a time across
+ticks, so a tick stays short however many files have landed, and remembers in its cursor what
+it has already handled:
+
+- `watermark`: when the last complete walk began. A file last modified before it (less a
+  slack for clock skew and for S3 stamping an upload with its start time) was handled by an
+  earlier walk.
+- `seen`: file -> version for the files modified since `watermark - slack`, so a file is
+  handled once per version even when many share a modification time (S3 has 1 s resolution).
+- `walk`: where the current walk is (the name to list after) and when it began. Files changed
+  behind the walk's position are picked up by the next walk, because the next watermark is
+  this walk's start.
+- `pending`: files of days that are not partitions yet (today's file, landed early).
+
+So a re-landed (changed) file runs its day again, an unchanged file never does, and a deleted
+file does nothing. Each request's run_key names the day, the file and its version (S3 ETag, or
+local mtime and size): the daemon never launches the same request twice, and a corrected file
+gets a new run. A file whose name carries no valid date is logged and alerted, never skipped in
+silence. Dagster's `get_objects` is not used: it lists the whole bucket on every call and
+its `since_key` misses overwritten files (dagster-io/dagster#22892).
+"""
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Literal
+
+import dagster as dg
+
+from ml_platform.automation.alerts import (
+    WARNING,
+    Alert,
+    DeliveryState,
+    Notifier,
+    RunOutcome,
+    evaluate_run,
+    one_line,
+)
+from ml_platform.automation.classify import FailedCheck, StepFailure
+from ml_platform.contracts import Contract
+from ml_platform.ingestion.landing import LandedObject, LandingStore, scan_landing
+
+LANDING_SENSOR = "landing_sensor"
+RUN_ALERTS_SENSOR = "run_alerts_sensor"
+LANDED_FILE_TAG = "ml_platform/landed_file"
+LANDED_VERSION_TAG = "ml_platform/landed_version"
+
+# Clock skew between this host and the storage, plus S3 stamping an upload with its start.
+SLACK_SECONDS = 300.0
+PAGE_SIZE = 1000
+PAGES_PER_TICK = 5
+TICK_BUDGET_SECONDS = 15.0
+
+
+@dataclasses.dataclass
+class LandingCursor:
+    """The landing sensor's memory between ticks (see the module docstring)."""
+
+    watermark: float | None = None
+    seen: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # name -> [ver, mtime]
+    walk: dict[str, Any] | None = None  # {"after": name | None, "started": time}
+    pending: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # name -> [ver, day]
+    delivery: DeliveryState = dataclasses.field(default_factory=DeliveryState)
+
+    def dumps(self) -> str:
+        """The cursor string stored by Dagster."""
+        return json.dumps(
+            {
+                "v": 1,
+                "watermark": self.watermark,
+                "seen": self.seen,
+                "walk": self.walk,
+                "pending": self.pending,
+                "delivery": self.delivery.to_json(),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def loads(cls, cursor: str | None) -> "LandingCursor":
+        """The cursor of a tick; a fresh one before the first tick."""
+        if not cursor:
+            return cls()
+        data = json.loads(cursor)
+        return cls(
+            watermark=data["watermark"],
+            seen=data["seen"],
+            walk=data["walk"],
+            pending=data["pending"],
+            delivery=DeliveryState.from_json(data.get("delivery")),
+        )
+
+    def is_new(self, obj: LandedObject) -> bool:
+        """Whether this version of the file has not been handled yet."""
+        if self.watermark is not None and obj.modified < self.watermark - SLACK_SECONDS:
+            return False
+        known = self.seen.get(obj.name)
+        return known is None or known[0] != obj.version
+
+
+@dataclasses.dataclass(frozen=True)
+class WalkStep:
+    """What one tick of the walk found."""
+
+    changed: list[LandedObject]  # new or changed files, in name order
+    listed: int  # files listed in this tick
+    pages: int
+    completed: bool  # the walk reached the end of the zone
+
+
+def walk_landing(
+    zone: LandingStore,
+    cursor: LandingCursor,
+    now: float,
+    *,
+    page_size: int = PAGE_SIZE,
+    max_pages: int = PAGES_PER_TICK,
+    budget_seconds: float = TICK_BUDGET_SECONDS,
+) -> WalkStep:
+    """List the next pages of the zone and return the files not handled yet; updates `cursor`."""
+    if cursor.walk is None:
+        cursor.walk = {"after": None, "started": now}
+    started = float(cursor.walk["started"])
+    changed: list[LandedObject] = []
+    listed = pages = 0
+    completed = False
+    clock = time.monotonic()
+    while pages < max_pages and time.monotonic() - clock < budget_seconds:
+        objects, after = zone.list_page(cursor.walk["after"], page_size)
+        pages += 1
+        listed += len(objects)
+        for obj in objects:
+            if cursor.is_new(obj):
+                changed.append(obj)
+            # Files that the next walk could see as new (changed since its watermark, this
+            # walk's start, less the slack) are remembered with their version.
+            if obj.modified >= started - SLACK_SECONDS:
+                cursor.seen[obj.name] = [obj.version, obj.modified]
+        cursor.walk["after"] = after
+        if after is None:
+            completed = True
+            break
+    if completed:
+        cursor.watermark = started
+        cursor.walk = None
+        cursor.seen = {
+            name: entry
+            for name, entry in cursor.seen.items()
+            if entry[1] >= started - SLACK_SECONDS
+        }
+    return WalkStep(changed=changed, listed=listed, pages=pages, completed=completed)
+
+
+def materialised_after(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, day: str, modified: float
+) -> bool:
+    """Whether `asset_key` was materialised for `day` after the file was last modified.
+
+    Then that materialisation read this very file (a replacement would be newer), so a file
+    found when the sensor is first turned on does not rerun a day someone already ran.
+    """
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[day]), limit=1
+    ).records
+    return bool(records) and records[0].timestamp > modified + SLACK_SECONDS
+
+
+def build_landing_sensor(
+    contract: Contract,
+    partitions: dg.TimeWindowPartitionsDefinition,
+    job_name: str,
+    *,
+    minimum_interval_seconds: int = 30,
+    page_size: int = PAGE_SIZE,
+    pages_per_tick: int = PAGES_PER_TICK,
+    first_asset: str = "raw_data",
+) -> dg.SensorDefinition:
+    """The sensor that runs `job_name` for the day of each new or corrected landed file."""
+    first_key = dg.AssetKey(first_asset)
+
+    @dg.sensor(
+        name=LANDING_SENSOR,
+        job_name=job_name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        description=(
+            "Runs the day of every new or corrected file in the landing zone (local directory "
+            "or S3 prefix); alerts on files that fit no partition."
+        ),
+    )
+    def landing_sensor(
+        context: dg.SensorEvaluationContext, landing: LandingStore, notifier: Notifier
+    ) -> dg.SensorResult:
+        now = time.time()
+        cursor = LandingCursor.loads(context.cursor)
+        first_walk = cursor.watermark is None
+        step = walk_landing(landing, cursor, now, page_size=page_size, max_pages=pages_per_tick)
+        scan = scan_landing(contract, [obj.name for obj in step.changed])
+        by_name = {obj.name: obj for obj in step.changed}
+        # Daily keys are ISO dates, so "is a partition" is a range test, once per tick instead
+        # of a partition-set computation per file.
+        first_day = partitions.get_first_partition_key()
+        last_day = partitions.get_last_partition_key()
+
+        def is_partition(day: str) -> bool:
+            return first_day is not None and last_day is not None and first_day <= day <= last_day
+
+        ready: list[tuple[str, LandedObject]] = []
+        for day, name in sorted(scan.days.items()):
+            obj = by_name[name]
+            cursor.pending.pop(name, None)
+            if is_partition(day):
+                ready.append((day, obj))
+            else:
+                context.log.info(f"{name}: day {day} is not a partition yet; will run it then")
+                cursor.pending[name] = [obj.version, day, obj.modified]
+        for name, (version, day, modified) in sorted(cursor.pending.items()):
+            if is_partition(day):
+                ready.append((day, LandedObject(name=name, modified=modified, version=version)))
+                del cursor.pending[name]
+
+        requests = []
+        # One query for the days that have any materialisation; only those need a closer look.
+        done = context.instance.get_materialized_partitions(first_key) if first_walk else set()
+        for day, obj in sorted(ready, key=lambda pair: pair[0]):
+            if day in done and materialised_after(context.instance, first_key, day, obj.modified):
+                context.log.info(f"{obj.name}: {day} was materialised from this file already")
+                continue
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"{day}|{obj.name}|{obj.version}",
+                    partition_key=day,
+                    tags={
+                        LANDED_FILE_TAG: str(landing.path_for(obj.name)),
+                        LANDED_VERSION_TAG: obj.version,
+                    },
+                )
+            )
+
+        alerts = []
+        if scan.problems:
+            for name, reason in scan.problems.items():
+                context.log.warning(f"{landing.path_for(name)} belongs to no partition: {reason}")
+            names = sorted(scan.problems)
+            shown = "; ".join(f"{n}: {scan.problems[n]}" for n in names[:5])
+            more = f" (and {len(names) - 5} more)" if len(names) > 5 else ""
+            alerts.append(
+                Alert(
+                    severity=WARNING,
+                    rule="landing_misfit",
+                    title=f"{len(names)} landed file(s) fit no partition of {contract.name}",
+                    cause=one_line(shown + more, limit=1000),
+                    subject=", ".join(names[:5]) + more,
+                    failure_class="data",
+                    run_id=None,
+                    partition=None,
+                    run_url=None,
+                    runbook=notifier.runbook("landing-file-fits-no-partition"),
+                    page=True,
+                    occurred_at=now,
+                )
+            )
+        cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)
+
+        walk = "walk complete" if step.completed else f"walk continues after {cursor.walk}"
+        summary = (
+            f"listed {step.listed} file(s) in {step.pages} page(s); {len(step.changed)} new or "
+            f"changed; {len(requests)} run(s) requested; {len(scan.problems)} misfit(s); {walk}"
+        )
+        context.log.info(summary)
+        return dg.SensorResult(
+            run_requests=requests,
+            cursor=cursor.dumps(),
+            skip_reason=None if requests else summary,
+        )
+
+    return landing_sensor
+
+
+def partition_of(run: dg.DagsterRun) -> str | None:
+    """The partition (or partition range) a run worked on."""
+    tags = run.tags
+    if "dagster/partition" in tags:
+        return tags["dagster/partition"]
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    return f"{start}...{end}" if start and end else None
+
+
+def user_error(error: Any) -> Any:
+    """The exception user code raised, unwrapped from Dagster's step-execution wrapper."""
+    while (
+        error is not None
+        and error.cause is not None
+        and (error.cls_name or "").startswith("Dagster")
+    ):
+        error = error.cause
+    return error
+
+
+def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> RunOutcome | None:
+    """What a finished run did, read from its event log; None if the run is gone."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        return None
+    wanted = {
+        dg.DagsterEventType.STEP_FAILURE,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+        dg.DagsterEventType.RUN_FAILURE,
+    }
+    step_failures: list[StepFailure] = []
+    succeeded_steps: list[str] = []
+    failed_checks: list[FailedCheck] = []
+    run_message = ""
+    for record in instance.get_records_for_run(run_id, of_type=wanted).records:
+        entry = record.event_log_entry
+        event = entry.dagster_event
+        if event is None:
+            continue
+        data: Any = event.event_specific_data
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+            user = getattr(data, "user_failure_data", None)
+            error = user_error(getattr(data, "error", None))
+            message = (user.description if user and user.description else None) or (
+                error.message.split(": ", 1)[-1] if error else entry.message
+            )
+            step_failures.append(
+                StepFailure(
+                    step=event.step_key or "?",
+                    error_class=error.cls_name if error and error.cls_name else "Error",
+                    message=message,
+                    user_failure=user is not None,
+                )
+            )
+        elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+            succeeded_steps.append(event.step_key or "?")
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            if not data.passed:
+                failed_checks.append(
+                    FailedCheck(
+                        asset=data.asset_key.to_user_string(),
+                        check=data.check_name,
+                        severity=data.severity.value,
+                        description=data.description or "",
+                    )
+                )
+        elif event.event_type == dg.DagsterEventType.RUN_FAILURE:
+            error = getattr(data, "error", None)
+            run_message = error.message if error else entry.message
+    return RunOutcome(
+        run_id=run_id,
+        root_run_id=run.tags.get("dagster/root_run_id", run_id),
+        job_name=run.job_name,
+        partition=partition_of(run),
+        succeeded=succeeded,
+        step_failures=step_failures,
+        succeeded_steps=succeeded_steps,
+        failed_checks=failed_checks,
+        run_message=run_message,
+    )
+
+
+@dataclasses.dataclass
+class AlertsCursor:
+    """The run alerts sensor's memory: event position, failure streaks and delivery state."""
+
+    after: int | None = None  # storage id of the last run status change handled
+    streaks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    delivery: DeliveryState = dataclasses.field(default_factory=DeliveryState)
+
+    def dumps(self) -> str:
+        """The cursor string stored by Dagster."""
+        return json.dumps(
+            {
+                "v": 1,
+                "after": self.after,
+                "streaks": self.streaks,
+                "delivery": self.delivery.to_json(),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def loads(cls, cursor: str | None) -> "AlertsCursor | None":
+        """The cursor of a tick; None before the first tick."""
+        if not cursor:
+            return None
+        data = json.loads(cursor)
+        return cls(
+            after=data["after"],
+            streaks=data["streaks"],
+            delivery=DeliveryState.from_json(data.get("delivery")),
+        )
+
+
+FINISHED: tuple[Literal[dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE], ...] = (
+    dg.DagsterEventType.RUN_SUCCESS,
+    dg.DagsterEventType.RUN_FAILURE,
+)
+
+
+def latest_status_change(instance: dg.DagsterInstance) -> int | None:
+    """Storage id of the newest run success or failure, to start alerting from."""
+    ids = [
+        record.storage_id
+        for event_type in FINISHED
+        for record in instance.fetch_run_status_changes(event_type, limit=1).records
+    ]
+    return max(ids) if ids else None
+
+
+def finished_runs(
+    instance: dg.DagsterInstance, after: int | None, limit: int
+) -> list[tuple[int, str, bool]]:
+    """(storage id, run id, succeeded) of runs finished after `after`, in the order they ended.
+
+    Successes and failures are read separately and merged; when one kind fills its page, only
+    events up to its last id are taken, so none of the other kind is skipped.
+    """
+    events: list[tuple[int, str, bool]] = []
+    bound: float = float("inf")
+    for event_type in FINISHED:
+        records = instance.fetch_run_status_changes(
+            dg.RunStatusChangeRecordsFilter(event_type=event_type, after_storage_id=after),
+            limit=limit,
+            ascending=True,
+        ).records
+        if len(records) == limit:
+            bound = min(bound, records[-1].storage_id)
+        succeeded = event_type == dg.DagsterEventType.RUN_SUCCESS
+        events += [(r.storage_id, r.event_log_entry.run_id, succeeded) for r in records]
+    return sorted(e for e in events if e[0] <= bound)
+
+
+def build_run_alerts_sensor(
+    *,
+    minimum_interval_seconds: int = 30,
+    batch: int = 200,
+) -> dg.SensorDefinition:
+    """The sensor that turns finished runs (failures, successes, failed checks) into alerts."""
+
+    @dg.sensor(
+        name=RUN_ALERTS_SENSOR,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            "Alerts on failed runs (CRITICAL after 3 in a row of a job or asset), failed "
+            "warning checks and undelivered alerts; see docs/runbook.md."
+        ),
+    )
+    def run_alerts_sensor(
+        context: dg.SensorEvaluationContext, notifier: Notifier
+    ) -> dg.SensorResult:
+        now = time.time()
+        cursor = AlertsCursor.loads(context.cursor)
+        if cursor is None:
+            # Alerts start from now: history that nobody was told about is not news any more.
+            cursor = AlertsCursor(after=latest_status_change(context.instance))
+            context.log.info(f"alerting on runs that finish after event {cursor.after}")
+            return dg.SensorResult(cursor=cursor.dumps(), skip_reason="started alerting")
+        alerts: list[Alert] = []
+        handled = 0
+        for storage_id, run_id, succeeded in finished_runs(context.instance, cursor.after, batch):
+            outcome = run_outcome(context.instance, run_id, succeeded)
+            if outcome is not None:
+                alerts += evaluate_run(outcome, cursor.streaks, notifier, now)
+            cursor.after = storage_id
+            handled += 1
+        cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)
+        summary = (
+            f"{handled} finished run(s), {len(alerts)} alert(s) raised, "
+            f"{len(cursor.delivery.outbox)} awaiting delivery"
+        )
+        return dg.SensorResult(cursor=cursor.dumps(), skip_reason=summary)
+
+    return run_alerts_sensor
+
+
+SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
+
+
+def sensor_interval_from_env() -> int:
+    """Seconds between sensor ticks (default 30), read when the definitions load."""
+    return int(os.environ.get(SENSOR_INTERVAL_ENV, "30"))

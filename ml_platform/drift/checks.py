@@ -1,0 +1,206 @@
+"""The drift check of `features`: each day against its reference, per partition.
+
+The check reads day D from the IO manager like any input, and the reference days itself
+(partition mappings of a check's inputs are ignored by Dagster), so the days it read are
+listed in its metadata and report instead of in the lineage graph.
+"""
+
+import datetime as dt
+import json
+import warnings
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from ml_platform.contracts import Contract
+from ml_platform.drift.detect import FeatureVerdict, detect_drift
+from ml_platform.drift.reference import describe_reference, reference_days
+from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
+from ml_platform.storage import LakeIOManager
+
+FEATURES_DRIFT_CHECK = "features_drift"
+FEATURES = dg.AssetKey("features")
+
+
+def report_key(contract: Contract, partition: str, extension: str) -> str:
+    """Lake key of a day's drift report; a rerun replaces it."""
+    return f"{contract.name}/drift/features/{partition}.{extension}"
+
+
+def build_drift_checks(
+    contract: Contract, partitions: dg.PartitionsDefinition
+) -> list[dg.AssetChecksDefinition]:
+    """The drift check of a dataset's `features`, one evaluation per daily partition.
+
+    It is a blocking check only when the contract marks a feature as blocking; drift of such a
+    feature fails it at ERROR severity, which stops the model and evaluation of that day.
+    Drift of any other feature fails it at WARN severity, which only warns.
+    """
+    blocking = sorted(name for name, spec in contract.drift.features.items() if spec.blocking)
+
+    def features_drift(
+        context: dg.AssetCheckExecutionContext,
+        features: pd.DataFrame,
+        io_manager: dg.ResourceParam[LakeIOManager],
+    ) -> dg.AssetCheckResult:
+        """How far each feature of day D moved from the reference days."""
+        day = context.partition_key
+        wanted = [
+            d.isoformat()
+            for d in reference_days(
+                contract.drift.reference, dt.date.fromisoformat(day), contract.partitions.start_date
+            )
+        ]
+        stored = [
+            d for d in wanted if io_manager.storage.exists(io_manager.key(FEATURES, d, "parquet"))
+        ]
+        missing = [d for d in wanted if d not in stored]
+        frames = [io_manager.load_partition(FEATURES, d, "parquet") for d in stored]
+        reference = pd.concat(frames, ignore_index=True) if frames else features.iloc[0:0]
+        return drift_check_result(contract, day, features, reference, stored, missing, io_manager)
+
+    # Dagster 1.13 marks a partitions_def on a check as preview. It is what a daily check needs
+    # (without it the check would load every partition of features), so the warning is muted.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        check = dg.asset_check(
+            asset=FEATURES,
+            name=FEATURES_DRIFT_CHECK,
+            partitions_def=partitions,
+            blocking=bool(blocking),
+            description=(
+                "Each feature of day D against the reference days: KS statistic (numeric) or "
+                "Jensen-Shannon distance (categorical), gated by a corrected p-value. Fails when "
+                "a feature drifts: at WARN severity, or ERROR for "
+                + (", ".join(blocking) if blocking else "features marked blocking in the contract")
+                + "."
+            ),
+        )(features_drift)
+    return [check]
+
+
+def drift_check_result(
+    contract: Contract,
+    day: str,
+    current: pd.DataFrame,
+    reference: pd.DataFrame,
+    reference_partitions: list[str],
+    missing_partitions: list[str],
+    io_manager: LakeIOManager,
+) -> dg.AssetCheckResult:
+    """Compare, store the report (JSON and markdown) in the lake, and build the check result."""
+    verdicts = detect_drift(reference, current, contract) if reference_partitions else []
+    report = DriftReport(
+        dataset=contract.name,
+        partition=day,
+        reference=describe_reference(contract.drift.reference, dt.date.fromisoformat(day)),
+        reference_days=reference_partitions,
+        missing_reference_days=missing_partitions,
+        reference_rows=len(reference),
+        current_rows=len(current),
+        correction=contract.drift.correction,
+        alpha=contract.drift.alpha,
+        verdicts=verdicts,
+    )
+    summary = describe(report, contract)
+    markdown = render_markdown(report, summary, reference, current)
+    storage = io_manager.storage
+    json_key, markdown_key = report_key(contract, day, "json"), report_key(contract, day, "md")
+    document = {**report.to_json(), "summary": summary}
+    storage.write_bytes(json_key, json.dumps(document, indent=2).encode())
+    storage.write_bytes(markdown_key, markdown.encode())
+    blocking_drift = [v.feature for v in report.drifting if v.blocking]
+    metadata: dict[str, Any] = {
+        "evaluated": report.evaluated,
+        "drift_share": dg.MetadataValue.float(report.drift_share),
+        "drifting_features": len(report.drifting),
+        "tested_features": len(report.tested),
+        "reference_days": len(reference_partitions),
+        "reference_rows": len(reference),
+        "reference_partitions": reference_partitions,
+        "missing_reference_partitions": missing_partitions,
+        "report": dg.MetadataValue.md(markdown),
+        "report_json": dg.MetadataValue.path(storage.uri(json_key)),
+        "report_markdown": dg.MetadataValue.path(storage.uri(markdown_key)),
+    }
+    for verdict in report.tested:
+        metadata[f"{verdict.feature}/{verdict.effect_name}"] = dg.MetadataValue.float(
+            float(verdict.effect or 0.0)
+        )
+        metadata[f"{verdict.feature}/p_adjusted"] = dg.MetadataValue.float(
+            float(verdict.p_adjusted or 0.0)
+        )
+    if report.evaluated:
+        metadata["features"] = dg.MetadataValue.md(verdict_table(report).to_markdown(index=False))
+    return dg.AssetCheckResult(
+        check_name=FEATURES_DRIFT_CHECK,
+        passed=not report.drifting,
+        severity=dg.AssetCheckSeverity.ERROR if blocking_drift else dg.AssetCheckSeverity.WARN,
+        description=summary,
+        metadata=metadata,
+    )
+
+
+def describe(report: DriftReport, contract: Contract) -> str:
+    """The check's description: what drifted and by how much, and what to do about it."""
+    spec = contract.drift.reference
+    where = (
+        f"vs {report.reference} ({len(report.reference_days)} day(s), {report.reference_rows} rows)"
+    )
+    missing = (
+        f" Reference days not stored and left out: {', '.join(report.missing_reference_days)}."
+        if report.missing_reference_days
+        else ""
+    )
+    if not report.evaluated:
+        if report.missing_reference_days:
+            return (
+                f"Drift not evaluated for {report.partition}: none of its reference days "
+                f"({report.reference}) is stored. Materialise features for "
+                f"{report.missing_reference_days[0]} to {report.missing_reference_days[-1]}, "
+                "then rerun this check."
+            )
+        return (
+            f"Drift not evaluated for {report.partition}: its reference ({report.reference}) "
+            f"holds no day from the first partition {contract.partitions.start_date} on."
+        )
+    if not report.drifting:
+        closest = max(report.tested, key=lambda v: (v.effect or 0.0) / v.threshold, default=None)
+        nearest = f" Closest to its threshold: {_short(closest)}." if closest else ""
+        return (
+            f"No drift on {report.partition} in {len(report.tested)} tested feature(s) "
+            f"{where}.{nearest}{missing}"
+        )
+    drifted = "; ".join(_short(v) + f", {v.change}" for v in report.drifting)
+    if spec.mode == "baseline":
+        action = (
+            "if the change is expected and lasting, retrain the model on data that has it and "
+            "move the baseline (drift.reference.start in the contract)"
+        )
+    else:
+        action = (
+            "if the change is expected and lasting, it stops firing once it fills the "
+            "reference window; check that the model still performs on it"
+        )
+    blocking = [v.feature for v in report.drifting if v.blocking]
+    stops = (
+        f" {', '.join(blocking)} {'is' if len(blocking) == 1 else 'are'} blocking: the model "
+        "and evaluation of this day do not run."
+        if blocking
+        else ""
+    )
+    return (
+        f"{len(report.drifting)} of {len(report.tested)} feature(s) drifted on "
+        f"{report.partition} {where}: {drifted}. Check the upstream source of "
+        f"{'this feature' if len(report.drifting) == 1 else 'these features'} for a change; "
+        f"{action}.{stops}{missing}"
+    )
+
+
+def _short(verdict: FeatureVerdict) -> str:
+    label = "KS D" if verdict.effect_name == "ks_d" else "JS distance"
+    return (
+        f"{verdict.feature} ({label} {verdict.effect:.3f}, threshold {verdict.threshold:g}, "
+        f"corrected p {verdict.p_adjusted:.2g})"
+    )

@@ -1,0 +1,234 @@
+"""The drift report of one day: a JSON document and a markdown page with embedded plots."""
+
+import base64
+import dataclasses
+import io
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ml_platform.drift.detect import FeatureVerdict
+
+# Plotting every feature would make a report of a wide dataset long and slow to load in the
+# UI (and costs about 0.2 s a feature): the report plots the features that drifted (up to
+# MAX_PLOTTED), or on a quiet day the MIN_PLOTTED closest to their thresholds.
+MAX_PLOTTED = 4
+MIN_PLOTTED = 2
+ECDF_POINTS = 512
+HISTOGRAM_BINS = 40
+BAR_CATEGORIES = 12
+REFERENCE_COLOUR, CURRENT_COLOUR = "#4c72b0", "#dd8452"
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftReport:
+    """Everything the drift check found on one day.
+
+    Attributes:
+        dataset: the contract's name.
+        partition: the day D (YYYY-MM-DD).
+        reference: the reference in words (e.g. 'the 7 days before').
+        reference_days: reference partitions that were read.
+        missing_reference_days: reference partitions that are not stored (left out).
+        reference_rows: rows of the reference.
+        current_rows: rows of day D.
+        correction: the multiple-testing correction of the day's p-values.
+        alpha: the level the corrected p-values are compared with.
+        verdicts: one per contract feature.
+    """
+
+    dataset: str
+    partition: str
+    reference: str
+    reference_days: list[str]
+    missing_reference_days: list[str]
+    reference_rows: int
+    current_rows: int
+    correction: str
+    alpha: float
+    verdicts: list[FeatureVerdict]
+
+    @property
+    def evaluated(self) -> bool:
+        """Whether there was any reference to compare the day with."""
+        return bool(self.reference_days)
+
+    @property
+    def tested(self) -> list[FeatureVerdict]:
+        """Verdicts of the features that were tested."""
+        return [v for v in self.verdicts if v.status != "skipped"]
+
+    @property
+    def drifting(self) -> list[FeatureVerdict]:
+        """Verdicts of the features that drifted."""
+        return [v for v in self.verdicts if v.status == "drift"]
+
+    @property
+    def drift_share(self) -> float:
+        """Share of the tested features that drifted (0.0 when none was tested)."""
+        return len(self.drifting) / len(self.tested) if self.tested else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON-serialisable document."""
+        return {
+            "dataset": self.dataset,
+            "asset": "features",
+            "partition": self.partition,
+            "evaluated": self.evaluated,
+            "reference": {
+                "description": self.reference,
+                "partitions": self.reference_days,
+                "missing_partitions": self.missing_reference_days,
+                "rows": self.reference_rows,
+            },
+            "current_rows": self.current_rows,
+            "correction": self.correction,
+            "alpha": self.alpha,
+            "tested_features": len(self.tested),
+            "drifting_features": [v.feature for v in self.drifting],
+            "drift_share": self.drift_share,
+            "features": [dataclasses.asdict(v) for v in self.verdicts],
+        }
+
+
+def verdict_table(report: DriftReport) -> pd.DataFrame:
+    """One row per feature: test, sizes, effect size, threshold, p-values and verdict."""
+    return pd.DataFrame(
+        [
+            {
+                "feature": v.feature,
+                "test": "KS" if v.kind == "numeric" else "JS + chi2",
+                "n_reference": v.n_reference,
+                "n_day": v.n_current,
+                "effect": _number(v.effect),
+                "threshold": v.threshold,
+                "p": _number(v.p_value),
+                f"p ({report.correction})": _number(v.p_adjusted),
+                "verdict": v.status,
+                "what changed": v.change,
+            }
+            for v in report.verdicts
+        ]
+    )
+
+
+def render_markdown(
+    report: DriftReport, summary: str, reference: pd.DataFrame, current: pd.DataFrame
+) -> str:
+    """The report page: summary, per-feature table and plots of the features that matter most."""
+    lines = [
+        f"# Drift of `features` on {report.partition}",
+        "",
+        summary,
+        "",
+        f"- Reference: {report.reference}: {len(report.reference_days)} day(s), "
+        f"{report.reference_rows} rows"
+        + (
+            f" (not stored, left out: {', '.join(report.missing_reference_days)})"
+            if report.missing_reference_days
+            else ""
+        ),
+        f"- Day: {report.current_rows} rows",
+        "",
+    ]
+    if report.evaluated:
+        lines[-1:] = [
+            f"- A feature drifts when its effect size reaches its threshold and its p-value "
+            f"after {report.correction} correction over the {len(report.tested)} tested "
+            f"features is at most {report.alpha:g}. Drift share: {report.drift_share:.0%}.",
+            "",
+            verdict_table(report).to_markdown(index=False),
+            "",
+        ]
+        plotted = _features_to_plot(report)
+        if plotted:
+            png = plot_features(plotted, reference, current)
+            lines += [
+                "Reference (blue) and day (orange): histogram and ECDF of numeric features, "
+                "category shares of categorical ones.",
+                "",
+                f"![drift plots](data:image/png;base64,{png})",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def _features_to_plot(report: DriftReport) -> list[FeatureVerdict]:
+    ranked = sorted(
+        report.tested,
+        key=lambda v: (v.status != "drift", -((v.effect or 0.0) / v.threshold)),
+    )
+    return ranked[: min(MAX_PLOTTED, max(MIN_PLOTTED, len(report.drifting)))]
+
+
+def plot_features(
+    verdicts: list[FeatureVerdict], reference: pd.DataFrame, current: pd.DataFrame
+) -> str:
+    """One PNG (base64) with a row per feature: histogram and ECDF, or category shares."""
+    # matplotlib takes a second or two to import; only a check that plots pays for it. The
+    # Figure API renders with Agg and keeps no global pyplot state between checks.
+    from matplotlib.figure import Figure
+
+    rows = len(verdicts)
+    figure = Figure(figsize=(9.0, 2.2 * rows), dpi=72)
+    # Fixed margins: constrained layout measures every label and costs more than the plots.
+    grid = figure.add_gridspec(
+        rows, 2, left=0.06, right=0.98, bottom=0.3 / rows, top=1 - 0.25 / rows, hspace=0.45
+    )
+    for row, verdict in enumerate(verdicts):
+        ref = reference[verdict.feature].dropna()
+        cur = current[verdict.feature].dropna()
+        title = f"{verdict.feature}: {verdict.status}, effect {_number(verdict.effect)}"
+        if verdict.kind == "numeric":
+            _histogram(
+                figure.add_subplot(grid[row, 0]), ref.to_numpy(), cur.to_numpy(), title, row == 0
+            )
+            _ecdf(figure.add_subplot(grid[row, 1]), ref.to_numpy(), cur.to_numpy(), verdict)
+        else:
+            _shares(figure.add_subplot(grid[row, :]), ref, cur, title)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _histogram(axes: Any, ref: np.ndarray, cur: np.ndarray, title: str, legend: bool) -> None:
+    both = np.concatenate([ref, cur])
+    # Clip the view to the central 99 % so one outlier does not squash the histogram.
+    low, high = np.quantile(both, [0.005, 0.995])
+    if low == high:
+        low, high = low - 0.5, high + 0.5
+    bins = np.linspace(low, high, HISTOGRAM_BINS + 1)
+    axes.hist(ref, bins=bins, density=True, histtype="step", color=REFERENCE_COLOUR, label="ref")
+    axes.hist(cur, bins=bins, density=True, histtype="step", color=CURRENT_COLOUR, label="day")
+    if legend:
+        axes.legend(fontsize=7, loc="upper right")
+    axes.set_title(title, fontsize=9)
+
+
+def _ecdf(axes: Any, ref: np.ndarray, cur: np.ndarray, verdict: FeatureVerdict) -> None:
+    levels = np.linspace(0.0, 1.0, ECDF_POINTS)
+    for values, colour in ((ref, REFERENCE_COLOUR), (cur, CURRENT_COLOUR)):
+        axes.step(np.quantile(values, levels), levels, where="post", color=colour)
+    axes.set_title(f"ECDF: KS D = {_number(verdict.effect)} (threshold {verdict.threshold:g})")
+    axes.title.set_fontsize(9)
+
+
+def _shares(axes: Any, ref: pd.Series, cur: pd.Series, title: str) -> None:
+    ref_shares = ref.astype("str").value_counts(normalize=True)
+    cur_shares = cur.astype("str").value_counts(normalize=True)
+    shares = pd.DataFrame({"reference": ref_shares, "day": cur_shares}).fillna(0.0)
+    top = shares.max(axis=1).sort_values(ascending=False).index[:BAR_CATEGORIES]
+    shares = shares.loc[top]
+    positions = np.arange(len(shares))
+    axes.bar(positions - 0.2, shares["reference"], width=0.4, color=REFERENCE_COLOUR, label="ref")
+    axes.bar(positions + 0.2, shares["day"], width=0.4, color=CURRENT_COLOUR, label="day")
+    axes.legend(fontsize=7, loc="upper right")
+    axes.set_xticks(positions, [str(c) for c in shares.index], fontsize=8)
+    axes.set_ylabel("share", fontsize=8)
+    axes.set_title(title, fontsize=9)
+
+
+def _number(value: float | None) -> str:
+    """A statistic for a table cell: 3 significant digits, '-' when absent."""
+    return "-" if value is None else f"{value:.3g}"

@@ -1,0 +1,338 @@
+"""Alerts: streaks of failures, resets, dedup, retries, warning checks, and real delivery.
+
+Webhook alerts are received by a real HTTP server on 127.0.0.1 and email by a real SMTP
+server on 127.0.0.1, both in threads; runs are real runs in an ephemeral instance, read by the
+run alerts sensor through `build_sensor_context`.
+"""
+
+import email
+import http.server
+import json
+import logging
+import socketserver
+import threading
+from collections.abc import Iterator
+
+import dagster as dg
+import pytest
+
+from ml_platform.automation.alerts import Notifier, notifier_from_env
+from ml_platform.automation.classify import (
+    DATA,
+    SOFTWARE,
+    FailedCheck,
+    StepFailure,
+    classify_failure,
+)
+from ml_platform.automation.sensors import AlertsCursor, build_run_alerts_sensor, run_outcome
+
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+BEHAVIOUR: dict[str, object] = {"fail": None, "drift": False}
+
+
+@dg.asset(
+    partitions_def=DAILY,
+    check_specs=[dg.AssetCheckSpec("drift_ks", asset="scored")],
+)
+def scored(context: dg.AssetExecutionContext):
+    """A day's scores; fails or drifts as the test says."""
+    drift = bool(BEHAVIOUR["drift"])
+    yield dg.AssetCheckResult(
+        check_name="drift_ks",
+        passed=not drift,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="x1 drifted from the reference: KS D=0.31 > 0.10" if drift else "no drift",
+    )
+    if BEHAVIOUR["fail"] == "data":
+        raise dg.Failure(
+            description=f"scored (partition {context.partition_key}) failed the gate: 12% nulls",
+            allow_retries=False,
+        )
+    if BEHAVIOUR["fail"] == "software":
+        raise RuntimeError("division by zero while scoring")
+    yield dg.MaterializeResult()
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """Records POSTed JSON bodies; answers 500 while `server.fail_next` > 0."""
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.server.fail_next > 0:
+            self.server.fail_next -= 1
+            self.server.refused += 1
+            self.send_response(500)
+            self.end_headers()
+            return
+        self.server.received.append(json.loads(body))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    server.received = []
+    server.fail_next = 0
+    server.refused = 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+class SMTPHandler(socketserver.StreamRequestHandler):
+    """The part of SMTP that smtplib's send_message speaks, without TLS or auth."""
+
+    def handle(self):
+        self.wfile.write(b"220 127.0.0.1 test SMTP\r\n")
+        lines: list[bytes] = []
+        in_data = False
+        while line := self.rfile.readline():
+            if in_data:
+                if line.rstrip(b"\r\n") == b".":
+                    self.server.messages.append(b"".join(lines))
+                    lines, in_data = [], False
+                    self.wfile.write(b"250 queued\r\n")
+                else:
+                    lines.append(line)
+                continue
+            verb = line[:4].upper()
+            if verb in (b"EHLO", b"HELO"):
+                self.wfile.write(b"250 127.0.0.1\r\n")
+            elif verb == b"DATA":
+                in_data = True
+                self.wfile.write(b"354 go ahead\r\n")
+            elif verb == b"QUIT":
+                self.wfile.write(b"221 bye\r\n")
+                return
+            else:
+                self.wfile.write(b"250 ok\r\n")
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[socketserver.ThreadingTCPServer]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), SMTPHandler)
+    server.messages = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+class Scene:
+    """Runs of a named job in one instance, and the run alerts sensor ticking after them."""
+
+    def __init__(self, tmp_path, notifier: Notifier):
+        self.defs = dg.Definitions(
+            assets=[scored],
+            jobs=[dg.define_asset_job("scoring_job", selection=[scored])],
+            resources={"io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "io"))},
+        )
+        self.job = self.defs.resolve_job_def("scoring_job")
+        self.instance = dg.DagsterInstance.ephemeral()
+        self.notifier = notifier
+        self.sensor = build_run_alerts_sensor()
+        self.cursor: str | None = None
+        self.tick()  # the first tick only marks where alerting starts
+
+    def run(self, day="2024-01-05", fail=None, drift=False, tags=None) -> str:
+        BEHAVIOUR.update(fail=fail, drift=drift)
+        result = self.job.execute_in_process(
+            partition_key=day, instance=self.instance, raise_on_error=False, tags=tags
+        )
+        assert result.success == (fail is None)
+        return result.run_id
+
+    def tick(self) -> dg.SensorResult:
+        context = dg.build_sensor_context(
+            instance=self.instance, cursor=self.cursor, resources={"notifier": self.notifier}
+        )
+        result = self.sensor(context)
+        assert isinstance(result, dg.SensorResult)
+        self.cursor = result.cursor
+        return result
+
+
+@pytest.fixture
+def scene(tmp_path, webhook):
+    notifier = Notifier(webhook_url=f"http://127.0.0.1:{webhook.server_port}/hooks/alerts")
+    yield Scene(tmp_path, notifier)
+    BEHAVIOUR.update(fail=None, drift=False)
+
+
+def alerts_of(webhook) -> list[dict]:
+    return [body["ml_platform_alert"] for body in webhook.received]
+
+
+def test_three_consecutive_failures_send_exactly_one_critical_alert(scene, webhook, caplog):
+    runs = []
+    with caplog.at_level(logging.ERROR, logger="ml_platform.alerts"):
+        for _ in range(3):
+            runs.append(scene.run(fail="data"))
+            scene.tick()
+
+    [alert] = alerts_of(webhook)
+    assert alert["severity"] == "CRITICAL"
+    assert alert["rule"] == "failure_streak"
+    assert alert["title"] == "job scoring_job and asset scored failed 3 times in a row"
+    assert alert["run_id"] == runs[2]
+    assert alert["partition"] == "2024-01-05"
+    assert alert["failure_class"] == DATA
+    assert alert["cause"] == "scored (partition 2024-01-05) failed the gate: 12% nulls"
+    assert alert["run_url"] == f"http://127.0.0.1:3000/runs/{runs[2]}"
+    assert alert["runbook"] == "docs/runbook.md#failed-3-times-in-a-row"
+    assert webhook.received[0]["text"].startswith("[CRITICAL] job scoring_job and asset scored")
+    # Each failed run is still a JSON log line (level ERROR), though none paged anyone.
+    logged = [json.loads(r.getMessage())["alert"] for r in caplog.records]
+    assert [a["rule"] for a in logged].count("run_failed") == 1  # the same failure, deduplicated
+    assert any(a["rule"] == "failure_streak" for a in logged)
+
+    scene.run(fail="data", day="2024-01-06")
+    scene.tick()
+    assert len(webhook.received) == 1  # a fourth failure does not page again
+
+
+def test_a_success_resets_the_streak(scene, webhook):
+    for fail in ["software", "software", None, "software", "software"]:
+        scene.run(fail=fail)
+        scene.tick()
+    assert webhook.received == []
+    streaks = AlertsCursor.loads(scene.cursor).streaks
+    assert streaks["job scoring_job"]["count"] == 2
+
+    scene.run(fail="software")
+    scene.tick()
+    [alert] = alerts_of(webhook)
+    assert alert["severity"] == "CRITICAL"
+    assert alert["failure_class"] == SOFTWARE
+    assert alert["cause"] == "division by zero while scoring"
+    assert alert["runbook"].endswith("#failed-3-times-in-a-row")
+
+
+def test_a_retried_run_counts_once_and_evaluating_in_one_tick_changes_nothing(scene, webhook):
+    first = scene.run(fail="data")
+    # A run retry (what the run-retry daemon or "Re-execute" creates) shares the root run.
+    scene.run(fail="data", tags={"dagster/root_run_id": first, "dagster/parent_run_id": first})
+    scene.run(fail="data", day="2024-01-06")
+    scene.tick()  # all three at once
+    assert webhook.received == []
+    assert AlertsCursor.loads(scene.cursor).streaks["job scoring_job"]["count"] == 2
+
+    scene.run(fail="data", day="2024-01-07")
+    scene.tick()
+    assert [a["severity"] for a in alerts_of(webhook)] == ["CRITICAL"]
+
+
+def test_identical_warnings_are_sent_once_within_the_window(scene, webhook):
+    scene.run(drift=True)
+    scene.tick()
+    scene.run(drift=True)  # the same day again: the same warning
+    scene.tick()
+    scene.run(drift=True, day="2024-01-06")  # another day: news
+    scene.tick()
+
+    alerts = alerts_of(webhook)
+    assert [(a["severity"], a["partition"]) for a in alerts] == [
+        ("WARNING", "2024-01-05"),
+        ("WARNING", "2024-01-06"),
+    ]
+    assert alerts[0]["rule"] == "check_failed"
+    assert alerts[0]["subject"] == "scored:drift_ks"
+    assert alerts[0]["cause"] == "x1 drifted from the reference: KS D=0.31 > 0.10"
+    assert alerts[0]["runbook"] == "docs/runbook.md#drift"
+    assert alerts[0]["failure_class"] is None
+
+
+def test_a_failing_webhook_is_retried_on_the_next_tick_without_duplicates(scene, webhook):
+    webhook.fail_next = 1
+    for _ in range(3):
+        scene.run(fail="data")
+    first = scene.tick()
+    assert webhook.received == [] and webhook.refused == 1
+    assert "1 awaiting delivery" in str(first.skip_reason)
+
+    scene.tick()
+    scene.tick()
+    assert [a["severity"] for a in alerts_of(webhook)] == ["CRITICAL"]
+    assert AlertsCursor.loads(scene.cursor).delivery.outbox == []
+
+
+def test_critical_alert_by_email(tmp_path, smtp_server):
+    notifier = Notifier(
+        smtp_host="127.0.0.1",
+        smtp_port=smtp_server.server_address[1],
+        smtp_starttls=False,
+        email_to="oncall@example.org, ml@example.org",
+    )
+    scene = Scene(tmp_path, notifier)
+    try:
+        for _ in range(3):
+            scene.run(fail="data")
+        scene.tick()
+    finally:
+        BEHAVIOUR.update(fail=None)
+
+    [raw] = smtp_server.messages
+    message = email.message_from_bytes(raw)
+    assert (
+        message["Subject"] == "[CRITICAL] job scoring_job and asset scored failed 3 times in a row"
+    )
+    assert message["To"] == "oncall@example.org, ml@example.org"
+    body = message.get_payload(decode=True).decode()
+    assert "Runbook: docs/runbook.md#failed-3-times-in-a-row" in body
+    assert "Partition: 2024-01-05" in body
+
+
+def test_a_missing_landed_file_fails_at_once_as_a_data_failure(platform_for):
+    platform = platform_for("synthetic")
+    result = platform.materialize("2024-01-05")
+    assert not result.success
+    types = {e.event_type_value for e in result.all_events}
+    assert "STEP_UP_FOR_RETRY" not in types  # not retried: waiting will not land the file
+
+    outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
+    assert outcome is not None
+    [failure] = outcome.step_failures
+    assert failure.step == "raw_data" and failure.user_failure
+    assert failure.message.startswith("No landed file for partition 2024-01-05: expected ")
+    verdict = classify_failure(outcome.step_failures, outcome.failed_checks)
+    assert verdict.failure_class == DATA
+
+
+def test_classifier_tells_data_from_software():
+    gate = FailedCheck("validated_data", "gx_validity", "ERROR", "3 rows out of range")
+    warn = FailedCheck("features", "drift_ks", "WARN", "drift")
+    crash = StepFailure("model", "ValueError", "bad shape", user_failure=False)
+    stop = StepFailure("raw_data", "Failure", "schema mismatch", user_failure=True)
+    missing = StepFailure("raw_data", "MissingLandingFileError", "no file", user_failure=False)
+
+    assert classify_failure([crash], [gate]).failure_class == DATA
+    assert classify_failure([stop], []).failure_class == DATA
+    assert classify_failure([missing], []).failure_class == DATA
+    assert classify_failure([crash], [warn]).failure_class == SOFTWARE
+    assert classify_failure([], []).failure_class == SOFTWARE
+
+
+def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
+    monkeypatch.setenv("ML_PLATFORM_ALERT_WEBHOOK_URL", "https://hooks.example/T000/secret")
+    monkeypatch.setenv("ML_PLATFORM_SMTP_PORT", "2525")
+    monkeypatch.setenv("ML_PLATFORM_UI_URL", "http://dagster.internal:3000")
+    monkeypatch.delenv("ML_PLATFORM_SMTP_HOST", raising=False)
+
+    notifier = notifier_from_env()
+
+    assert notifier.webhook_url == dg.EnvVar("ML_PLATFORM_ALERT_WEBHOOK_URL")
+    assert notifier.smtp_port == dg.EnvVar.int("ML_PLATFORM_SMTP_PORT")
+    assert notifier.smtp_host is None
+    resolved = notifier.process_config_and_initialize()
+    assert resolved.webhook_url == "https://hooks.example/T000/secret"
+    assert resolved.smtp_port == 2525
+    assert resolved.run_url("abc") == "http://dagster.internal:3000/runs/abc"
+    assert resolved.paging_sinks() == ["webhook"]

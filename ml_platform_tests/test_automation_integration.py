@@ -1,0 +1,381 @@
+"""End to end on 127.0.0.1: real dagster-webserver, dagster-daemon and an S3 API server (moto).
+
+Files landed in the bucket run their days through the running landing sensor, a corrected
+file reruns exactly its day, and a 7-day backfill launched through GraphQL completes while the
+sensor's runs train, under the run queue and concurrency limits of the repository's
+dagster.yaml: never two training runs at once, never two runs of one day at once, at most two.
+"""
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from ml_platform.contracts import load_contract
+from ml_platform.ingestion.landing import source_day
+from ml_platform.ingestion.synthetic import file_bytes
+from ml_platform_tests.conftest import REPO, free_port
+from ml_platform_tests.test_integration import living_in_group
+
+pytestmark = pytest.mark.integration
+BIN = Path(sys.executable).parent
+SYNTHETIC = load_contract("synthetic")
+BUCKET = "landing"
+PREFIX = "incoming/"
+LOCATION = {"repositoryLocationName": "ml_platform", "repositoryName": "__repository__"}
+DAILY_JOB = "daily_pipeline_job"
+INGESTION_JOB = "ingestion_job"
+
+
+def day(offset: int) -> str:
+    return (dt.date(2024, 1, 1) + dt.timedelta(days=offset)).isoformat()
+
+
+@pytest.fixture
+def s3_endpoint():
+    """A real S3 API on 127.0.0.1 that the run processes reach over HTTP."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+class Stack:
+    """dagster-webserver and dagster-daemon over a fresh instance, and a GraphQL client."""
+
+    def __init__(self, tmp_path: Path, s3_endpoint: str):
+        home = tmp_path / "dagster_home"
+        home.mkdir()
+        (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+        self.lake = tmp_path / "lake"
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "ML_PLATFORM_DATASET": "synthetic",
+            "ML_PLATFORM_LANDING_URL": f"s3://{BUCKET}/{PREFIX}",
+            "ML_PLATFORM_S3_ENDPOINT_URL": s3_endpoint,
+            "ML_PLATFORM_LAKE_DIR": str(self.lake),
+            # The daemon evaluates sensors at most every 5 s whatever the interval says.
+            "ML_PLATFORM_SENSOR_INTERVAL_SECONDS": "5",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        self.env.pop("ML_PLATFORM_LANDING_DIR", None)
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=s3_endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        self.s3.create_bucket(Bucket=BUCKET)
+        self.logs = tmp_path
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        commands = {
+            "webserver": [
+                str(BIN / "dagster-webserver"),
+                *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
+            ],
+            "daemon": [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+        }
+        for name, command in commands.items():
+            log = (self.logs / f"{name}.log").open("w")
+            self.procs.append(
+                subprocess.Popen(
+                    command,
+                    cwd=REPO,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+            log.close()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        # Code servers and run workers share each process group: leave none of them behind.
+        for proc in self.procs:
+            if living_in_group(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def output(self) -> str:
+        return "\n".join(
+            f"--- {name} (last lines)\n" + (self.logs / f"{name}.log").read_text()[-4000:]
+            for name in ("webserver", "daemon")
+        )
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/graphql",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = json.loads(response.read())
+        assert "errors" not in payload, payload["errors"]
+        return payload["data"]
+
+    def wait_for(self, predicate, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                assert proc.poll() is None, f"a Dagster process exited\n{self.output()}"
+            try:
+                value = predicate()
+            except (urllib.error.URLError, ConnectionError):
+                value = None
+            if value:
+                return value
+            time.sleep(1)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.output()}")
+
+    def land(self, partition: str, corrected: bool = False) -> None:
+        frame = source_day(SYNTHETIC, dt.date.fromisoformat(partition))
+        if corrected:
+            frame = frame.iloc[:-1]  # the upstream withdrew a bad row: a new, valid file
+        self.s3.put_object(
+            Bucket=BUCKET,
+            Key=PREFIX + SYNTHETIC.landing.file_name(partition),
+            Body=file_bytes(frame, None),
+        )
+
+    def runs(self, **run_filter) -> list[dict]:
+        data = self.graphql(RUNS_QUERY, {"filter": run_filter})["runsOrError"]
+        return [
+            {**run, "tags": {t["key"]: t["value"] for t in run["tags"]}} for run in data["results"]
+        ]
+
+    def sensor(self, mutation: str) -> None:
+        selector = {**LOCATION, "sensorName": "landing_sensor"}
+        if mutation == "start":
+            result = self.graphql(START_SENSOR, {"selector": selector})["startSensor"]
+            assert result["sensorState"]["status"] == "RUNNING", result
+        else:
+            state = self.graphql(SENSOR_QUERY, {"selector": selector})["sensorOrError"]
+            result = self.graphql(STOP_SENSOR, {"id": state["sensorState"]["id"]})["stopSensor"]
+            assert result["instigationState"]["status"] == "STOPPED", result
+
+    def ticks(self, sensor: str) -> list[dict]:
+        selector = {**LOCATION, "sensorName": sensor}
+        return self.graphql(SENSOR_QUERY, {"selector": selector})["sensorOrError"]["sensorState"][
+            "ticks"
+        ]
+
+    def sensor_ticks_since(self, timestamp: float) -> int:
+        return sum(1 for t in self.ticks("landing_sensor") if t["timestamp"] > timestamp)
+
+    def daemon_passed(self, timestamp: float) -> bool:
+        """Whether the sensor daemon has run two loops since `timestamp`, none still in flight.
+
+        A loop reads the sensors' states when it begins, so a loop that began before a sensor
+        was stopped may still evaluate it; the second loop after the stop cannot.
+        """
+        alerts = [t for t in self.ticks("run_alerts_sensor") if t["timestamp"] > timestamp]
+        landing_busy = any(t["status"] == "STARTED" for t in self.ticks("landing_sensor"))
+        return len(alerts) >= 2 and not landing_busy
+
+
+RUNS_QUERY = """
+query Runs($filter: RunsFilter) {
+  runsOrError(filter: $filter) {
+    ... on Runs {
+      results { runId status jobName startTime endTime tags { key value } }
+    }
+  }
+}
+"""
+START_SENSOR = """
+mutation Start($selector: SensorSelector!) {
+  startSensor(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { sensorState { status } }
+    ... on PythonError { message }
+  }
+}
+"""
+SENSOR_QUERY = """
+query Sensor($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    ... on Sensor { sensorState { id status ticks(limit: 20) { timestamp status } } }
+  }
+}
+"""
+STOP_SENSOR = """
+mutation Stop($id: String) {
+  stopSensor(id: $id) {
+    __typename
+    ... on StopSensorMutationResult { instigationState { status } }
+    ... on PythonError { message }
+  }
+}
+"""
+LAUNCH_BACKFILL = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+BACKFILL_QUERY = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    ... on PartitionBackfill { status partitionNames }
+  }
+}
+"""
+
+
+@pytest.fixture
+def stack(tmp_path, s3_endpoint):
+    running = Stack(tmp_path, s3_endpoint)
+    running.start()
+    try:
+        running.wait_for(lambda: running.graphql("{ version }"), 180, "the webserver")
+        yield running
+    finally:
+        running.stop()
+
+
+def created(runs: list[dict], expected: int) -> list[dict] | None:
+    """The runs once there are `expected` of them, in any state; fails on a failed run."""
+    failed = [r for r in runs if r["status"] in ("FAILURE", "CANCELED")]
+    assert not failed, f"runs did not succeed: {failed}"
+    return runs if len(runs) >= expected else None
+
+
+def succeeded(runs: list[dict], expected: int) -> list[dict] | None:
+    """The runs once `expected` of them succeeded; fails at once on a failed run."""
+    created(runs, 0)
+    done = [r for r in runs if r["status"] == "SUCCESS"]
+    return done if len(done) >= expected else None
+
+
+def overlapping(runs: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of runs whose executions overlapped in time."""
+    pairs = []
+    for i, a in enumerate(runs):
+        for b in runs[i + 1 :]:
+            if a["startTime"] < b["endTime"] and b["startTime"] < a["endTime"]:
+                pairs.append((a["runId"], b["runId"]))
+    return pairs
+
+
+def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes(stack):
+    # The sensor's runs train, so they run one at a time (dagster.yaml); the steps below are
+    # arranged to overlap with them, and the backfill (of ingestion_job, which does not train)
+    # runs in the other slot: waiting for each run in turn would add minutes.
+    stack.sensor("start")
+    for offset in range(3):
+        stack.land(day(offset))
+    first = stack.wait_for(
+        lambda: created(stack.runs(pipelineName=DAILY_JOB), 3), 120, "3 sensor requests"
+    )
+    assert sorted(r["tags"]["dagster/partition"] for r in first) == [day(0), day(1), day(2)]
+    for run in first:
+        assert run["tags"]["dagster/sensor_name"] == "landing_sensor"
+        expected = f"s3://{BUCKET}/{PREFIX}synthetic_{run['tags']['dagster/partition']}.csv"
+        assert run["tags"]["ml_platform/landed_file"] == expected
+
+    # A corrected file for the second day: exactly that day runs again, nothing else.
+    stack.land(day(1), corrected=True)
+    relanded_at = time.time()
+    runs = stack.wait_for(
+        lambda: created(stack.runs(pipelineName=DAILY_JOB), 4), 120, "the rerun request"
+    )
+    [rerun] = [r for r in runs if r["runId"] not in {f["runId"] for f in first}]
+    assert rerun["tags"]["dagster/partition"] == day(1)
+    before = next(r for r in first if r["tags"]["dagster/partition"] == day(1))
+    assert (
+        rerun["tags"]["ml_platform/landed_version"] != before["tags"]["ml_platform/landed_version"]
+    )
+    stack.wait_for(lambda: stack.sensor_ticks_since(relanded_at) >= 3, 120, "3 more sensor ticks")
+    assert len(stack.runs(pipelineName=DAILY_JOB)) == 4
+
+    # With the sensor off, land a week and backfill it through GraphQL.
+    stack.sensor("stop")
+    stopped_at = time.time()
+    stack.wait_for(lambda: stack.daemon_passed(stopped_at), 120, "the daemon to see the stop")
+    week = [day(offset) for offset in range(3, 10)]
+    for partition in week:
+        stack.land(partition)
+    launched = stack.graphql(
+        LAUNCH_BACKFILL,
+        {
+            "params": {
+                "selector": {
+                    "partitionSetName": f"{INGESTION_JOB}_partition_set",
+                    "repositorySelector": LOCATION,
+                },
+                "partitionNames": week,
+            }
+        },
+    )["launchPartitionBackfill"]
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill_id = launched["backfillId"]
+
+    sensor_runs = stack.wait_for(
+        lambda: succeeded(stack.runs(pipelineName=DAILY_JOB), 4),
+        600,
+        "the 4 sensor runs to succeed",
+    )
+    assert sorted(r["tags"]["dagster/partition"] for r in sensor_runs) == sorted(
+        [day(0), day(1), day(1), day(2)]
+    )
+    backfill_runs = stack.wait_for(
+        lambda: succeeded(stack.runs(tags=[{"key": "dagster/backfill", "value": backfill_id}]), 7),
+        600,
+        "the 7-day backfill",
+    )
+    assert sorted(r["tags"]["dagster/partition"] for r in backfill_runs) == week
+    assert {r["jobName"] for r in backfill_runs} == {INGESTION_JOB}
+    stack.wait_for(
+        lambda: (
+            stack.graphql(BACKFILL_QUERY, {"id": backfill_id})["partitionBackfillOrError"]["status"]
+            in ("COMPLETED", "COMPLETED_SUCCESS")
+        ),
+        120,
+        "the backfill to be marked complete",
+    )
+    lake = stack.lake / "synthetic"
+    for offset in range(3):
+        assert (lake / "evaluation_report" / f"{day(offset)}.json").is_file()
+    for partition in week:
+        assert (lake / "features" / f"{partition}.parquet").is_file()
+
+    # The sensor was off: only the backfill ran the week. And the queue kept its limits.
+    everything = stack.runs()
+    assert len(everything) == 4 + 7
+    assert overlapping(sensor_runs) == [], "two training runs ran at once"
+    for partition in {r["tags"]["dagster/partition"] for r in everything}:
+        same_day = [r for r in everything if r["tags"]["dagster/partition"] == partition]
+        assert overlapping(same_day) == [], f"two runs of {partition} ran at once"
+    for run in everything:
+        at_once = [r for r in everything if r["startTime"] <= run["startTime"] < r["endTime"]]
+        assert len(at_once) <= 2, "more than 2 runs at once"

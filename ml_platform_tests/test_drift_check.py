@@ -1,0 +1,113 @@
+"""The drift check in the graph: per partition, report stored, WARN by default, ERROR blocking;
+and the feature profile recorded on every features partition."""
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from ml_platform.contracts.model import BUNDLED_DIR, parse_contract
+from ml_platform.drift.checks import FEATURES_DRIFT_CHECK
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
+from ml_platform.storage import serialise
+from ml_platform.validation.schema import type_rows
+from ml_platform_tests.conftest import Platform, days_from
+
+DAYS = days_from("2024-01-01", 4)
+
+
+def blocking_on_x2(tmp_path: Path):
+    """The synthetic contract with x2 marked blocking; x1 keeps the default (warn)."""
+    text = (BUNDLED_DIR / "synthetic.yaml").read_text()
+    text += "  features:\n    x2: {blocking: true}\n"
+    return parse_contract(text, str(tmp_path / "synthetic.yaml"))
+
+
+def store_validated(platform: Platform, day: str, drift: Drift | None = None) -> None:
+    """Put a day's typed rows in the lake as validated_data, as if the quality gate had run.
+
+    The gate (Great Expectations) is tested on its own; here it would only add seconds a day.
+    """
+    contract = platform.contract
+    frame = generate_day(
+        dt.date.fromisoformat(day), seed=contract.source.seed, rows=1000, drift=drift
+    )
+    raw = read_landed_file(file_bytes(frame), "day.csv", day, ["segment"])
+    io_manager = platform.defs.resources["io_manager"]
+    key = io_manager.key(dg.AssetKey("validated_data"), day, "parquet")
+    io_manager.storage.write_bytes(key, serialise(type_rows(raw, contract, day), "parquet"))
+
+
+def run(platform: Platform, day: str, selection: list[str]) -> dg.ExecuteInProcessResult:
+    defs = platform.defs
+    return dg.materialize(
+        [*(defs.assets or []), *(defs.asset_checks or [])],
+        partition_key=day,
+        resources=defs.resources,
+        instance=platform.instance,
+        selection=selection,
+        raise_on_error=False,
+    )
+
+
+def drift_check(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
+    (evaluation,) = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == FEATURES_DRIFT_CHECK
+    ]
+    return evaluation
+
+
+def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path):
+    platform = Platform(blocking_on_x2(tmp_path), tmp_path)
+    graph = platform.defs.resolve_asset_graph()
+    spec = graph.get_check_spec(dg.AssetCheckKey(dg.AssetKey("features"), FEATURES_DRIFT_CHECK))
+    assert spec.blocking and spec.partitions_def is not None
+
+    for day in DAYS[:3]:
+        store_validated(platform, day)
+    day_one = run(platform, DAYS[0], ["features"])
+    first = drift_check(day_one)
+    assert first.passed and "not evaluated" in first.description  # nothing before day 1
+    profile = day_one.asset_materializations_for_node("features")[0].metadata
+    assert profile["profile/x1/count"].value == 1000
+    assert profile["profile/x4/nulls"].value > 0  # x4 has about 2 % missing values
+    assert profile["profile/segment/distinct"].value == 3
+    assert {f"profile/x2/{s}" for s in ("mean", "std", "min", "p05", "p50", "p95", "max")} <= set(
+        profile
+    )
+    for day in DAYS[1:3]:
+        check = drift_check(run(platform, day, ["features"]))
+        assert check.passed, check.description
+        assert check.metadata["reference_days"].value == DAYS.index(day)
+
+    # x1 drifts and is not blocking: the check fails at WARN and the model still trains.
+    store_validated(platform, DAYS[3], Drift("x1", 1.0, dt.date.fromisoformat(DAYS[3])))
+    warned = run(platform, DAYS[3], ["features", "model"])
+    check = drift_check(warned)
+    assert warned.success and not check.passed
+    assert check.severity == dg.AssetCheckSeverity.WARN
+    assert check.description.startswith("1 of 7 feature(s) drifted on 2024-01-04")
+    assert "x1 (KS D" in check.description and "reference sd" in check.description
+    assert check.metadata["reference_partitions"].value == DAYS[:3]
+    assert check.metadata["drift_share"].value == 1 / 7
+    report = json.loads(Path(check.metadata["report_json"].value).read_text())
+    assert report["partition"] == DAYS[3] and report["drifting_features"] == ["x1"]
+    assert report["features"][0]["n_current"] == 1000
+    assert "data:image/png;base64," in check.metadata["report"].value
+    assert Path(check.metadata["report_markdown"].value).read_text() == (
+        check.metadata["report"].value
+    )
+    assert warned.asset_materializations_for_node("model")
+
+    # The day is redone with x2 shifted: x2 is blocking, so the check fails at ERROR and the
+    # day's model does not run.
+    store_validated(platform, DAYS[3], Drift("x2", 1.0, dt.date.fromisoformat(DAYS[3])))
+    blocked = run(platform, DAYS[3], ["features", "model"])
+    check = drift_check(blocked)
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert "x2 is blocking" in check.description
+    assert not blocked.asset_materializations_for_node("model")
+    report = json.loads(Path(check.metadata["report_json"].value).read_text())
+    assert report["drifting_features"] == ["x2"]  # the rerun replaced the day's report

@@ -1,0 +1,210 @@
+"""Training that survives SIGKILL, the loss-plateau check, promotion against the champion, and
+the registry's versions, aliases and lineage manifests."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import yaml
+
+from ml_platform.contracts import load_contract
+from ml_platform.contracts.model import bundled_contracts
+from ml_platform.registry.store import ModelRegistry
+from ml_platform.storage import LocalStorage, deserialise
+from ml_platform.training.assets import LOSS_PLATEAU_CHECK
+from ml_platform.training.model import data_version
+from ml_platform_tests.conftest import REPO, Platform, days_from
+
+DAYS = days_from("2024-01-01", 3)
+DAILY = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
+
+
+def write_contract(tmp_path, name: str, rows: int = 1000, training=None, evaluation=None):
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    document["source"]["rows_per_day"] = rows
+    document["quality"]["row_count"] = {"min": 1, "max": rows + 1}
+    document["training"].update(training or {})
+    document["evaluation"].update(evaluation or {})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def registry_of(platform: Platform) -> ModelRegistry:
+    return ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), platform.contract.name)
+
+
+KILL_SCRIPT = """
+import sys
+from pathlib import Path
+from ml_platform.contracts import load_contract
+from ml_platform_tests.conftest import Platform
+platform = Platform(load_contract(sys.argv[1]), Path(sys.argv[2]))
+result = platform.materialize(sys.argv[3], selection=["model"])
+sys.exit(0 if result.success else 1)
+"""
+
+
+def test_training_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(tmp_path):
+    # Enough rows and epochs (no early stop) that training lasts a few seconds.
+    path = write_contract(tmp_path, "big", rows=20000, training={"max_epochs": 25, "patience": 25})
+    contract = load_contract(path)
+    killed = Platform(contract, tmp_path / "killed")
+    clean = Platform(contract, tmp_path / "clean")
+    for platform in (killed, clean):
+        platform.land(DAYS[0], 3)
+        for day in DAYS:
+            assert platform.materialize(day, selection=DAILY[:3]).success
+
+    checkpoint = killed.lake_dir / "synthetic" / "checkpoints" / "model" / f"{DAYS[2]}.joblib"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(path), str(tmp_path / "killed"), DAYS[2]],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    deadline = time.monotonic() + 240
+    epoch = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if checkpoint.exists():
+            epoch = deserialise(checkpoint.read_bytes(), "joblib").epoch
+            if epoch >= 3:
+                break
+        time.sleep(0.02)
+    assert proc.poll() is None, "training finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    killed_at = deserialise(checkpoint.read_bytes(), "joblib").epoch
+    assert 3 <= killed_at < 25
+
+    resumed = killed.materialize(DAYS[2], selection=["model"])
+    uninterrupted = clean.materialize(DAYS[2], selection=["model"])
+
+    assert resumed.success and uninterrupted.success
+    meta = resumed.asset_materializations_for_node("model")[0].metadata
+    assert meta["resumed_from_epoch"].value == killed_at > 0
+    assert (
+        uninterrupted.asset_materializations_for_node("model")[0]
+        .metadata["resumed_from_epoch"]
+        .value
+        == 0
+    )
+    assert not checkpoint.exists(), "a finished model's checkpoint is cleaned up"
+    features = pd.read_parquet(killed.stored("features", DAYS[2], "parquet"))
+    model_a = deserialise(killed.stored("model", DAYS[2], "joblib").read_bytes(), "joblib")
+    model_b = deserialise(clean.stored("model", DAYS[2], "joblib").read_bytes(), "joblib")
+    pd.testing.assert_series_equal(model_a.predict(features), model_b.predict(features))
+    assert model_a.history == model_b.history
+
+
+def test_loss_plateau_warns_on_a_stalled_run_and_not_on_a_normal_one(tmp_path):
+    stalled = Platform(
+        # A learning rate next to zero, a classic slip: the loss stays flat from the start.
+        load_contract(write_contract(tmp_path, "stalled", training={"eta0": 1e-9, "patience": 8})),
+        tmp_path / "stalled",
+    )
+    normal = Platform(load_contract("synthetic"), tmp_path / "normal")
+    verdicts = {}
+    for name, platform in (("stalled", stalled), ("normal", normal)):
+        platform.land(DAYS[0], 1)
+        result = platform.materialize(DAYS[0], selection=DAILY[:4])
+        assert result.success
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        verdicts[name] = checks[LOSS_PLATEAU_CHECK]
+    assert not verdicts["stalled"].passed
+    assert "has not improved for 5 epochs" in verdicts["stalled"].description
+    assert verdicts["normal"].passed, verdicts["normal"].description
+
+
+def test_a_worse_candidate_stays_challenger_and_a_better_one_is_promoted(tmp_path):
+    # Same dataset and lake, two trainers: a good one and one crippled by regularisation whose
+    # models still pass the (lowered) value thresholds.
+    lenient = {"value_thresholds": {"r2": 0.0}}
+    good = Platform(
+        load_contract(write_contract(tmp_path, "good", evaluation=lenient)), tmp_path / "lake"
+    )
+    weak = Platform(
+        load_contract(
+            write_contract(tmp_path, "weak", training={"alpha": 1.0}, evaluation=lenient)
+        ),
+        tmp_path / "lake",
+    )
+    good.land(DAYS[0], 3)
+    registry = registry_of(good)
+
+    assert weak.materialize(DAYS[0]).success  # the first model: no champion to beat
+    assert registry.alias("champion") == f"daily-{DAYS[0]}"
+    assert good.materialize(DAYS[1]).success
+    assert registry.alias("champion") == f"daily-{DAYS[1]}"
+    worse = weak.materialize(DAYS[2])
+    assert worse.success
+    report = worse.asset_materializations_for_node("evaluation_report")[0].metadata
+    assert report["decision"].value == "challenger"
+    assert report["rmse"].value > report["champion_rmse"].value
+    assert registry.alias("champion") == f"daily-{DAYS[1]}"
+    assert registry.alias("challenger") == f"daily-{DAYS[2]}"
+    moves = [(h["alias"], h["version"]) for h in registry.history()]
+    assert moves == [
+        ("champion", f"daily-{DAYS[0]}"),
+        ("champion", f"daily-{DAYS[1]}"),
+        ("challenger", f"daily-{DAYS[2]}"),
+    ]
+    moved_at = pd.Timestamp(registry.history()[1]["at"]).to_pydatetime()
+    assert registry.alias_at("champion", moved_at) == f"daily-{DAYS[1]}"
+
+
+def test_a_candidate_below_the_value_thresholds_is_not_registered(tmp_path):
+    strict = {"value_thresholds": {"r2": 0.999}}
+    platform = Platform(
+        load_contract(write_contract(tmp_path, "strict", evaluation=strict)), tmp_path
+    )
+    platform.land(DAYS[0], 1)
+    result = platform.materialize(DAYS[0])
+    assert not result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert not checks["promotion_verdict"].passed
+    assert "reject" in checks["promotion_verdict"].description
+    assert registry_of(platform).versions() == []
+
+
+def test_rerunning_a_day_keeps_one_version_whose_manifest_names_its_inputs(tmp_path):
+    platform = Platform(load_contract("synthetic"), tmp_path)
+    platform.land(DAYS[0], 3)
+    for day in DAYS:
+        assert platform.materialize(day).success
+    assert platform.materialize(DAYS[2]).success
+
+    registry = registry_of(platform)
+    assert registry.versions() == [f"daily-{day}" for day in DAYS]
+    manifest = registry.manifest(f"daily-{DAYS[2]}")
+    assert manifest["input_partitions"] == DAYS
+    for day in DAYS:
+        frame = pd.read_parquet(platform.stored("features", day, "parquet"))
+        assert manifest["input_data_versions"][day] == data_version(frame)
+    assert manifest["git_commit"] and manifest["python"] and manifest["packages"]["dagster"]
+    assert manifest["lock_sha256"] and manifest["hyperparameters"]["alpha"] == 1e-4
+    assert len([h for h in registry.history() if h["version"] == f"daily-{DAYS[2]}"]) <= 1
+
+
+def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch, capsys):
+    from ml_platform.cli import main
+
+    platform = Platform(load_contract("synthetic"), tmp_path)
+    platform.land(DAYS[0], 2)
+    for day in DAYS[:2]:
+        assert platform.materialize(day).success
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(platform.lake_dir))
+    landed = platform.landing_dir / f"synthetic_{DAYS[1]}.csv"
+    out = tmp_path / "scored.csv"
+
+    assert main(["score", str(landed), "--output", str(out)]) == 0
+
+    champion = registry_of(platform).alias("champion")
+    assert f"1000 rows scored by {champion}" in capsys.readouterr().out
+    scored = pd.read_csv(out)
+    # Real predictions: close to the targets, and not a constant.
+    error = (scored["prediction"] - scored["target"]).abs().mean()
+    assert error < 1.0 and scored["prediction"].std() > 1.0

@@ -1,0 +1,376 @@
+"""The landing sensor's cursor, on a local directory and on a real S3 API server on 127.0.0.1.
+
+Edge cases: same modification time, overwrite, deletion, files that fit no partition, days that
+are not partitions yet, a zone of 10 000 files walked a page per tick, and a file first seen
+after someone already materialised its day.
+"""
+
+import datetime as dt
+import logging
+import os
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from moto.server import ThreadedMotoServer
+
+from ml_platform.automation.alerts import Notifier
+from ml_platform.automation.sensors import (
+    LANDED_FILE_TAG,
+    LANDED_VERSION_TAG,
+    LandingCursor,
+    build_landing_sensor,
+)
+from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.model import bundled_contracts
+from ml_platform.ingestion.landing import LandingStore, LandingZone, S3LandingZone
+from ml_platform.partitions import daily_partitions
+
+SYNTHETIC = load_contract("synthetic")
+JOB = "daily_pipeline_job"
+DAY_AGO = time.time() - 86_400
+
+
+def synthetic_name(day: str) -> str:
+    return f"synthetic_{day}.csv"
+
+
+class Sensor:
+    """A landing sensor over a zone, evaluated tick by tick as the daemon would."""
+
+    def __init__(self, zone: LandingStore, contract: Contract = SYNTHETIC, **options):
+        self.zone = zone
+        self.definition = build_landing_sensor(contract, daily_partitions(contract), JOB, **options)
+        self.instance = dg.DagsterInstance.ephemeral()
+        self.cursor: str | None = None
+        self.notifier = Notifier()
+
+    def tick(self) -> dg.SensorResult:
+        context = dg.build_sensor_context(
+            instance=self.instance,
+            cursor=self.cursor,
+            resources={"landing": self.zone, "notifier": self.notifier},
+        )
+        result = self.definition(context)
+        assert isinstance(result, dg.SensorResult)
+        self.cursor = result.cursor
+        return result
+
+    def requested(self) -> list[str]:
+        return [r.partition_key for r in self.tick().run_requests or []]
+
+
+def write(zone_dir: Path, name: str, data: bytes = b"a,b\n1,2\n", mtime: float | None = None):
+    zone_dir.mkdir(parents=True, exist_ok=True)
+    path = zone_dir / name
+    path.write_bytes(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+@pytest.fixture
+def local(tmp_path):
+    directory = tmp_path / "landing"
+    directory.mkdir()
+    return directory, Sensor(LandingZone(base_dir=str(directory)))
+
+
+def test_new_files_run_their_days_once(local):
+    directory, sensor = local
+    for day in ["2024-01-03", "2024-01-01", "2024-01-02"]:
+        write(directory, synthetic_name(day))
+
+    result = sensor.tick()
+
+    requests = result.run_requests or []
+    assert [r.partition_key for r in requests] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    first = requests[0]
+    stat = (directory / synthetic_name("2024-01-01")).stat()
+    version = f"{stat.st_mtime_ns}-{stat.st_size}"
+    assert first.run_key == f"2024-01-01|synthetic_2024-01-01.csv|{version}"
+    assert first.tags[LANDED_FILE_TAG] == str(directory / "synthetic_2024-01-01.csv")
+    assert first.tags[LANDED_VERSION_TAG] == version
+    assert sensor.requested() == []
+    assert sensor.requested() == []
+
+
+def test_an_overwritten_file_reruns_exactly_its_day_with_a_new_run_key(local):
+    directory, sensor = local
+    for day in ["2024-01-01", "2024-01-02", "2024-01-03"]:
+        write(directory, synthetic_name(day), mtime=DAY_AGO)
+    first = {r.partition_key: r.run_key for r in sensor.tick().run_requests or []}
+
+    write(directory, synthetic_name("2024-01-02"), b"a,b\n1,3\n")  # corrected, mtime now
+    again = sensor.tick().run_requests or []
+
+    assert [r.partition_key for r in again] == ["2024-01-02"]
+    assert again[0].run_key != first["2024-01-02"]
+    assert sensor.requested() == []
+
+
+def test_files_sharing_one_modification_time_are_each_handled_once(local):
+    directory, sensor = local
+    stamp = time.time() - 60
+    write(directory, synthetic_name("2024-01-02"), mtime=stamp)
+    assert sensor.requested() == ["2024-01-02"]
+
+    # Lands later with the same mtime, and sorts *before* the file already handled: a cursor
+    # of (mtime, key) alone would skip it.
+    write(directory, synthetic_name("2024-01-01"), mtime=stamp)
+    assert sensor.requested() == ["2024-01-01"]
+
+    # Same mtime, different content (size): a new version.
+    write(directory, synthetic_name("2024-01-02"), b"a,b\n1,2\n3,4\n", mtime=stamp)
+    assert sensor.requested() == ["2024-01-02"]
+    assert sensor.requested() == []
+
+
+def test_a_file_older_than_the_watermark_and_unchanged_is_never_rerun(local):
+    directory, sensor = local
+    write(directory, synthetic_name("2024-01-01"), mtime=DAY_AGO)
+    assert sensor.requested() == ["2024-01-01"]
+    cursor = LandingCursor.loads(sensor.cursor)
+    assert cursor.watermark is not None
+    # Remembered only while it could still look new; the watermark covers it after that.
+    assert cursor.seen == {}
+    for _ in range(3):
+        assert sensor.requested() == []
+
+
+def test_deleted_files_do_nothing(local):
+    directory, sensor = local
+    for day in ["2024-01-01", "2024-01-02"]:
+        write(directory, synthetic_name(day))
+    assert sensor.requested() == ["2024-01-01", "2024-01-02"]
+
+    (directory / synthetic_name("2024-01-01")).unlink()
+
+    assert sensor.requested() == []
+    # Landing it again is a new delivery.
+    write(directory, synthetic_name("2024-01-01"), b"a,b\n5,6\n")
+    assert sensor.requested() == ["2024-01-01"]
+
+
+def test_files_being_written_are_not_listed(local):
+    directory, sensor = local
+    write(directory, ".synthetic_2024-01-01.csv.abc.tmp")
+    assert sensor.requested() == []
+
+
+def test_a_file_without_a_valid_date_is_logged_and_alerted_not_skipped(local, caplog):
+    directory, sensor = local
+    write(directory, "synthetic_2024-13-45.csv")
+    write(directory, "notes.txt")
+    write(directory, synthetic_name("2023-12-31"))  # before the first partition
+    write(directory, synthetic_name("2024-01-01"))
+
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        result = sensor.tick()
+
+    assert [r.partition_key for r in result.run_requests or []] == ["2024-01-01"]
+    alerts = [r.getMessage() for r in caplog.records if r.name == "ml_platform.alerts"]
+    assert len(alerts) == 1
+    assert '"rule": "landing_misfit"' in alerts[0]
+    assert '"severity": "WARNING"' in alerts[0]
+    assert "3 landed file(s) fit no partition of synthetic" in alerts[0]
+    for name in ["synthetic_2024-13-45.csv", "notes.txt", "synthetic_2023-12-31.csv"]:
+        assert name in alerts[0]
+    assert "no parsable date" in alerts[0]
+    assert "before the first partition 2024-01-01" in alerts[0]
+    assert "docs/runbook.md#landing-file-fits-no-partition" in alerts[0]
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        assert sensor.tick().run_requests == []
+    assert not [r for r in caplog.records if r.name == "ml_platform.alerts"]
+
+
+def test_a_day_that_is_not_a_partition_yet_waits_until_it_is(local):
+    directory, sensor = local
+    tomorrow = (dt.datetime.now(dt.UTC).date() + dt.timedelta(days=1)).isoformat()
+    write(directory, synthetic_name(tomorrow))
+
+    assert sensor.requested() == []
+    assert synthetic_name(tomorrow) in LandingCursor.loads(sensor.cursor).pending
+
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=2)
+    with dg.partition_loading_context(effective_dt=later):
+        assert sensor.requested() == [tomorrow]
+    assert LandingCursor.loads(sensor.cursor).pending == {}
+    assert sensor.requested() == []
+
+
+def test_turning_the_sensor_on_does_not_rerun_days_already_materialised(local):
+    directory, sensor = local
+    write(directory, synthetic_name("2024-01-01"), mtime=DAY_AGO)
+    write(directory, synthetic_name("2024-01-02"), mtime=DAY_AGO)
+    sensor.instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key="raw_data", partition="2024-01-01")
+    )
+
+    assert sensor.requested() == ["2024-01-02"]
+    # A corrected file for the materialised day still reruns it.
+    write(directory, synthetic_name("2024-01-01"), b"a,b\n7,8\n")
+    assert sensor.requested() == ["2024-01-01"]
+
+
+def contract_from(tmp_path: Path, start: str) -> Contract:
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    document["partitions"]["start_date"] = start
+    path = tmp_path / "synthetic_long.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_contract(path)
+
+
+def test_ten_thousand_local_files_are_walked_a_page_per_tick(tmp_path):
+    contract = contract_from(tmp_path, "1990-01-01")
+    directory = tmp_path / "landing"
+    directory.mkdir()
+    first = dt.date(1990, 1, 1)
+    days = [(first + dt.timedelta(days=i)).isoformat() for i in range(10_000)]
+    for day in days:
+        write(directory, synthetic_name(day), b"x", mtime=DAY_AGO)
+    sensor = Sensor(
+        LandingZone(base_dir=str(directory)), contract, page_size=1000, pages_per_tick=1
+    )
+
+    requested: list[str] = []
+    durations = []
+    for _ in range(10):
+        started = time.perf_counter()
+        result = sensor.tick()
+        durations.append(time.perf_counter() - started)
+        requested += [r.partition_key for r in result.run_requests or []]
+        assert len(result.run_requests or []) == 1000
+
+    assert requested == days
+    assert max(durations) < 2.0, durations
+    cursor = LandingCursor.loads(sensor.cursor)
+    assert cursor.walk is None and cursor.watermark is not None
+    # A second walk finds nothing new, still a page per tick, and the cursor stays small.
+    for _ in range(10):
+        assert sensor.requested() == []
+    assert len(sensor.cursor or "") < 2_000
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    """A real S3 API (moto in server mode) on 127.0.0.1, with test credentials."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def s3_zone(s3_endpoint, request):
+    bucket = f"landing-{request.node.name.replace('_', '-')[:40].lower()}"
+    zone = S3LandingZone(url=f"s3://{bucket}/incoming", endpoint_url=s3_endpoint)
+    zone.client().create_bucket(Bucket=bucket)
+    return zone
+
+
+def put(zone: S3LandingZone, name: str, data: bytes = b"a,b\n1,2\n") -> None:
+    zone.client().put_object(Bucket=zone.bucket, Key=zone.prefix + name, Body=data)
+
+
+def test_s3_new_overwritten_unchanged_and_deleted_objects(s3_zone):
+    sensor = Sensor(s3_zone)
+    for day in ["2024-01-01", "2024-01-02", "2024-01-03"]:
+        put(s3_zone, synthetic_name(day))
+    put(s3_zone, "synthetic_20240104.csv")  # no valid date
+
+    first = sensor.tick().run_requests or []
+    assert [r.partition_key for r in first] == ["2024-01-01", "2024-01-02", "2024-01-03"]
+    etag = first[1].tags[LANDED_VERSION_TAG]
+    assert first[1].run_key == f"2024-01-02|synthetic_2024-01-02.csv|{etag}"
+    assert (
+        first[1].tags[LANDED_FILE_TAG] == f"s3://{s3_zone.bucket}/incoming/synthetic_2024-01-02.csv"
+    )
+    assert sensor.requested() == []
+
+    put(s3_zone, synthetic_name("2024-01-02"), b"a,b\n9,9\n")  # corrected
+    again = sensor.tick().run_requests or []
+    assert [r.partition_key for r in again] == ["2024-01-02"]
+    assert again[0].run_key != first[1].run_key
+
+    # Uploaded again with the same bytes: a new LastModified, the same ETag, nothing to do.
+    put(s3_zone, synthetic_name("2024-01-02"), b"a,b\n9,9\n")
+    assert sensor.requested() == []
+
+    s3_zone.client().delete_object(Bucket=s3_zone.bucket, Key="incoming/synthetic_2024-01-01.csv")
+    assert sensor.requested() == []
+
+
+def test_s3_reads_a_landed_object_and_names_a_missing_one(s3_zone):
+    put(s3_zone, synthetic_name("2024-01-01"), b"x,y\n")
+    assert s3_zone.read_bytes(synthetic_name("2024-01-01"), "2024-01-01") == b"x,y\n"
+    assert s3_zone.file_names() == [synthetic_name("2024-01-01")]
+    with pytest.raises(
+        FileNotFoundError,
+        match="No landed file for partition 2024-01-09: "
+        "expected s3://.*/incoming/synthetic_2024-01-09.csv",
+    ):
+        s3_zone.read_bytes(synthetic_name("2024-01-09"), "2024-01-09")
+
+
+def test_ten_thousand_s3_objects_keep_each_tick_short(s3_zone, tmp_path):
+    from moto.s3.models import s3_backends
+
+    contract = contract_from(tmp_path, "1990-01-01")
+    first = dt.date(1990, 1, 1)
+    days = [(first + dt.timedelta(days=i)).isoformat() for i in range(10_000)]
+    # Seeded straight into the server's store: 10 000 PUTs over HTTP would take minutes. Every
+    # listing below still goes through the S3 API over HTTP.
+    backend = s3_backends["123456789012"]["aws"]
+    for day in days:
+        backend.put_object(s3_zone.bucket, f"incoming/{synthetic_name(day)}", b"x")
+    sensor = Sensor(s3_zone, contract, page_size=1000, pages_per_tick=2)
+
+    requested: list[str] = []
+    durations = []
+    for _ in range(5):
+        started = time.perf_counter()
+        result = sensor.tick()
+        durations.append(time.perf_counter() - started)
+        requested += [r.partition_key for r in result.run_requests or []]
+
+    assert requested == days
+    assert LandingCursor.loads(sensor.cursor).walk is None
+    # Two ListObjectsV2 pages per tick, never the whole bucket.
+    assert max(durations) < 10.0, durations
+
+
+def test_the_landing_zone_is_chosen_by_configuration(monkeypatch, tmp_path):
+    from ml_platform.definitions import defs
+
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
+    monkeypatch.setenv("ML_PLATFORM_LANDING_DIR", str(tmp_path))
+    monkeypatch.delenv("ML_PLATFORM_LANDING_URL", raising=False)
+    assert isinstance(defs().resources["landing"], LandingZone)
+
+    monkeypatch.setenv("ML_PLATFORM_LANDING_URL", "s3://deliveries/flights/daily")
+    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+    landing = defs().resources["landing"]
+    assert isinstance(landing, S3LandingZone)
+    # Variables, not values: the UI shows where the configuration comes from.
+    assert landing.url == dg.EnvVar("ML_PLATFORM_LANDING_URL")
+    resolved = landing.process_config_and_initialize()
+    assert (resolved.bucket, resolved.prefix) == ("deliveries", "flights/daily/")
+    assert resolved.endpoint_url == "http://127.0.0.1:9000"
+
+    monkeypatch.setenv("ML_PLATFORM_LANDING_URL", "https://deliveries/flights")
+    with pytest.raises(ValueError, match="ML_PLATFORM_LANDING_URL='https://deliveries/flights'"):
+        defs()
