@@ -25,6 +25,7 @@ from ml_platform.automation.classify import (
     classify_failure,
 )
 from ml_platform.automation.sensors import AlertsCursor, build_run_alerts_sensor, run_outcome
+from ml_platform_tests.conftest import REPO
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 BEHAVIOUR: dict[str, object] = {"fail": None, "drift": False}
@@ -336,3 +337,33 @@ def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
     assert resolved.smtp_port == 2525
     assert resolved.run_url("abc") == "http://dagster.internal:3000/runs/abc"
     assert resolved.paging_sinks() == ["webhook"]
+
+
+def test_warning_checks_of_the_platform_link_their_runbook_sections():
+    from ml_platform.automation.alerts import check_anchor
+    from ml_platform.drift.checks import FEATURES_DRIFT_CHECK
+    from ml_platform.ingestion.assets import SCHEMA_CHANGE_CHECK
+    from ml_platform.training.assets import LOSS_PLATEAU_CHECK, UTILISATION_CHECK
+
+    assert check_anchor(FEATURES_DRIFT_CHECK) == "drift"
+    assert check_anchor(LOSS_PLATEAU_CHECK) == "loss-plateau"
+    assert check_anchor(UTILISATION_CHECK) == "low-utilisation"
+    assert check_anchor(SCHEMA_CHANGE_CHECK) == "warning-check"
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    headings = {
+        line[3:].strip().lower().replace(" ", "-")
+        for line in runbook.splitlines()
+        if line.startswith("## ")
+    }
+    for anchor in [
+        "drift",
+        "loss-plateau",
+        "low-utilisation",
+        "warning-check",
+        "failed-3-times-in-a-row",
+        "data-failure",
+        "software-failure",
+        "landing-file-fits-no-partition",
+        "alert-delivery-failed",
+    ]:
+        assert anchor in headings, anchor

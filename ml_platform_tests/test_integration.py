@@ -72,7 +72,7 @@ def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(use
     good = materialize("2013-01-01")
     assert good.returncode == 0, good.stderr[-3000:]
     lake = Path(user_env["ML_PLATFORM_LAKE_DIR"]) / "flights"
-    assert sorted(p.name for p in lake.iterdir()) == sorted(ALL_ASSETS)
+    assert set(ALL_ASSETS) <= {p.name for p in lake.iterdir()}
 
     missing = materialize("2013-01-05")
     assert missing.returncode != 0

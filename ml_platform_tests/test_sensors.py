@@ -211,8 +211,15 @@ def test_turning_the_sensor_on_does_not_rerun_days_already_materialised(local):
         dg.AssetMaterialization(asset_key="raw_data", partition="2024-01-01")
     )
 
+    # As `make run` does: land a day and materialise it at once.
+    write(directory, synthetic_name("2024-01-03"))
+    time.sleep(1.1)  # the local zone's mtime slack
+    sensor.instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key="raw_data", partition="2024-01-03")
+    )
+
     assert sensor.requested() == ["2024-01-02"]
-    # A corrected file for the materialised day still reruns it.
+    # A corrected file for a materialised day still reruns it.
     write(directory, synthetic_name("2024-01-01"), b"a,b\n7,8\n")
     assert sensor.requested() == ["2024-01-01"]
 

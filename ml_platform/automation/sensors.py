@@ -156,17 +156,22 @@ def walk_landing(
 
 
 def materialised_after(
-    instance: dg.DagsterInstance, asset_key: dg.AssetKey, day: str, modified: float
+    instance: dg.DagsterInstance,
+    asset_key: dg.AssetKey,
+    day: str,
+    modified: float,
+    slack_seconds: float,
 ) -> bool:
-    """Whether `asset_key` was materialised for `day` after the file was last modified.
+    """Whether `asset_key` was materialised for `day` after the file became readable.
 
     Then that materialisation read this very file (a replacement would be newer), so a file
-    found when the sensor is first turned on does not rerun a day someone already ran.
+    found when the sensor is first turned on does not rerun a day someone already ran (e.g.
+    the days `make run` landed and materialised).
     """
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[day]), limit=1
     ).records
-    return bool(records) and records[0].timestamp > modified + SLACK_SECONDS
+    return bool(records) and records[0].timestamp > modified + slack_seconds
 
 
 def build_landing_sensor(
@@ -226,7 +231,9 @@ def build_landing_sensor(
         # One query for the days that have any materialisation; only those need a closer look.
         done = context.instance.get_materialized_partitions(first_key) if first_walk else set()
         for day, obj in sorted(ready, key=lambda pair: pair[0]):
-            if day in done and materialised_after(context.instance, first_key, day, obj.modified):
+            if day in done and materialised_after(
+                context.instance, first_key, day, obj.modified, landing.modified_slack_seconds()
+            ):
                 context.log.info(f"{obj.name}: {day} was materialised from this file already")
                 continue
             requests.append(

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import dagster as dg
 import pandas as pd
 
+from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     holdout_of,
@@ -38,6 +39,7 @@ def build_evaluation_report(
         group_name="evaluation",
         kinds={"scikitlearn", "json"},
         metadata={FORMAT_KEY: "json"},
+        retry_policy=STORAGE_RETRY_POLICY,
         ins={"model": dg.AssetIn(key=model_name), "features": window_input(days)},
         check_specs=[
             dg.AssetCheckSpec(
@@ -65,7 +67,11 @@ def build_evaluation_report(
         """
         day = context.partition_key
         spec = contract.evaluation
-        holdout = holdout_of(model, features, contract)
+        try:
+            holdout = holdout_of(model, features, contract)
+        except ValueError as exc:
+            # The model and its window disagree: only rematerialising the model fixes that.
+            raise dg.Failure(description=str(exc), allow_retries=False) from exc
         seed = contract.training.random_seed
         candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
         registry = ModelRegistry(lake, contract.name)

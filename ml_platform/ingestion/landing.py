@@ -64,6 +64,13 @@ class LandingStore(dg.ConfigurableResource):
         """
         raise NotImplementedError
 
+    def modified_slack_seconds(self) -> float:
+        """Seconds by which a file's last-modified time can precede its content being readable.
+
+        Clock skew between the storage and the hosts that run the steps included.
+        """
+        raise NotImplementedError
+
     def missing(self, file_name: str, partition: str) -> "MissingLandingFileError":
         """The error for a day whose file has not landed, saying what to do about it."""
         return MissingLandingFileError(
@@ -95,6 +102,10 @@ class LandingZone(LandingStore):
         if not base.is_dir():
             return []
         return sorted(p.name for p in base.iterdir() if p.is_file() and not p.name.startswith("."))
+
+    def modified_slack_seconds(self) -> float:
+        """One second: files are renamed into place, so their mtime is their last write."""
+        return 1.0
 
     def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
         """Up to `limit` files after `after` in name order, each with its mtime and size.
@@ -173,6 +184,10 @@ class S3LandingZone(LandingStore):
                 "s3", endpoint_url=self.endpoint_url, region_name=self.region_name, config=config
             )
         return self._client
+
+    def modified_slack_seconds(self) -> float:
+        """Five minutes: LastModified is when an upload began, on the storage's clock."""
+        return 300.0
 
     def path_for(self, file_name: str) -> str:
         """The s3:// URI of a landed file of this name."""

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.registry.store import ModelRegistry, environment_manifest
 from ml_platform.storage import FORMAT_KEY, LocalStorage
@@ -24,6 +25,7 @@ def build_registered_model(
         group_name="registry",
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "json"},
+        retry_policy=STORAGE_RETRY_POLICY,
         ins={"model": dg.AssetIn(key=model_name), "evaluation": dg.AssetIn(key=evaluation_name)},
         # Alias moves read and write one small file: two runs must not interleave them.
         pool="model_registry",

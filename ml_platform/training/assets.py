@@ -11,10 +11,17 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
+from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.observability import StepTelemetry, figure_markdown, new_figure
 from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LocalStorage, deserialise, serialise
-from ml_platform.training.model import Checkpoints, TrainedModel, TrainingState, train_model
+from ml_platform.training.model import (
+    Checkpoints,
+    TrainedModel,
+    TrainingDataError,
+    TrainingState,
+    train_model,
+)
 
 LOSS_PLATEAU_CHECK = "loss_plateau"
 FINITE_WEIGHTS_CHECK = "finite_weights"
@@ -168,6 +175,7 @@ def build_model(
         group_name="training",
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "joblib", "window_days": days},
+        retry_policy=STORAGE_RETRY_POLICY,
         ins={"features": window_input(days)},
         check_specs=[
             dg.AssetCheckSpec(
@@ -197,7 +205,11 @@ def build_model(
             )
 
         with StepTelemetry() as telemetry:
-            trained = train_model(features, contract, checkpoints, on_epoch=log_epoch)
+            try:
+                trained = train_model(features, contract, checkpoints, on_epoch=log_epoch)
+            except TrainingDataError as exc:
+                # Waiting cannot add a second class or more rows: fail now, without retries.
+                raise dg.Failure(description=str(exc), allow_retries=False) from exc
         yield loss_plateau_result(trained)
         weights = finite_weights_result(trained)
         yield weights
