@@ -18,7 +18,7 @@ export UV_PYTHON := $(PYTHON)
 UV := .tools/bin/uv
 VENV_STAMP := .venv/.synced
 
-.PHONY: run test env lint clean
+.PHONY: run test env lint system-packages clean
 
 env: $(VENV_STAMP)
 
@@ -45,7 +45,18 @@ lint: env
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
-test: lint
+# Services the integration tests start themselves: a PostgreSQL server (production instance
+# storage) and Chromium (what a person sees in the UI). Installed only when missing.
+SYSTEM_PACKAGES := postgresql chromium fonts-dejavu-core
+
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+test: lint system-packages
 	.venv/bin/pytest -ra --durations=15
 
 clean:
