@@ -11,7 +11,7 @@ from ml_platform.ingestion.synthetic import COEFFICIENTS, FAULTS, Drift, generat
 
 DAY = dt.date(2024, 1, 3)
 ROWS = 400
-COLUMNS = ["event_time", "x1", "x2", "x3", "x4", "amount", "segment", "target"]
+COLUMNS = ["event_time", "x1", "x2", "x3", "x4", "amount", "segment", "transaction_id", "target"]
 INPUTS = ["event_time", "x1", "x2", "x3", "x4", "amount", "segment"]
 # Standard deviations of the distributions the inputs are drawn from:
 # x1 ~ N(0, 1), x2 ~ N(5, 2), x3 ~ U(-1, 1), x4 ~ N(0, 1).

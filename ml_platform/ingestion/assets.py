@@ -1,5 +1,6 @@
 """raw_data: the landed file of each day, kept as it arrived."""
 
+import csv
 import datetime as dt
 import hashlib
 import io
@@ -37,13 +38,14 @@ def read_landed_file(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            return pd.read_csv(
+            frame = pd.read_csv(
                 io.BytesIO(data),
                 keep_default_na=False,
                 na_values=[""],
                 index_col=False,
                 dtype=dict.fromkeys(text_columns, "str"),
             )
+        _check_last_line(data, frame)
     except (
         pd.errors.ParserError,
         pd.errors.ParserWarning,
@@ -53,6 +55,25 @@ def read_landed_file(
         raise LandingFileError(
             f"{file_name} (partition {partition}) is not a readable CSV file: {exc}"
         ) from exc
+    return frame
+
+
+def _check_last_line(data: bytes, frame: pd.DataFrame) -> None:
+    """A file cut off mid-row ends with a row of fewer fields than its header.
+
+    pandas fills the missing fields with NaN, so the cut would pass as missing values. Only the
+    last line can be cut, so only it is compared with the header; the parsed last row must miss
+    those fields too (a quoted field spanning lines would otherwise look short).
+    """
+    lines = data.rstrip(b"\r\n").split(b"\n")
+    if len(lines) < 2 or frame.empty:
+        return
+    header, last = (next(csv.reader([line.decode()])) for line in (lines[0], lines[-1]))
+    if len(last) < len(header) and frame.iloc[-1, len(last) :].isna().all():
+        raise pd.errors.ParserError(
+            f"its last line has {len(last)} of the header's {len(header)} fields: "
+            "the file looks truncated"
+        )
 
 
 def schema_check_result(frame: pd.DataFrame, contract: Contract, file_name: str, partition: str):

@@ -18,6 +18,8 @@ SEGMENT_EFFECT = {"A": 0.0, "B": 1.5, "C": -1.0}
 COEFFICIENTS = {"x1": 2.0, "x2": -1.0, "x3": 0.5, "x4": 0.8}
 # Population standard deviations of the generated inputs, so a drift of k sd means the same on
 # every day whatever the sample.
+# Transaction ids are the day's ordinal times this, plus the row's position in the day.
+ID_SPAN = 10_000_000
 POPULATION_SD = {"x1": 1.0, "x2": 2.0, "x3": 1.0 / np.sqrt(3.0), "x4": 1.0}
 
 
@@ -121,6 +123,8 @@ def generate_day(
     fault: str | None = None,
 ) -> pd.DataFrame:
     """The synthetic file of `day`: the same arguments always give the same frame."""
+    if rows >= ID_SPAN:
+        raise ValueError(f"a synthetic day holds fewer than {ID_SPAN:,} rows, not {rows:,}")
     rng = np.random.default_rng([seed, day.toordinal()])
     seconds = np.sort(rng.integers(0, 24 * 3600, rows))
     event_time = pd.Timestamp(day) + pd.to_timedelta(seconds, unit="s")
@@ -133,6 +137,7 @@ def generate_day(
             "x4": rng.normal(0.0, 1.0, rows),
             "amount": rng.lognormal(3.0, 1.0, rows),
             "segment": rng.choice(SEGMENTS, rows, p=[0.5, 0.3, 0.2]),
+            "transaction_id": day.toordinal() * ID_SPAN + np.arange(1, rows + 1),
         }
     )
     frame["x4"] = frame["x4"].mask(rng.random(rows) < 0.02)

@@ -152,6 +152,9 @@ class QualityGate:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
+        # Registers GE's range metric vectorised for nullable integer columns (see the module).
+        import ml_platform.validation.ge_metrics  # noqa: F401
+
         self.contract = contract
         self.context = gx.get_context(mode="ephemeral")
         # Progress bars would land in every run's logs.
