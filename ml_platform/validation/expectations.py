@@ -8,6 +8,7 @@ GE is imported on first use (it takes seconds) and its context and suite are bui
 process and contract, then reused for every partition through suite parameters.
 """
 
+import copy
 import dataclasses
 import functools
 import json
@@ -173,19 +174,26 @@ class QualityGate:
         return len(self.suite.expectations)
 
     def validate(self, typed: pd.DataFrame, day: str) -> tuple[GateReport, Any]:
-        """Validate one day's typed rows; return the report and GE's own result object."""
+        """Validate one day's typed rows; return the report and GE's own result object.
+
+        A first pass asks GE only whether each expectation holds (BOOLEAN_ONLY), which skips
+        the unexpected-value lists, counts and row indexes of every expectation: a third to
+        two thirds of GE's time on a passing day. The failed expectations are run again in
+        full, for the sentences, the offending rows and the quarantine, with the table-level
+        ones (no row scans) whose observed values Data Docs needs to render the page.
+        """
         # Positions, not labels, identify offending rows in GE's index lists.
         frame = typed.reset_index(drop=True)
         start = pd.Timestamp(day)
+        parameters = {
+            "day_start": start,
+            "day_end": start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
+        }
         batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
         result = batch.validate(
-            self.suite,
-            expectation_parameters={
-                "day_start": start,
-                "day_end": start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
-            },
-            result_format={"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_ROWS},
+            self.suite, expectation_parameters=parameters, result_format="BOOLEAN_ONLY"
         )
+        self._detail(batch, result, parameters)
         failures = [_failure(r, len(frame)) for r in result.results if not r.success]
         report = GateReport(
             rows=len(frame),
@@ -194,6 +202,37 @@ class QualityGate:
             evaluated=len(result.results),
         )
         return report, result
+
+    def _detail(self, batch: Any, result: Any, parameters: dict) -> None:
+        """Replace failed and table-level results of `result` by complete ones, in place."""
+        import great_expectations as gx
+
+        by_id = {e.id: e for e in self.suite.expectations}
+        wanted = [r for r in result.results if _needs_detail(r)]
+        # A suite's expectations belong to it; the detail suite holds copies.
+        detail_suite = gx.ExpectationSuite(
+            name=f"{self.suite.name}_detail",
+            expectations=[copy.copy(by_id[r.expectation_config.id]) for r in wanted],
+        )
+        detail = batch.validate(
+            detail_suite,
+            expectation_parameters=parameters,
+            result_format={"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_ROWS},
+        )
+        complete = {_identity(r.expectation_config): r for r in detail.results}
+        result.results = [
+            complete[_identity(r.expectation_config)] if _needs_detail(r) else r
+            for r in result.results
+        ]
+
+
+def _needs_detail(result: Any) -> bool:
+    return not result.success or result.expectation_config.type.startswith("expect_table_")
+
+
+def _identity(config: Any) -> str:
+    """An expectation's type and arguments: what tells two expectations of a suite apart."""
+    return json.dumps([config.type, config.kwargs], sort_keys=True, default=str)
 
 
 @functools.cache
