@@ -1,0 +1,43 @@
+"""The benchmark scripts run (a few seconds each), so they never rot; no timing is asserted."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_script(name: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_baseline_script_runs_the_daily_computation_of_each_day():
+    out = json.loads(run_script("baseline.py", "--dataset", "synthetic", "--days", "3"))
+    assert out["days"] == 3
+    assert sum(out["decisions"].values()) == 3
+    assert set(out["stage_seconds"]) == {
+        "read_and_type",
+        "validate",
+        "features",
+        "train",
+        "evaluate",
+        "drift",
+    }
+
+
+def test_the_validation_benchmark_prints_a_row_per_contract_and_size():
+    out = run_script("validation_speed.py", "--rows", "1000", "--repeat", "1")
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.startswith("| synthetic") or line.startswith("| flights")
+    ]
+    assert len(rows) == 2, out
