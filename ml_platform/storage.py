@@ -154,14 +154,13 @@ def is_missing_key(exc: Exception) -> bool:
     return code in {"NoSuchKey", "404", "NotFound"}
 
 
-class S3Storage(LakeStorage):
-    """Lake storage below an S3 prefix (production; any S3-compatible endpoint).
+class S3Prefix(dg.ConfigurableResource):
+    """An S3 prefix and the client to reach it: what the S3 lake and landing zone share.
 
-    A PUT replaces an object whole, so readers see the old version or the new one, as with
-    the local directory. Credentials come from the AWS SDK's default chain, never from here.
+    Credentials come from the AWS SDK's default chain, never from this configuration.
     """
 
-    url: str = Field(description="s3://bucket/prefix of the lake")
+    url: str = Field(description="s3://bucket/prefix")
     endpoint_url: str | None = Field(
         default=None, description="S3 API endpoint; unset means AWS itself"
     )
@@ -171,12 +170,12 @@ class S3Storage(LakeStorage):
 
     @property
     def bucket(self) -> str:
-        """The bucket of the lake."""
+        """The bucket of the prefix."""
         return parse_s3_url(self.url)[0]
 
     @property
     def prefix(self) -> str:
-        """The key prefix of the lake: empty or ending with '/'."""
+        """The key prefix: empty or ending with '/'."""
         return parse_s3_url(self.url)[1]
 
     def client(self) -> Any:
@@ -185,21 +184,27 @@ class S3Storage(LakeStorage):
             self._client = s3_client(self.endpoint_url, self.region_name)
         return self._client
 
+
+class S3Storage(S3Prefix, LakeStorage):
+    """Lake storage below an S3 prefix (production; any S3-compatible endpoint).
+
+    A PUT replaces an object whole, so readers see the old version or the new one, as with
+    the local directory.
+    """
+
     def uri(self, key: str) -> str:
         """The s3:// URI of the object."""
         return f"s3://{self.bucket}/{self.prefix}{key}"
 
     def exists(self, key: str) -> bool:
-        """Whether an object is stored under `key` (one HEAD request)."""
-        from botocore.exceptions import ClientError
+        """Whether an object is stored under `key` (one listing request).
 
-        try:
-            self.client().head_object(Bucket=self.bucket, Key=self.prefix + key)
-        except ClientError as exc:
-            if is_missing_key(exc):
-                return False
-            raise
-        return True
+        Not HEAD: without an unconditional s3:ListBucket, which the least-privilege policy
+        (deploy/iam-policy.json) does not grant, AWS answers HEAD of a missing key with 403.
+        """
+        full = self.prefix + key
+        response = self.client().list_objects_v2(Bucket=self.bucket, Prefix=full, MaxKeys=1)
+        return any(item["Key"] == full for item in response.get("Contents", []))
 
     def write_bytes(self, key: str, data: bytes) -> None:
         """One PUT: S3 makes the new object visible whole or not at all."""

@@ -15,16 +15,14 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
-from pydantic import Field, PrivateAttr
 
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
 from ml_platform.storage import (
+    S3Prefix,
     is_missing_key,
-    parse_s3_url,
     require_s3_url,
-    s3_client,
     s3_options_from_env,
     write_atomically,
 )
@@ -139,36 +137,12 @@ class LandingZone(LandingStore):
         return objects, (page[-1] if more and page else None)
 
 
-class S3LandingZone(LandingStore):
+class S3LandingZone(S3Prefix, LandingStore):
     """An S3 prefix where day files land (production; any S3-compatible endpoint).
 
     Credentials come from the environment the AWS SDK reads (AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY, or an instance role), never from this configuration.
     """
-
-    url: str = Field(description="s3://bucket/prefix of the landing zone")
-    endpoint_url: str | None = Field(
-        default=None, description="S3 API endpoint; unset means AWS itself"
-    )
-    region_name: str = Field(default="us-east-1", description="region of the bucket")
-
-    _client: Any = PrivateAttr(default=None)
-
-    @property
-    def bucket(self) -> str:
-        """The bucket of the zone."""
-        return parse_s3_url(self.url)[0]
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix of the zone: empty or ending with '/'."""
-        return parse_s3_url(self.url)[1]
-
-    def client(self) -> Any:
-        """An S3 client for the configured endpoint, created once per resource instance."""
-        if self._client is None:
-            self._client = s3_client(self.endpoint_url, self.region_name)
-        return self._client
 
     def modified_slack_seconds(self) -> float:
         """Five minutes: LastModified is when an upload began, on the storage's clock."""
