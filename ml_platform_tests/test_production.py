@@ -134,29 +134,16 @@ class ProductionStack(Stack):
 
     def start(self) -> None:
         workspace = str(REPO / "deploy/workspace.yaml")
-        self._spawn("code-server", local_command(image_command(), self.code_port))
+        self.spawn("code-server", local_command(image_command(), self.code_port))
         self.wait_for(self.code_server_healthy, 120, "the code server")
-        self._spawn(
+        self.spawn(
             "webserver",
             [
                 str(BIN / "dagster-webserver"),
                 *("-h", "127.0.0.1", "-p", str(self.port), "-w", workspace),
             ],
         )
-        self._spawn("daemon", [str(BIN / "dagster-daemon"), "run", "-w", workspace])
-
-    def _spawn(self, name: str, command: list[str]) -> None:
-        with (self.logs / f"{name}.log").open("a") as log:
-            self.procs.append(
-                subprocess.Popen(
-                    command,
-                    cwd=REPO,
-                    env=self.env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+        self.spawn("daemon", [str(BIN / "dagster-daemon"), "run", "-w", workspace])
 
     def code_server_healthy(self) -> bool:
         check = subprocess.run(
