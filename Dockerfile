@@ -14,7 +14,10 @@ COPY README.md ./
 COPY ml_platform ./ml_platform
 RUN uv sync --frozen --no-dev
 
-RUN useradd --create-home --uid 10001 app
+# Webserver and daemon run from this image too (deploy/docker-compose.yaml) and read their
+# instance config from DAGSTER_HOME; the app user owns it, as nothing runs as root.
+ENV DAGSTER_HOME=/opt/dagster/home
+RUN useradd --create-home --uid 10001 app && mkdir -p $DAGSTER_HOME && chown app $DAGSTER_HOME
 USER app
 EXPOSE 4000
 CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "ml_platform.definitions"]

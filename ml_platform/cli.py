@@ -117,13 +117,12 @@ def score(args: argparse.Namespace) -> int:
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
     from ml_platform.registry.store import ModelRegistry
-    from ml_platform.storage import LocalStorage
+    from ml_platform.storage import lake_from_env
     from ml_platform.validation.schema import type_rows
 
     contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
-    registry = ModelRegistry(
-        LocalStorage(base_dir=_require_env("ML_PLATFORM_LAKE_DIR")), contract.name
-    )
+    # The code location's lake, a directory or S3; resolving it fails naming a missing variable.
+    registry = ModelRegistry(lake_from_env().process_config_and_initialize(), contract.name)
     version = args.version or registry.alias(args.alias)
     if version is None:
         raise SystemExit(f"error: alias '{args.alias}' points to no version yet")

@@ -20,7 +20,7 @@ from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.landing import landing_from_env
 from ml_platform.partitions import daily_partitions
 from ml_platform.registry.assets import build_registered_model
-from ml_platform.storage import LakeIOManager, LocalStorage
+from ml_platform.storage import LakeIOManager, lake_from_env
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
 
@@ -66,7 +66,7 @@ def build_definitions(
         ),
     ]
     assets = daily + full_retrain
-    lake = LocalStorage(base_dir=lake_dir or dg.EnvVar("ML_PLATFORM_LAKE_DIR"))
+    lake = lake_from_env(lake_dir)
     return dg.Definitions(
         assets=assets,
         asset_checks=build_drift_checks(contract, partitions),
@@ -93,6 +93,7 @@ def build_definitions(
             # A local directory, or an S3 prefix when ML_PLATFORM_LANDING_URL=s3://... is set.
             "landing": landing_from_env(landing_dir),
             "notifier": notifier_from_env(),
+            # A local directory, or an S3 prefix when ML_PLATFORM_LAKE_URL=s3://... is set.
             "lake": lake,
             "io_manager": LakeIOManager(storage=lake, dataset=contract.name),
         },

@@ -3,7 +3,7 @@
 Assets never touch paths. The IO manager turns (asset, partition) into a key, serialises the
 value in the asset's declared format and hands bytes to the storage backend, which replaces a
 partition atomically. A local directory is the embedded default; S3 is the production backend
-behind the same interface.
+behind the same interface (`LakeStorage`), chosen by `lake_from_env`.
 """
 
 import io
@@ -12,10 +12,12 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import dagster as dg
 import joblib
 import pandas as pd
+from pydantic import Field, PrivateAttr
 
 FORMAT_KEY = "ml_platform/format"
 # An input with this metadata receives its partitions as a dict, even when the window holds a
@@ -43,7 +45,41 @@ class MissingPartitionError(FileNotFoundError):
     """An upstream partition an asset needs has never been materialised."""
 
 
-class LocalStorage(dg.ConfigurableResource):
+class LakeStorage(dg.ConfigurableResource):
+    """Where the lake's objects live: the interface every lake read and write goes through.
+
+    Implemented by a local directory (`LocalStorage`, the embedded default) and an S3 prefix
+    (`S3Storage`, production); `lake_from_env` picks one by configuration. Keys are relative,
+    '/'-separated (`<dataset>/<asset>/<partition>.<ext>`), and every write replaces an object
+    whole, so a reader sees the previous version or the new one, never a mix.
+    """
+
+    def uri(self, key: str) -> str:
+        """Where an object lives, for metadata and messages."""
+        raise NotImplementedError
+
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored under `key`."""
+        raise NotImplementedError
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """Store `data` under `key`, replacing any previous version atomically."""
+        raise NotImplementedError
+
+    def read_bytes(self, key: str) -> bytes:
+        """The bytes stored under `key`; FileNotFoundError naming it when there are none."""
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        """Remove the object under `key`, if there is one."""
+        raise NotImplementedError
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Keys of the objects under a prefix (a folder), sorted; dot-files are left out."""
+        raise NotImplementedError
+
+
+class LocalStorage(LakeStorage):
     """Lake storage in a local directory; each write replaces the object atomically."""
 
     base_dir: str
@@ -52,27 +88,27 @@ class LocalStorage(dg.ConfigurableResource):
         return Path(self.base_dir) / key
 
     def uri(self, key: str) -> str:
-        """Where an object lives, for metadata and messages."""
+        """The absolute path of the object."""
         return str(self._path(key).resolve())
 
     def exists(self, key: str) -> bool:
-        """Whether an object is stored under `key`."""
+        """Whether a file is stored under `key`."""
         return self._path(key).is_file()
 
     def write_bytes(self, key: str, data: bytes) -> None:
-        """Store `data` under `key`, replacing any previous version atomically."""
+        """Write to a temporary file beside the target, then rename it over the target."""
         write_atomically(self._path(key), data)
 
     def read_bytes(self, key: str) -> bytes:
-        """The bytes stored under `key`."""
+        """The file's bytes."""
         return self._path(key).read_bytes()
 
     def delete(self, key: str) -> None:
-        """Remove the object under `key`, if there is one."""
+        """Remove the file, if there is one."""
         self._path(key).unlink(missing_ok=True)
 
     def list_keys(self, prefix: str) -> list[str]:
-        """Keys of the objects under a prefix (a folder), sorted."""
+        """Keys of the files below a folder, sorted, skipping temporary dot-files."""
         base = Path(self.base_dir)
         folder = self._path(prefix)
         if not folder.is_dir():
@@ -82,6 +118,169 @@ class LocalStorage(dg.ConfigurableResource):
             for p in folder.rglob("*")
             if p.is_file() and not p.name.startswith(".")
         )
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'."""
+    parsed = urlparse(url)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
+    prefix = parsed.path.strip("/")
+    return parsed.netloc, f"{prefix}/" if prefix else ""
+
+
+def s3_client(endpoint_url: str | None, region_name: str) -> Any:
+    """An S3 client for an endpoint; credentials from the AWS SDK's default chain only.
+
+    That chain is the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a profile or an
+    instance/task role: no credential is ever part of the platform's configuration.
+    """
+    import boto3
+    from botocore.config import Config
+
+    # Short timeouts and the SDK's own retries of throttling and 5xx: a sensor tick or a step
+    # must not hang on a slow endpoint; longer outages are retried by the step retry policy.
+    config = Config(
+        connect_timeout=5,
+        read_timeout=30,
+        retries={"max_attempts": 3, "mode": "standard"},
+    )
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+
+
+def is_missing_key(exc: Exception) -> bool:
+    """Whether a botocore ClientError says the object (or its key) does not exist."""
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+    return code in {"NoSuchKey", "404", "NotFound"}
+
+
+class S3Prefix(dg.ConfigurableResource):
+    """An S3 prefix and the client to reach it: what the S3 lake and landing zone share.
+
+    Credentials come from the AWS SDK's default chain, never from this configuration.
+    """
+
+    url: str = Field(description="s3://bucket/prefix")
+    endpoint_url: str | None = Field(
+        default=None, description="S3 API endpoint; unset means AWS itself"
+    )
+    region_name: str = Field(default="us-east-1", description="region of the bucket")
+
+    _client: Any = PrivateAttr(default=None)
+
+    @property
+    def bucket(self) -> str:
+        """The bucket of the prefix."""
+        return parse_s3_url(self.url)[0]
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix: empty or ending with '/'."""
+        return parse_s3_url(self.url)[1]
+
+    def client(self) -> Any:
+        """The S3 client, created once per resource instance (one per run process)."""
+        if self._client is None:
+            self._client = s3_client(self.endpoint_url, self.region_name)
+        return self._client
+
+
+class S3Storage(S3Prefix, LakeStorage):
+    """Lake storage below an S3 prefix (production; any S3-compatible endpoint).
+
+    A PUT replaces an object whole, so readers see the old version or the new one, as with
+    the local directory.
+    """
+
+    def uri(self, key: str) -> str:
+        """The s3:// URI of the object."""
+        return f"s3://{self.bucket}/{self.prefix}{key}"
+
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored under `key` (one listing request).
+
+        Not HEAD: without an unconditional s3:ListBucket, which the least-privilege policy
+        (deploy/iam-policy.json) does not grant, AWS answers HEAD of a missing key with 403.
+        """
+        full = self.prefix + key
+        response = self.client().list_objects_v2(Bucket=self.bucket, Prefix=full, MaxKeys=1)
+        return any(item["Key"] == full for item in response.get("Contents", []))
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """One PUT: S3 makes the new object visible whole or not at all."""
+        self.client().put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+
+    def read_bytes(self, key: str) -> bytes:
+        """The object's bytes; FileNotFoundError naming its URI when there is none."""
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + key)
+        except ClientError as exc:
+            if is_missing_key(exc):
+                raise FileNotFoundError(f"no object at {self.uri(key)}") from exc
+            raise
+        return response["Body"].read()
+
+    def delete(self, key: str) -> None:
+        """Remove the object; deleting a missing key is not an error in S3."""
+        self.client().delete_object(Bucket=self.bucket, Key=self.prefix + key)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Keys of the objects below a folder, sorted, listed page by page."""
+        folder = self.prefix + prefix.strip("/") + "/"
+        keys: list[str] = []
+        paginator = self.client().get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=folder):
+            for item in page.get("Contents", []):
+                key = item["Key"][len(self.prefix) :]
+                if not key.rsplit("/", 1)[-1].startswith(".") and not key.endswith("/"):
+                    keys.append(key)
+        return sorted(keys)
+
+
+LAKE_URL_ENV = "ML_PLATFORM_LAKE_URL"
+LAKE_DIR_ENV = "ML_PLATFORM_LAKE_DIR"
+S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
+S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
+
+
+def s3_options_from_env() -> dict[str, Any]:
+    """Endpoint and region of the S3 resources, as EnvVars of the variables that are set."""
+    options: dict[str, Any] = {}
+    if os.environ.get(S3_ENDPOINT_ENV):
+        options["endpoint_url"] = dg.EnvVar(S3_ENDPOINT_ENV)
+    if os.environ.get(S3_REGION_ENV):
+        options["region_name"] = dg.EnvVar(S3_REGION_ENV)
+    return options
+
+
+def require_s3_url(variable: str, other: str) -> None:
+    """Fail at load time, naming the variable, when it holds no s3://bucket/prefix URL."""
+    url = os.environ[variable]
+    try:
+        parse_s3_url(url)
+    except ValueError as exc:
+        raise ValueError(
+            f"{variable}={url!r} is not supported: use s3://bucket/prefix, or unset it "
+            f"and set {other} for a local directory"
+        ) from exc
+
+
+def lake_from_env(lake_dir: str | None = None) -> LakeStorage:
+    """The lake storage the environment configures, read when the definitions load.
+
+    `ML_PLATFORM_LAKE_URL=s3://bucket/prefix` selects S3 (endpoint and region from
+    `ML_PLATFORM_S3_ENDPOINT_URL` and `ML_PLATFORM_S3_REGION` when set, as for the landing
+    zone); otherwise the local directory `ML_PLATFORM_LAKE_DIR`. `lake_dir` (tests) forces a
+    local directory. Values stay `EnvVar`s, so the UI shows variable names, not their values.
+    """
+    if lake_dir is not None:
+        return LocalStorage(base_dir=lake_dir)
+    if not os.environ.get(LAKE_URL_ENV):
+        return LocalStorage(base_dir=dg.EnvVar(LAKE_DIR_ENV))
+    require_s3_url(LAKE_URL_ENV, LAKE_DIR_ENV)
+    return S3Storage(url=dg.EnvVar(LAKE_URL_ENV), **s3_options_from_env())
 
 
 def serialise(value: Any, fmt: str) -> bytes:
@@ -118,7 +317,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
     materialised raises an error that names it instead of being skipped.
     """
 
-    storage: LocalStorage
+    storage: LakeStorage
     dataset: str
 
     def key(self, asset_key: dg.AssetKey, partition: str, fmt: str) -> str:

@@ -83,3 +83,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One PostgreSQL server for the session; tests take a database each (`.database(name)`)."""
+    from ml_platform_tests.services import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_server():
+    """A real S3 API server on 127.0.0.1; yields its endpoint URL."""
+    from ml_platform_tests.services import moto_s3
+
+    with moto_s3() as endpoint:
+        yield endpoint

@@ -97,7 +97,11 @@ class Stack:
             "daemon": [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
         }
         for name, command in commands.items():
-            log = (self.logs / f"{name}.log").open("w")
+            self.spawn(name, command)
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        """Start a process in its own group (stop() ends the group), logging to <name>.log."""
+        with (self.logs / f"{name}.log").open("w") as log:
             self.procs.append(
                 subprocess.Popen(
                     command,
@@ -108,7 +112,6 @@ class Stack:
                     start_new_session=True,
                 )
             )
-            log.close()
 
     def stop(self) -> None:
         for proc in self.procs:

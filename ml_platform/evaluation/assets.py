@@ -15,7 +15,7 @@ from ml_platform.evaluation.metrics import (
     score_model,
 )
 from ml_platform.registry.store import ModelRegistry
-from ml_platform.storage import FORMAT_KEY, LocalStorage
+from ml_platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
 
@@ -55,7 +55,7 @@ def build_evaluation_report(
         context: dg.AssetExecutionContext,
         model: TrainedModel,
         features: dict[str, pd.DataFrame],
-        lake: LocalStorage,
+        lake: LakeStorage,
     ) -> Iterator:
         """Metrics of the model of day D and of the current champion on the same held-out rows.
 

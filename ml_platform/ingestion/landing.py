@@ -12,16 +12,20 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import dagster as dg
 import pandas as pd
-from pydantic import Field, PrivateAttr
 
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.storage import write_atomically
+from ml_platform.storage import (
+    S3Prefix,
+    is_missing_key,
+    require_s3_url,
+    s3_options_from_env,
+    write_atomically,
+)
 
 
 class MissingLandingFileError(FileNotFoundError):
@@ -133,57 +137,12 @@ class LandingZone(LandingStore):
         return objects, (page[-1] if more and page else None)
 
 
-def parse_s3_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'."""
-    parsed = urlparse(url)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ValueError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
-    prefix = parsed.path.strip("/")
-    return parsed.netloc, f"{prefix}/" if prefix else ""
-
-
-class S3LandingZone(LandingStore):
+class S3LandingZone(S3Prefix, LandingStore):
     """An S3 prefix where day files land (production; any S3-compatible endpoint).
 
     Credentials come from the environment the AWS SDK reads (AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY, or an instance role), never from this configuration.
     """
-
-    url: str = Field(description="s3://bucket/prefix of the landing zone")
-    endpoint_url: str | None = Field(
-        default=None, description="S3 API endpoint; unset means AWS itself"
-    )
-    region_name: str = Field(default="us-east-1", description="region of the bucket")
-
-    _client: Any = PrivateAttr(default=None)
-
-    @property
-    def bucket(self) -> str:
-        """The bucket of the zone."""
-        return parse_s3_url(self.url)[0]
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix of the zone: empty or ending with '/'."""
-        return parse_s3_url(self.url)[1]
-
-    def client(self) -> Any:
-        """An S3 client for the configured endpoint, created once per resource instance."""
-        if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            # Short timeouts and the SDK's own retries of throttling and 5xx: a sensor tick
-            # must not hang on a slow endpoint; longer outages are retried by the step policy.
-            config = Config(
-                connect_timeout=5,
-                read_timeout=30,
-                retries={"max_attempts": 3, "mode": "standard"},
-            )
-            self._client = boto3.client(
-                "s3", endpoint_url=self.endpoint_url, region_name=self.region_name, config=config
-            )
-        return self._client
 
     def modified_slack_seconds(self) -> float:
         """Five minutes: LastModified is when an upload began, on the storage's clock."""
@@ -200,7 +159,7 @@ class S3LandingZone(LandingStore):
         try:
             response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + file_name)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+            if is_missing_key(exc):
                 raise self.missing(file_name, partition) from exc
             raise
         return response["Body"].read()
@@ -238,8 +197,6 @@ class S3LandingZone(LandingStore):
 
 LANDING_URL_ENV = "ML_PLATFORM_LANDING_URL"
 LANDING_DIR_ENV = "ML_PLATFORM_LANDING_DIR"
-S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
-S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
 
 
 def landing_from_env(landing_dir: str | None = None) -> LandingStore:
@@ -248,25 +205,15 @@ def landing_from_env(landing_dir: str | None = None) -> LandingStore:
     `ML_PLATFORM_LANDING_URL=s3://bucket/prefix` selects S3 (endpoint and region from
     `ML_PLATFORM_S3_ENDPOINT_URL` and `ML_PLATFORM_S3_REGION` when set); otherwise the local
     directory `ML_PLATFORM_LANDING_DIR`. `landing_dir` (tests) forces a local directory. Values
-    stay `EnvVar`s, so the UI shows variable names, not their values.
+    stay `EnvVar`s, so the UI shows variable names, not their values. The lake's twin is
+    `ml_platform.storage.lake_from_env`.
     """
     if landing_dir is not None:
         return LandingZone(base_dir=landing_dir)
-    url = os.environ.get(LANDING_URL_ENV, "")
-    if not url:
+    if not os.environ.get(LANDING_URL_ENV):
         return LandingZone(base_dir=dg.EnvVar(LANDING_DIR_ENV))
-    if not url.startswith("s3://"):
-        raise ValueError(
-            f"{LANDING_URL_ENV}={url!r} is not supported: use s3://bucket/prefix, or unset it "
-            f"and set {LANDING_DIR_ENV} for a local directory"
-        )
-    parse_s3_url(url)  # fail at load time, with the variable named, not in the first run
-    optional: dict[str, Any] = {}
-    if os.environ.get(S3_ENDPOINT_ENV):
-        optional["endpoint_url"] = dg.EnvVar(S3_ENDPOINT_ENV)
-    if os.environ.get(S3_REGION_ENV):
-        optional["region_name"] = dg.EnvVar(S3_REGION_ENV)
-    return S3LandingZone(url=dg.EnvVar(LANDING_URL_ENV), **optional)
+    require_s3_url(LANDING_URL_ENV, LANDING_DIR_ENV)
+    return S3LandingZone(url=dg.EnvVar(LANDING_URL_ENV), **s3_options_from_env())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ import dagster as dg
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.registry.store import ModelRegistry, environment_manifest
-from ml_platform.storage import FORMAT_KEY, LocalStorage
+from ml_platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.training.model import TrainedModel
 
 
@@ -31,7 +31,7 @@ def build_registered_model(
         pool="model_registry",
     )
     def _registered_model(
-        context: dg.AssetExecutionContext, model: TrainedModel, evaluation: dict, lake: LocalStorage
+        context: dg.AssetExecutionContext, model: TrainedModel, evaluation: dict, lake: LakeStorage
     ) -> dg.MaterializeResult[dict]:
         """The model of day D registered with its lineage manifest, and where its aliases point.
 

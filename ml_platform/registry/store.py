@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ml_platform.storage import LocalStorage, deserialise, serialise
+from ml_platform.storage import LakeStorage, deserialise, serialise
 from ml_platform.training.model import TrainedModel
 
 ALIASES = ("champion", "challenger")
@@ -31,7 +31,7 @@ class RegistryError(LookupError):
 class ModelRegistry:
     """Versions and aliases of one dataset's models."""
 
-    def __init__(self, storage: LocalStorage, dataset: str):
+    def __init__(self, storage: LakeStorage, dataset: str):
         self.storage = storage
         self.prefix = f"{dataset}/registry"
 

@@ -14,7 +14,7 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.observability import StepTelemetry, figure_markdown, new_figure
-from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LocalStorage, deserialise, serialise
+from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
 from ml_platform.training.model import (
     Checkpoints,
     TrainedModel,
@@ -55,7 +55,7 @@ def window_input(window_days: int) -> dg.AssetIn:
 class LakeCheckpoints(Checkpoints):
     """Training state of one asset partition, kept in lake storage between epochs."""
 
-    def __init__(self, storage: LocalStorage, key: str):
+    def __init__(self, storage: LakeStorage, key: str):
         self.storage = storage
         self.key = key
 
@@ -185,7 +185,7 @@ def build_model(
         ],
     )
     def _model(
-        context: dg.AssetExecutionContext, features: dict[str, pd.DataFrame], lake: LocalStorage
+        context: dg.AssetExecutionContext, features: dict[str, pd.DataFrame], lake: LakeStorage
     ) -> Iterator:
         """A scikit-learn pipeline trained in epochs on the feature partitions ending day D.
 

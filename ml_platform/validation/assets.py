@@ -8,7 +8,7 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.observability import table_schema
-from ml_platform.storage import FORMAT_KEY, LocalStorage, serialise
+from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise
 from ml_platform.validation.expectations import (
     CHECKS,
     SAMPLE_ROWS,
@@ -100,7 +100,7 @@ def build_validated_data(
         ],
     )
     def validated_data(
-        context: dg.AssetExecutionContext, raw_data: pd.DataFrame, lake: LocalStorage
+        context: dg.AssetExecutionContext, raw_data: pd.DataFrame, lake: LakeStorage
     ) -> Iterator:
         """Rows of day D, typed per the contract, that passed the Great Expectations gate.
 

@@ -1,0 +1,183 @@
+"""Servers the integration tests start on 127.0.0.1: an S3 API (moto) and PostgreSQL.
+
+Both are real servers that other processes (webserver, daemon, run workers) reach over the
+network, as in production; nothing is mocked in-process.
+"""
+
+import contextlib
+import dataclasses
+import glob
+import logging
+import secrets
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+from moto.server import ThreadedMotoServer
+
+from ml_platform_tests.conftest import free_port
+
+# moto accepts any credentials; these only make the SDK's default chain find some.
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@contextlib.contextmanager
+def moto_s3() -> Iterator[str]:
+    """An S3 API server on 127.0.0.1 for the duration; yields its endpoint URL."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    try:
+        # moto keeps its buckets in process-wide state: start every test from an empty store.
+        reset = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+        urllib.request.urlopen(reset, timeout=10).close()
+        yield endpoint
+    finally:
+        server.stop()
+
+
+def s3_test_client(endpoint: str):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=FAKE_AWS["AWS_DEFAULT_REGION"],
+        aws_access_key_id=FAKE_AWS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def postgres_bin() -> Path:
+    """The newest installed PostgreSQL's bin directory; a clear failure when there is none."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+    if not found:
+        raise RuntimeError(
+            "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin): run "
+            "`make system-packages` (Debian package `postgresql`)"
+        )
+    return Path(found[-1])
+
+
+@dataclasses.dataclass
+class Postgres:
+    """A throwaway PostgreSQL cluster in a temporary directory, owned by the `postgres` user.
+
+    initdb and postgres refuse to run as root (the tests do), so the server runs as `postgres`
+    through runuser. It listens on 127.0.0.1 with password authentication for TCP clients.
+    """
+
+    root: Path
+    port: int
+    user: str = "ml_platform"
+    password: str = ""
+    db_name: str = "dagster"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def _as_postgres(self, *command: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True, timeout=120)
+
+    def init(self) -> None:
+        bin_dir = postgres_bin()
+        shutil.chown(self.root, user="postgres", group="postgres")
+        self._as_postgres(
+            str(bin_dir / "initdb"),
+            *("-D", str(self.data), "-U", "postgres", "--auth-local=trust"),
+            *("--auth-host=scram-sha-256", "--no-sync", "-E", "UTF8"),
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._as_postgres(
+            str(postgres_bin() / "pg_ctl"),
+            *("-D", str(self.data), "-l", str(self.root / "server.log"), "-w"),
+            *("-o", options, "start"),
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._as_postgres(
+            str(postgres_bin() / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop"
+        )
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def admin(self, sql: str) -> None:
+        """Run SQL as the superuser over the Unix socket (trusted local connections)."""
+        import psycopg2
+
+        connection = psycopg2.connect(
+            host=str(self.root), port=self.port, user="postgres", dbname="postgres"
+        )
+        connection.autocommit = True
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(sql)
+        finally:
+            connection.close()
+
+    def database(self, name: str) -> "Postgres":
+        """A new empty database owned by the platform's user: one per test, nothing shared."""
+        self.admin(f"CREATE DATABASE {name} OWNER {self.user}")
+        return dataclasses.replace(self, db_name=name)
+
+    def connect(self):
+        """A TCP connection as the platform's user, as Dagster makes it."""
+        import psycopg2
+
+        return psycopg2.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=self.db_name,
+        )
+
+    def query(self, sql: str) -> list[tuple]:
+        connection = self.connect()
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(sql)
+                return cursor.fetchall()
+        finally:
+            connection.close()
+
+    def env(self) -> dict[str, str]:
+        """The variables deploy/dagster.yaml reads the connection from."""
+        return {
+            "DAGSTER_PG_USERNAME": self.user,
+            "DAGSTER_PG_PASSWORD": self.password,
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_PORT": str(self.port),
+            "DAGSTER_PG_DB": self.db_name,
+        }
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[Postgres]:
+    """A running PostgreSQL with an empty database and a password user; removed afterwards."""
+    # Not under pytest's tmp_path: its parents are private to root, and the server runs as
+    # the `postgres` user.
+    root = Path(tempfile.mkdtemp(prefix="ml-platform-pg-"))
+    server = Postgres(root=root, port=free_port(), password=secrets.token_hex(16))
+    try:
+        server.init()
+        server.start()
+        server.admin(f"CREATE ROLE {server.user} LOGIN PASSWORD '{server.password}'")
+        server.admin(f"CREATE DATABASE {server.db_name} OWNER {server.user}")
+        yield server
+    finally:
+        if server.running():
+            server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,135 @@
+"""The deployment files agree with each other and with the repository: the instance configs,
+the compose stack, the Dockerfile and the IAM policy (Docker itself cannot run here).
+"""
+
+import json
+import re
+
+import yaml
+
+from ml_platform_tests.conftest import REPO
+
+PRODUCTION = yaml.safe_load((REPO / "deploy/dagster.yaml").read_text())
+ONE_MACHINE = yaml.safe_load((REPO / "deploy/local/dagster.yaml").read_text())
+COMPOSE = yaml.safe_load((REPO / "deploy/docker-compose.yaml").read_text())
+
+
+def env_names(node) -> set[str]:
+    """Names of the variables an instance config reads with `{env: NAME}`."""
+    if isinstance(node, dict):
+        if set(node) == {"env"}:
+            return {node["env"]}
+        return set().union(*(env_names(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(env_names(v) for v in node))
+    return set()
+
+
+def documented_variables() -> set[str]:
+    text = (REPO / ".env.example").read_text()
+    return set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", text, re.M))
+
+
+def test_the_one_machine_config_differs_only_in_its_run_launcher():
+    assert {k: v for k, v in PRODUCTION.items() if k != "run_launcher"} == {
+        k: v for k, v in ONE_MACHINE.items() if k != "run_launcher"
+    }
+    assert PRODUCTION["run_launcher"]["class"] == "EcsRunLauncher"
+    assert PRODUCTION["run_launcher"]["module"] == "dagster_aws.ecs"
+    assert ONE_MACHINE["run_launcher"] == {"module": "dagster", "class": "DefaultRunLauncher"}
+
+
+def test_production_keeps_the_concurrency_limits_of_the_embedded_instance():
+    embedded = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    assert PRODUCTION["concurrency"] == embedded["concurrency"]
+    assert PRODUCTION["run_queue"] == embedded["run_queue"]
+    assert PRODUCTION["run_monitoring"]["enabled"] is True
+
+
+def test_production_storage_is_postgres_and_compute_logs_s3():
+    database = PRODUCTION["storage"]["postgres"]["postgres_db"]
+    assert database["scheme"] == "postgresql+psycopg2"
+    logs = PRODUCTION["compute_logs"]
+    assert (logs["module"], logs["class"]) == (
+        "dagster_aws.s3.compute_log_manager",
+        "S3ComputeLogManager",
+    )
+    assert set(logs["config"]) >= {"bucket", "prefix", "endpoint_url"}
+
+
+def test_every_variable_of_the_configs_is_documented_and_given_by_compose():
+    instance = env_names(PRODUCTION) | env_names(
+        yaml.safe_load((REPO / "deploy/workspace.yaml").read_text())
+    )
+    forwarded = set(PRODUCTION["run_launcher"]["config"]["env_vars"])
+    documented = documented_variables()
+    assert instance - documented == set(), "variables missing from .env.example"
+    assert forwarded - documented == set()
+    for service in ("code-server", "webserver", "daemon"):
+        given = set(COMPOSE["services"][service]["environment"])
+        assert instance - given == set(), f"{service} lacks variables the instance reads"
+        assert forwarded - given == set()
+    # Run tasks need what the run worker reads: the instance's variables and the platform's.
+    assert env_names(PRODUCTION["storage"]) <= forwarded
+    assert {"ML_PLATFORM_LAKE_URL", "ML_PLATFORM_LANDING_URL"} <= forwarded
+
+
+def test_compose_references_existing_files_and_documented_variables():
+    text = (REPO / "deploy/docker-compose.yaml").read_text()
+    # `$${NAME}` is a literal for the container's shell, not a variable compose substitutes.
+    referenced = set(re.findall(r"(?<!\$)\$\{([A-Z][A-Z0-9_]*)", text))
+    assert referenced - documented_variables() == set()
+    assert set(COMPOSE["services"]) == {"postgres", "code-server", "webserver", "daemon"}
+    build = COMPOSE["services"]["code-server"]["build"]
+    assert (REPO / "deploy" / build["context"] / build["dockerfile"]).is_file()
+    for name, service in COMPOSE["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (REPO / "deploy" / source).is_file(), f"{name} mounts missing {source}"
+    for name in ("webserver", "daemon"):
+        command = COMPOSE["services"][name]["command"]
+        assert command[command.index("-w") + 1] == "/opt/dagster/home/workspace.yaml"
+        assert COMPOSE["services"][name]["image"] == COMPOSE["services"]["code-server"]["image"]
+    workspace = yaml.safe_load((REPO / "deploy/workspace.yaml").read_text())
+    [location] = workspace["load_from"]
+    assert location["grpc_server"]["location_name"] == "ml_platform"
+
+
+def test_the_dockerfile_pins_its_base_installs_the_lock_first_and_runs_unprivileged():
+    lines = [line for line in (REPO / "Dockerfile").read_text().splitlines() if line.strip()]
+    [base] = [line for line in lines if line.startswith("FROM ")]
+    assert re.fullmatch(r"FROM python:3\.11\.\d+-slim-\w+(@sha256:[0-9a-f]{64})?", base), base
+    copies = [line for line in lines if line.startswith("COPY ")]
+    assert "uv.lock" in copies[0] and "ml_platform" in copies[-1], copies
+    assert any("uv sync --frozen --no-dev --no-install-project" in line for line in lines)
+    users = [line for line in lines if line.startswith("USER ")]
+    assert users and users[-1] != "USER root"
+    assert lines.index(users[-1]) < lines.index(next(li for li in lines if li.startswith("CMD ")))
+
+
+def test_the_iam_policy_grants_exactly_the_platform_prefixes():
+    policy = json.loads((REPO / "deploy/iam-policy.json").read_text())
+    grants = {
+        resource: set(statement["Action"])
+        for statement in policy["Statement"]
+        for resource in statement["Resource"]
+    }
+    bucket = "arn:aws:s3:::ml-platform-data"
+    assert grants == {
+        f"{bucket}/landing/*": {"s3:GetObject"},
+        f"{bucket}/lake/*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
+        f"{bucket}/compute-logs/*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
+        bucket: {"s3:ListBucket"},
+    }
+    [listing] = [s for s in policy["Statement"] if s["Action"] == ["s3:ListBucket"]]
+    assert listing["Condition"]["StringLike"]["s3:prefix"] == [
+        "landing/*",
+        "lake/*",
+        "compute-logs/*",
+    ]
+    assert all(s["Effect"] == "Allow" for s in policy["Statement"])
+    assert (
+        "IAM" in (REPO / "README.md").read_text()
+        and "deploy/iam-policy.json" in (REPO / "README.md").read_text()
+    )

@@ -1,0 +1,147 @@
+"""Lake storage behaves the same on a local directory and on a real S3 API server (moto).
+
+Also: `lake_from_env` picks the backend from the environment and names the variable when its
+value is wrong, and the IO manager stores partitions through S3 like through a directory.
+"""
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from ml_platform.storage import (
+    LakeIOManager,
+    LakeStorage,
+    LocalStorage,
+    S3Storage,
+    deserialise,
+    lake_from_env,
+)
+from ml_platform_tests.services import FAKE_AWS, s3_test_client
+
+BUCKET = "lake-bucket"
+
+
+@pytest.fixture
+def aws_env(monkeypatch):
+    for name, value in FAKE_AWS.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request, tmp_path, aws_env) -> LakeStorage:
+    if request.param == "local":
+        return LocalStorage(base_dir=str(tmp_path / "lake"))
+    endpoint = request.getfixturevalue("s3_server")
+    s3_test_client(endpoint).create_bucket(Bucket=BUCKET)
+    return S3Storage(url=f"s3://{BUCKET}/prod/lake", endpoint_url=endpoint)
+
+
+def test_write_read_replace_delete(storage):
+    key = "flights/raw_data/2013-01-01.parquet"
+    assert not storage.exists(key)
+
+    storage.write_bytes(key, b"first")
+    storage.write_bytes(key, b"second")
+
+    assert storage.exists(key)
+    assert storage.read_bytes(key) == b"second"
+    storage.delete(key)
+    storage.delete(key)  # deleting what is gone is not an error
+    assert not storage.exists(key)
+
+
+def test_reading_a_missing_object_names_it(storage):
+    with pytest.raises(FileNotFoundError, match="nothing/here.json"):
+        storage.read_bytes("nothing/here.json")
+
+
+def test_list_keys_is_a_sorted_folder_listing_without_dot_files(storage):
+    for key in ["d/registry/versions/v2/m.json", "d/registry/versions/v1/m.json", "d/other.json"]:
+        storage.write_bytes(key, b"{}")
+    storage.write_bytes("d/registry/versions/v1/.m.json.tmp", b"")
+    storage.write_bytes("d/registry_old/x.json", b"{}")  # shares the prefix, not the folder
+
+    assert storage.list_keys("d/registry") == [
+        "d/registry/versions/v1/m.json",
+        "d/registry/versions/v2/m.json",
+    ]
+    assert storage.list_keys("d/registry/") == storage.list_keys("d/registry")
+    assert storage.list_keys("absent") == []
+
+
+def test_s3_objects_live_below_the_prefix(s3_server, aws_env):
+    s3_test_client(s3_server).create_bucket(Bucket=BUCKET)
+    storage = S3Storage(url=f"s3://{BUCKET}/prod/lake/", endpoint_url=s3_server)
+
+    storage.write_bytes("d/a.json", b"{}")
+
+    assert storage.uri("d/a.json") == f"s3://{BUCKET}/prod/lake/d/a.json"
+    listed = s3_test_client(s3_server).list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert [o["Key"] for o in listed] == ["prod/lake/d/a.json"]
+
+
+def test_s3_errors_other_than_a_missing_key_are_raised(s3_server, aws_env):
+    storage = S3Storage(url="s3://no-such-bucket/lake", endpoint_url=s3_server)
+    with pytest.raises(Exception, match="NoSuchBucket"):
+        storage.write_bytes("d/a.json", b"{}")
+
+
+def test_the_io_manager_stores_partitions_in_s3(s3_server, aws_env):
+    s3_test_client(s3_server).create_bucket(Bucket=BUCKET)
+    lake = S3Storage(url=f"s3://{BUCKET}/lake", endpoint_url=s3_server)
+    daily = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+
+    @dg.asset(partitions_def=daily, metadata={"ml_platform/format": "parquet"})
+    def numbers(context: dg.AssetExecutionContext) -> pd.DataFrame:
+        return pd.DataFrame({"day": [context.partition_key], "n": [1]})
+
+    @dg.asset(partitions_def=daily, metadata={"ml_platform/format": "json"})
+    def total(numbers: pd.DataFrame) -> dict:
+        return {"n": int(numbers["n"].sum())}
+
+    result = dg.materialize(
+        [numbers, total],
+        partition_key="2024-01-02",
+        resources={"io_manager": LakeIOManager(storage=lake, dataset="d")},
+    )
+
+    assert result.success
+    stored = deserialise(lake.read_bytes("d/numbers/2024-01-02.parquet"), "parquet")
+    assert stored["day"].tolist() == ["2024-01-02"]
+    assert deserialise(lake.read_bytes("d/total/2024-01-02.json"), "json") == {"n": 1}
+    [materialization] = result.asset_materializations_for_node("numbers")
+    path = materialization.metadata["path"].value
+    assert path == f"s3://{BUCKET}/lake/d/numbers/2024-01-02.parquet"
+
+
+def test_lake_from_env_chooses_the_backend(monkeypatch, tmp_path):
+    monkeypatch.delenv("ML_PLATFORM_LAKE_URL", raising=False)
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(tmp_path))
+    assert isinstance(lake_from_env(), LocalStorage)
+
+    monkeypatch.setenv("ML_PLATFORM_LAKE_URL", "s3://bucket/lake")
+    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    lake = lake_from_env()
+    assert isinstance(lake, S3Storage)
+    # Configured by variable name: the UI and the run config show names, not values.
+    assert isinstance(lake.url, dg.EnvVar) and lake.url.env_var_name == "ML_PLATFORM_LAKE_URL"
+    assert lake.endpoint_url.env_var_name == "ML_PLATFORM_S3_ENDPOINT_URL"
+
+    assert isinstance(lake_from_env(str(tmp_path)), LocalStorage)  # tests force a directory
+
+
+@pytest.mark.parametrize("url", ["/data/lake", "s3://", "gs://bucket/lake"])
+def test_a_bad_lake_url_names_the_variable(monkeypatch, url):
+    monkeypatch.setenv("ML_PLATFORM_LAKE_URL", url)
+    with pytest.raises(ValueError, match="ML_PLATFORM_LAKE_URL.*ML_PLATFORM_LAKE_DIR"):
+        lake_from_env()
+
+
+def test_a_definitions_load_with_an_s3_lake_uses_it(monkeypatch):
+    from ml_platform.contracts import load_contract
+    from ml_platform.definitions import build_definitions
+
+    monkeypatch.setenv("ML_PLATFORM_LAKE_URL", "s3://bucket/lake")
+    defs = build_definitions(load_contract("synthetic"))
+    assert isinstance(defs.resources["lake"], S3Storage)
+    assert defs.resources["io_manager"].storage is defs.resources["lake"]
