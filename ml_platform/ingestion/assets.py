@@ -13,6 +13,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandingZone, MissingLandingFileError
 from ml_platform.observability import table_schema
+from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY
 from ml_platform.validation.schema import raw_schema
 
@@ -149,12 +150,18 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 RAW_SCHEMA_CHECK,
                 asset="raw_data",
                 blocking=True,
-                description="The landed file has the contract's columns, each of a castable type.",
+                description=check_description(
+                    RAW_SCHEMA_CHECK,
+                    "The landed file has the contract's columns, each of a castable type.",
+                ),
             ),
             dg.AssetCheckSpec(
                 SCHEMA_CHANGE_CHECK,
                 asset="raw_data",
-                description="The file has the same columns and types as the previous day's.",
+                description=check_description(
+                    SCHEMA_CHANGE_CHECK,
+                    "The file has the same columns and types as the previous day's.",
+                ),
             ),
         ],
     )

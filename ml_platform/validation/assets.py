@@ -8,6 +8,7 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.observability import table_schema
+from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY, LocalStorage, serialise
 from ml_platform.validation.expectations import (
     CHECKS,
@@ -95,7 +96,12 @@ def build_validated_data(
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
         check_specs=[
-            dg.AssetCheckSpec(name, asset="validated_data", blocking=True, description=text)
+            dg.AssetCheckSpec(
+                name,
+                asset="validated_data",
+                blocking=True,
+                description=check_description(name, text),
+            )
             for name, text in CHECKS.items()
         ],
     )
