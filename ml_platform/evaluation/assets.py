@@ -14,6 +14,7 @@ from ml_platform.evaluation.metrics import (
     render_report,
     score_model,
 )
+from ml_platform.observability import step_metrics
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY, LocalStorage
@@ -55,6 +56,7 @@ def build_evaluation_report(
             )
         ],
     )
+    @step_metrics(name)
     def _evaluation_report(
         context: dg.AssetExecutionContext,
         model: TrainedModel,

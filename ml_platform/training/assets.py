@@ -13,7 +13,7 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import StepTelemetry, figure_markdown, new_figure
+from ml_platform.observability import StepTelemetry, figure_markdown, new_figure, step_metrics
 from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LocalStorage, deserialise, serialise
 from ml_platform.training.model import (
@@ -188,6 +188,7 @@ def build_model(
             for check, text in checks.items()
         ],
     )
+    @step_metrics(name)
     def _model(
         context: dg.AssetExecutionContext, features: dict[str, pd.DataFrame], lake: LocalStorage
     ) -> Iterator:

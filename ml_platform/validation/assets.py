@@ -7,7 +7,7 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import table_schema
+from ml_platform.observability import step_metrics, table_schema
 from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY, LocalStorage, serialise
 from ml_platform.validation.expectations import (
@@ -105,6 +105,7 @@ def build_validated_data(
             for name, text in CHECKS.items()
         ],
     )
+    @step_metrics("validated_data")
     def validated_data(
         context: dg.AssetExecutionContext, raw_data: pd.DataFrame, lake: LocalStorage
     ) -> Iterator:
