@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ml_platform.automation.classify import error_chain, user_error
+
 LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 LOG_FILE_NAME = "ml_platform.jsonl"
 REDACTED = "***"
@@ -83,7 +85,7 @@ def log_fields(record: logging.LogRecord) -> dict[str, Any]:
     }
     error = getattr(getattr(event, "event_specific_data", None), "error", None)
     if error is not None:
-        fields["error"] = f"{error.cls_name}: {error.message.strip()}"
+        fields["error"] = " <- caused by ".join(error_chain(user_error(error)))
     if record.exc_info and record.exc_info[1] is not None:
         fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
     for key, value in record.__dict__.items():

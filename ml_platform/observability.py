@@ -146,7 +146,9 @@ Fn = TypeVar("Fn", bound=Callable[..., Any])
 def step_metrics(op_name: str) -> Callable[[Fn], Fn]:
     """Record an asset step's resource use and data volume as numeric metadata.
 
-    Put it under `@dg.asset(name=op_name, ...)`. Every materialisation then carries
+    Put it under `@dg.asset(name=op_name, ...)` of an asset that returns or yields a
+    `dg.MaterializeResult` (with `value=` when the IO manager stores it). Every materialisation
+    then carries
     `step_wall_seconds`, `step_cpu_seconds`, `step_cpu_utilisation`, `step_peak_rss_mb`,
     `rows_in`, `rows_out` and `bytes_read` (the IO manager adds `stored_bytes`, the bytes
     written), which the UI plots across partitions and `ml-platform health` sizes containers
@@ -172,10 +174,12 @@ def step_metrics(op_name: str) -> Callable[[Fn], Fn]:
                     tags=item.tags,
                     value=item.value,
                 )
-            if item is None or isinstance(item, dg.AssetCheckResult):
-                return item
-            # A bare return value: the stored output itself.
-            return dg.Output(item, metadata=metrics(telemetry, rows_in, item))
+            # Dagster rejects an Output where the function is annotated with a plain type, so
+            # the metrics ride on the MaterializeResult every platform asset returns.
+            raise TypeError(
+                f"{op_name}: @step_metrics needs the asset to return or yield a "
+                f"dg.MaterializeResult, not {type(item).__name__}"
+            )
 
         if inspect.isgeneratorfunction(fn):
 

@@ -19,6 +19,7 @@ counts as transient.
 
 import dataclasses
 import re
+from typing import Any
 
 DATA = "data"
 RESOURCE_EXHAUSTION = "resource_exhaustion"
@@ -122,6 +123,34 @@ class Classification:
     def runbook_anchor(self) -> str:
         """The docs/runbook.md section to read."""
         return RUNBOOK_ANCHORS[self.failure_class]
+
+
+def user_error(error: Any) -> Any:
+    """The exception user code raised, unwrapped from Dagster's step-execution wrapper.
+
+    `error` is Dagster's serialised error (cls_name, message, cause).
+    """
+    while (
+        error is not None
+        and error.cause is not None
+        and (error.cls_name or "").startswith("Dagster")
+    ):
+        error = error.cause
+    return error
+
+
+def error_chain(error: Any) -> tuple[str, ...]:
+    """The "Class: message" of a serialised error and each of its causes, outermost first."""
+    links = []
+    while error is not None:
+        message = (error.message or "").strip()
+        # Dagster's message starts with the class name, sometimes qualified with its module.
+        head, sep, rest = message.partition(": ")
+        if sep and head.rsplit(".", 1)[-1] == error.cls_name:
+            message = rest
+        links.append(f"{error.cls_name}: {message}")
+        error = error.cause
+    return tuple(links)
 
 
 def _chain(failure: StepFailure) -> list[tuple[str, str]]:

@@ -40,7 +40,13 @@ from ml_platform.automation.alerts import (
     evaluate_run,
     one_line,
 )
-from ml_platform.automation.classify import FAILURE_CLASS_TAG, FailedCheck, StepFailure
+from ml_platform.automation.classify import (
+    FAILURE_CLASS_TAG,
+    FailedCheck,
+    StepFailure,
+    error_chain,
+    user_error,
+)
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandedObject, LandingStore, scan_landing
 
@@ -296,29 +302,6 @@ def partition_of(run: dg.DagsterRun) -> str | None:
     start = tags.get("dagster/asset_partition_range_start")
     end = tags.get("dagster/asset_partition_range_end")
     return f"{start}...{end}" if start and end else None
-
-
-def user_error(error: Any) -> Any:
-    """The exception user code raised, unwrapped from Dagster's step-execution wrapper."""
-    while (
-        error is not None
-        and error.cause is not None
-        and (error.cls_name or "").startswith("Dagster")
-    ):
-        error = error.cause
-    return error
-
-
-def error_chain(error: Any) -> tuple[str, ...]:
-    """The "Class: message" of a serialised error and each of its causes, outermost first."""
-    links = []
-    while error is not None:
-        message = (error.message or "").strip()
-        # Dagster's serialised message starts with the class name already.
-        prefix = f"{error.cls_name}: "
-        links.append(message if message.startswith(prefix) else prefix + message)
-        error = error.cause
-    return tuple(links)
 
 
 def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> RunOutcome | None:
