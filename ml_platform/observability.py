@@ -2,6 +2,7 @@
 
 import base64
 import collections
+import contextlib
 import functools
 import inspect
 import io
@@ -48,18 +49,16 @@ def new_figure(width: float = 4.5, height: float = 3.0) -> tuple[Any, Any]:
 PROC_SELF = Path("/proc/self")
 
 
-def reset_peak_rss() -> bool:
-    """Start a new peak-memory measurement for this process; False where the OS cannot.
+def reset_peak_rss() -> None:
+    """Start a new peak-memory measurement for this process, where the OS can.
 
     Linux resets the peak resident set size (VmHWM) when "5" is written to clear_refs. Steps of
     a run share one process (in-process executor), so without the reset every step would
     report the largest peak of the steps before it.
     """
-    try:
+    # Not Linux: peak_rss_mb then reports the peak since the process started.
+    with contextlib.suppress(OSError):
         (PROC_SELF / "clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 def peak_rss_mb() -> float:

@@ -26,18 +26,11 @@ RESOURCE_EXHAUSTION = "resource_exhaustion"
 DEPENDENCY_MISMATCH = "dependency_mismatch"
 TRANSIENT_INFRASTRUCTURE = "transient_infrastructure"
 CODE_BUG = "code_bug"
-FAILURE_CLASSES = (
-    DATA,
-    RESOURCE_EXHAUSTION,
-    DEPENDENCY_MISMATCH,
-    TRANSIENT_INFRASTRUCTURE,
-    CODE_BUG,
-)
 
 # The run tag that carries the class, written by the run alerts sensor; the UI can filter on it.
 FAILURE_CLASS_TAG = "ml_platform/failure_class"
 
-# The docs/runbook.md section of each class.
+# Every class and its docs/runbook.md section.
 RUNBOOK_ANCHORS = {
     DATA: "data-failure",
     RESOURCE_EXHAUSTION: "resource-exhaustion",
