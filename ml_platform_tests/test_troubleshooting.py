@@ -319,3 +319,13 @@ def test_reproduce_raises_the_same_exception_on_a_100_row_sample(incidents, tmp_
     assert "input flights (flights): 100 of 1000 rows" in caplog.text
     assert f"cancellation_delay partition {DAY} on 100 rows" in caplog.text
     assert sorted(lake_dir.rglob("*")) == stored  # the rerun wrote nothing to the real lake
+
+
+def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incidents, capsys):
+    lake_dir = Path(incidents["lake"].base_dir)
+    stored = sorted(lake_dir.rglob("*"))
+    # The same environment as the run: the platform's definitions of the synthetic dataset.
+    with pytest.raises(dg.Failure, match=r"\(partition 2024-01-03\) failed the quality gate"):
+        cli.main(["reproduce", incidents["runs"][DATA], "--sample", "100"])
+    # validated_data writes its GE result and data docs beside the lake; they went to scratch.
+    assert sorted(lake_dir.rglob("*")) == stored
