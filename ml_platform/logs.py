@@ -100,7 +100,10 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.secrets = secret_values()
+        plain = secret_values()
+        # A secret with quotes or backslashes appears escaped in the JSON text.
+        escaped = {json.dumps(secret, ensure_ascii=False)[1:-1] for secret in plain}
+        self.secrets = sorted(set(plain) | escaped, key=len, reverse=True)
 
     def format(self, record: logging.LogRecord) -> str:
         """One line of JSON; values that are not JSON types are written as their text."""

@@ -329,3 +329,21 @@ def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incide
         cli.main(["reproduce", incidents["runs"][DATA], "--sample", "100"])
     # validated_data writes its GE result and data docs beside the lake; they went to scratch.
     assert sorted(lake_dir.rglob("*")) == stored
+
+
+def test_json_lines_redact_escaped_secrets_and_url_passwords(monkeypatch):
+    import logging
+
+    from ml_platform.logs import JsonFormatter
+
+    monkeypatch.setenv("ML_PLATFORM_SMTP_PASSWORD", 'pa"ss\\word99')
+    monkeypatch.setenv("ML_PLATFORM_SMTP_PORT", "587")  # not a secret: never redacted
+    record = logging.makeLogRecord(
+        {
+            "name": "ml_platform.test",
+            "levelname": "INFO",
+            "msg": 'login pa"ss\\word99 to postgresql://etl:hunter22@db:587/runs',
+        }
+    )
+    line = JsonFormatter().format(record)
+    assert json.loads(line)["message"] == "login *** to postgresql://etl:***@db:587/runs"
