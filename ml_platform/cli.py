@@ -1,4 +1,4 @@
-"""`ml-platform`: land day files, materialise days into the Dagster instance, check contracts."""
+"""`ml-platform`: land and materialise days, check contracts, diagnose and reproduce failures."""
 
 import argparse
 import datetime as dt
@@ -154,6 +154,67 @@ def check_contract(args: argparse.Namespace) -> int:
     return 0
 
 
+def diagnose(args: argparse.Namespace) -> int:
+    """Explain a failed run from the instance's event log: step, last lines, class, runbook."""
+    import dagster as dg
+
+    from ml_platform.diagnose import RunNotFoundError, diagnose_run, tag_failure_class
+
+    with dg.DagsterInstance.get() as instance:
+        try:
+            diagnosis = diagnose_run(instance, args.run_id, lines=args.lines)
+        except RunNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        tag_failure_class(instance, diagnosis)
+    print(diagnosis.render())
+    return 0
+
+
+def reproduce(args: argparse.Namespace) -> int:
+    """Rerun a failed run's asset in this process on a sample of its real inputs."""
+    import logging
+    import pdb
+    import tempfile
+
+    import dagster as dg
+
+    from ml_platform.definitions import build_definitions
+    from ml_platform.reproduce import NothingToReproduceError
+    from ml_platform.reproduce import reproduce as rerun
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    defs = build_definitions(load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights")))
+    with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
+        try:
+            target = rerun(instance, args.run_id, defs, Path(scratch), sample_rows=args.sample)
+        except NothingToReproduceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except Exception:
+            if not args.pdb:
+                raise  # the asset's own exception and traceback, as the step raised it
+            pdb.post_mortem(sys.exc_info()[2])
+            return 1
+    print(
+        f"not reproduced: {target.asset.key.to_user_string()} partition {target.partition} "
+        f"succeeded on {args.sample} rows per input partition; try a larger --sample",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def health(args: argparse.Namespace) -> int:
+    """Summarise the last N days of runs: success rates, durations, checks, memory requests."""
+    import dagster as dg
+
+    from ml_platform.health import pipeline_health
+
+    with dg.DagsterInstance.get() as instance:
+        print(pipeline_health(instance, args.days).render())
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     top = argparse.ArgumentParser(prog="ml-platform", description=__doc__)
@@ -195,6 +256,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", help="a registered version instead of an alias")
     p.add_argument("--output", type=Path, help="default: FILE.scored.csv beside the input")
     p.set_defaults(func=score)
+
+    p = sub.add_parser("diagnose", help="explain a failed run: step, last log lines, class")
+    p.add_argument("run_id", help="the run's id (UI, alert, or `dagster run list`)")
+    p.add_argument("--lines", type=int, default=15, help="log lines to show before the failure")
+    p.set_defaults(func=diagnose)
+
+    p = sub.add_parser("reproduce", help="rerun a failed asset in-process on sampled inputs")
+    p.add_argument("run_id", help="the failed run's id")
+    p.add_argument("--sample", type=int, default=100, help="rows per input partition")
+    p.add_argument("--pdb", action="store_true", help="open the debugger where it raised")
+    p.set_defaults(func=reproduce)
+
+    p = sub.add_parser("health", help="success rates, durations, checks, memory requests")
+    p.add_argument("--days", type=float, default=7, help="look back this many days")
+    p.set_defaults(func=health)
 
     p = sub.add_parser("check-contract", help="validate a contract file")
     p.add_argument("contract", help="bundled contract name or path")

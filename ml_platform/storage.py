@@ -19,6 +19,8 @@ import joblib
 import pandas as pd
 from pydantic import Field, PrivateAttr
 
+from ml_platform.observability import record_bytes_read
+
 FORMAT_KEY = "ml_platform/format"
 # An input with this metadata receives its partitions as a dict, even when the window holds a
 # single partition (the first day), so the asset always sees one type.
@@ -340,18 +342,20 @@ class LakeIOManager(dg.ConfigurableIOManager):
         upstream = context.upstream_output
         assert upstream is not None, "the lake IO manager only loads asset inputs"
         fmt = _format_of(upstream.definition_metadata, context.asset_key)
+        # The step's `bytes_read` metadata (observability.step_metrics) counts what loads here.
+        reader = context.op_def.name
         if not context.has_asset_partitions:
-            return self._load(context.asset_key, "all", fmt)
+            return self._load(context.asset_key, "all", fmt, reader)
         keys = sorted(context.asset_partition_keys)
         if context.definition_metadata.get(WINDOW_KEY) is True:
-            return {key: self._load(context.asset_key, key, fmt) for key in keys}
+            return {key: self._load(context.asset_key, key, fmt, reader) for key in keys}
         if len(keys) != 1:
             raise ValueError(
                 f"input {context.name} spans {len(keys)} partitions of "
                 f"{context.asset_key.to_user_string()}; declare it with metadata "
                 f"{{'{WINDOW_KEY}': True}} to receive them as a dict"
             )
-        return self._load(context.asset_key, keys[0], fmt)
+        return self._load(context.asset_key, keys[0], fmt, reader)
 
     def load_partition(self, asset_key: dg.AssetKey, partition: str, fmt: str) -> Any:
         """One stored partition; MissingPartitionError naming it if it was never stored.
@@ -360,14 +364,19 @@ class LakeIOManager(dg.ConfigurableIOManager):
         """
         return self._load(asset_key, partition, fmt)
 
-    def _load(self, asset_key: dg.AssetKey, partition: str, fmt: str) -> Any:
+    def _load(
+        self, asset_key: dg.AssetKey, partition: str, fmt: str, reader: str | None = None
+    ) -> Any:
         key = self.key(asset_key, partition, fmt)
         if not self.storage.exists(key):
             raise MissingPartitionError(
                 f"{asset_key.to_user_string()} partition {partition} is not in storage "
                 f"(expected {self.storage.uri(key)}): materialise it first."
             )
-        return deserialise(self.storage.read_bytes(key), fmt)
+        data = self.storage.read_bytes(key)
+        if reader is not None:
+            record_bytes_read(reader, len(data))
+        return deserialise(data, fmt)
 
 
 def _format_of(metadata: Any, asset_key: dg.AssetKey) -> str:

@@ -18,8 +18,11 @@ import pytest
 
 from ml_platform.automation.alerts import Notifier, notifier_from_env
 from ml_platform.automation.classify import (
+    CODE_BUG,
     DATA,
-    SOFTWARE,
+    DEPENDENCY_MISMATCH,
+    RESOURCE_EXHAUSTION,
+    TRANSIENT_INFRASTRUCTURE,
     FailedCheck,
     StepFailure,
     classify_failure,
@@ -212,7 +215,7 @@ def test_a_success_resets_the_streak(scene, webhook):
     scene.tick()
     [alert] = alerts_of(webhook)
     assert alert["severity"] == "CRITICAL"
-    assert alert["failure_class"] == SOFTWARE
+    assert alert["failure_class"] == CODE_BUG
     assert alert["cause"] == "division by zero while scoring"
     assert alert["runbook"].endswith("#failed-3-times-in-a-row")
 
@@ -247,7 +250,7 @@ def test_identical_warnings_are_sent_once_within_the_window(scene, webhook):
     assert alerts[0]["rule"] == "check_failed"
     assert alerts[0]["subject"] == "scored:drift_ks"
     assert alerts[0]["cause"] == "x1 drifted from the reference: KS D=0.31 > 0.10"
-    assert alerts[0]["runbook"] == "docs/runbook.md#drift"
+    assert alerts[0]["runbook"] == "docs/runbook.md#warning-check"
     assert alerts[0]["failure_class"] is None
 
 
@@ -307,18 +310,39 @@ def test_a_missing_landed_file_fails_at_once_as_a_data_failure(platform_for):
     assert verdict.failure_class == DATA
 
 
-def test_classifier_tells_data_from_software():
+def test_classifier_tells_the_five_classes_apart():
     gate = FailedCheck("validated_data", "gx_validity", "ERROR", "3 rows out of range")
     warn = FailedCheck("features", "drift_ks", "WARN", "drift")
     crash = StepFailure("model", "ValueError", "bad shape", user_failure=False)
     stop = StepFailure("raw_data", "Failure", "schema mismatch", user_failure=True)
     missing = StepFailure("raw_data", "MissingLandingFileError", "no file", user_failure=False)
+    disk = StepFailure(
+        "features", "OSError", "[Errno 28] No space left on device", user_failure=False
+    )
+    wrapped = StepFailure(
+        "raw_data",
+        "StorageError",
+        "could not read",
+        user_failure=False,
+        chain=("StorageError: could not read", "ConnectionRefusedError: [Errno 111] refused"),
+        attempts=4,
+    )
+    conflict = StepFailure(
+        "model", "RuntimeError", "version conflict: numpy 1.26 installed", user_failure=False
+    )
 
     assert classify_failure([crash], [gate]).failure_class == DATA
     assert classify_failure([stop], []).failure_class == DATA
     assert classify_failure([missing], []).failure_class == DATA
-    assert classify_failure([crash], [warn]).failure_class == SOFTWARE
-    assert classify_failure([], []).failure_class == SOFTWARE
+    assert classify_failure([disk], []).failure_class == RESOURCE_EXHAUSTION
+    verdict = classify_failure([wrapped], [])
+    assert verdict.failure_class == TRANSIENT_INFRASTRUCTURE
+    assert "after 4 attempts" in verdict.reason
+    assert classify_failure([conflict], []).failure_class == DEPENDENCY_MISMATCH
+    killed = classify_failure([], [], "run worker exited with code 137")
+    assert killed.failure_class == RESOURCE_EXHAUSTION
+    assert classify_failure([crash], [warn]).failure_class == CODE_BUG
+    assert classify_failure([], []).failure_class == CODE_BUG
 
 
 def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
@@ -339,31 +363,36 @@ def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
     assert resolved.paging_sinks() == ["webhook"]
 
 
-def test_warning_checks_of_the_platform_link_their_runbook_sections():
-    from ml_platform.automation.alerts import check_anchor
-    from ml_platform.drift.checks import FEATURES_DRIFT_CHECK
-    from ml_platform.ingestion.assets import SCHEMA_CHANGE_CHECK
-    from ml_platform.training.assets import LOSS_PLATEAU_CHECK, UTILISATION_CHECK
+def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_path):
+    from ml_platform.automation.classify import RUNBOOK_ANCHORS
+    from ml_platform.contracts import load_contract
+    from ml_platform.definitions import build_definitions
+    from ml_platform.runbook import RUNBOOK_PATH, check_anchor
 
-    assert check_anchor(FEATURES_DRIFT_CHECK) == "drift"
-    assert check_anchor(LOSS_PLATEAU_CHECK) == "loss-plateau"
-    assert check_anchor(UTILISATION_CHECK) == "low-utilisation"
-    assert check_anchor(SCHEMA_CHANGE_CHECK) == "warning-check"
     runbook = (REPO / "docs" / "runbook.md").read_text()
     headings = {
         line[3:].strip().lower().replace(" ", "-")
         for line in runbook.splitlines()
         if line.startswith("## ")
     }
+    defs = build_definitions(
+        load_contract("flights"), landing_dir=str(tmp_path), lake_dir=str(tmp_path)
+    )
+    graph = defs.resolve_asset_graph()
+    specs = [graph.get_check_spec(key) for key in graph.asset_check_keys]
+    from ml_platform.runbook import CHECK_SECTIONS
+
+    assert {spec.name for spec in specs} == CHECK_SECTIONS
+    for spec in specs:
+        anchor = check_anchor(spec.name)
+        assert anchor in headings, spec.name
+        assert f"{RUNBOOK_PATH}#{anchor}" in (spec.description or ""), spec.name
     for anchor in [
-        "drift",
-        "loss-plateau",
-        "low-utilisation",
+        *RUNBOOK_ANCHORS.values(),
         "warning-check",
         "failed-3-times-in-a-row",
-        "data-failure",
-        "software-failure",
         "landing-file-fits-no-partition",
         "alert-delivery-failed",
+        "rerun-failed-days",
     ]:
         assert anchor in headings, anchor

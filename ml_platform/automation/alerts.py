@@ -32,7 +32,13 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ml_platform.automation.classify import FailedCheck, StepFailure, classify_failure
+from ml_platform.automation.classify import (
+    Classification,
+    FailedCheck,
+    StepFailure,
+    classify_failure,
+)
+from ml_platform.runbook import check_anchor
 
 CRITICAL = "CRITICAL"
 ERROR = "ERROR"
@@ -53,7 +59,7 @@ class Alert:
     title: str  # what happened, one line
     cause: str  # why, one line
     subject: str  # what failed: a job, an asset, a check or a file
-    failure_class: str | None  # data | software; None when not a failure
+    failure_class: str | None  # a key of classify.RUNBOOK_ANCHORS; None: no failure
     run_id: str | None
     partition: str | None
     run_url: str | None
@@ -283,22 +289,15 @@ class RunOutcome:
     run_message: str  # the run failure's message, for failures outside any step
 
 
+def classify_outcome(outcome: RunOutcome) -> Classification:
+    """The failure class of a finished, failed run."""
+    return classify_failure(outcome.step_failures, outcome.failed_checks, outcome.run_message)
+
+
 def streak_keys(outcome: RunOutcome) -> list[str]:
     """What a failure counts against: the job (unless an ad-hoc asset job) and failed assets."""
     keys = [] if outcome.job_name.startswith("__") else [f"job {outcome.job_name}"]
     return keys + [f"asset {f.step}" for f in outcome.step_failures]
-
-
-def check_anchor(check: str) -> str:
-    """The runbook section of a warning check, from its name."""
-    name = check.lower()
-    if "drift" in name:
-        return "drift"
-    if "plateau" in name or "loss" in name:
-        return "loss-plateau"
-    if "utilisation" in name or "utilization" in name or "cpu" in name:
-        return "low-utilisation"
-    return "warning-check"
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -350,10 +349,10 @@ def evaluate_run(
             streaks.pop(key, None)
         return alerts
 
-    classification = classify_failure(outcome.step_failures, outcome.failed_checks)
+    classification = classify_outcome(outcome)
     first = outcome.step_failures[0] if outcome.step_failures else None
     cause = one_line(first.message if first else outcome.run_message) or "unknown cause"
-    anchor = f"{classification.failure_class}-failure"
+    anchor = classification.runbook_anchor
     alerts.append(
         alert(
             severity=ERROR,

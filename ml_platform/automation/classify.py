@@ -1,19 +1,84 @@
-"""Which kind of failure a failed run is: data or software.
+"""Which kind of failure a failed run is, and so which runbook section to read.
 
-A minimal classifier, the seam that issue 7 refines into resource exhaustion, dependency
-mismatch, data/schema, transient infrastructure and code bug. The alerts only need the class
-name and the rule that produced it, so a richer classifier can replace `classify_failure`
-without touching the alert rules.
+Five classes, because each needs a different fix and a different person:
+
+- data: a blocking check failed, a landed file is missing or unreadable, or a step stopped on
+  purpose (`dg.Failure`). Waiting does not help; the upstream file or the contract must change.
+- resource exhaustion: out of memory (MemoryError, an OOM kill) or out of disk (ENOSPC). The
+  same input fails again until the container gets more (see `ml-platform health`).
+- dependency mismatch: a module is missing or an installed version does not fit the code
+  (ImportError, a version conflict). Rebuild the environment from the lock.
+- transient infrastructure: a timeout or a refused or dropped connection that outlasted the
+  step's retries. Check the service, then rerun.
+- code bug: anything else; reproduce it on a sample (`ml-platform reproduce RUN_ID`).
+
+The rules read the class names and messages of each failed step's whole error chain (the
+exception and its causes), so a `ConnectionRefusedError` wrapped in a storage error still
+counts as transient.
 """
 
 import dataclasses
+import re
+from typing import Any
 
 DATA = "data"
-SOFTWARE = "software"
+RESOURCE_EXHAUSTION = "resource_exhaustion"
+DEPENDENCY_MISMATCH = "dependency_mismatch"
+TRANSIENT_INFRASTRUCTURE = "transient_infrastructure"
+CODE_BUG = "code_bug"
+
+# The run tag that carries the class, written by the run alerts sensor; the UI can filter on it.
+FAILURE_CLASS_TAG = "ml_platform/failure_class"
+
+# Every class and its docs/runbook.md section.
+RUNBOOK_ANCHORS = {
+    DATA: "data-failure",
+    RESOURCE_EXHAUSTION: "resource-exhaustion",
+    DEPENDENCY_MISMATCH: "dependency-mismatch",
+    TRANSIENT_INFRASTRUCTURE: "transient-infrastructure",
+    CODE_BUG: "code-bug",
+}
 
 # Errors that mean "the data is wrong or missing", whatever raised them.
 DATA_ERROR_CLASSES = frozenset(
     {"MissingLandingFileError", "LandingFileError", "ContractViolationError", "TrainingDataError"}
+)
+RESOURCE_ERROR_CLASSES = frozenset({"MemoryError", "OutOfMemoryError"})
+# Killed by the kernel's OOM killer (SIGKILL, exit 137) or out of disk space (errno 28, 122).
+RESOURCE_PATTERN = re.compile(
+    r"OOMKilled|out of memory|signal 9\b|SIGKILL|exit(?:ed)? (?:with )?code (?:-9|137)\b"
+    r"|\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded",
+    re.IGNORECASE,
+)
+DEPENDENCY_ERROR_CLASSES = frozenset(
+    {"ImportError", "ModuleNotFoundError", "VersionConflict", "DistributionNotFound"}
+)
+DEPENDENCY_PATTERN = re.compile(
+    r"version conflict|incompatible version|requires [\w.-]+ ?[<>=!~]=?|"
+    r"module '[\w.]+' has no attribute",
+    re.IGNORECASE,
+)
+TRANSIENT_ERROR_CLASSES = frozenset(
+    {
+        "ConnectionError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "ConnectionAbortedError",
+        "BrokenPipeError",
+        "TimeoutError",
+        "timeout",
+        "URLError",
+        "RemoteDisconnected",
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "RetryRequested",
+    }
+)
+TRANSIENT_PATTERN = re.compile(
+    r"Connection refused|Connection reset|timed out|Temporary failure in name resolution"
+    r"|Max retries exceeded|Service Unavailable",
+    re.IGNORECASE,
 )
 
 
@@ -25,6 +90,9 @@ class StepFailure:
     error_class: str  # class name of the raised exception ("Failure" for dg.Failure)
     message: str  # first line of the error, or the dg.Failure description
     user_failure: bool  # raised as dg.Failure: a deliberate stop, e.g. a quality gate
+    # "Class: message" of the exception and each of its causes, outermost first.
+    chain: tuple[str, ...] = ()
+    attempts: int = 1  # how many times the step ran (more than 1: it was retried)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,15 +112,71 @@ class Classification:
     failure_class: str
     reason: str
 
+    @property
+    def runbook_anchor(self) -> str:
+        """The docs/runbook.md section to read."""
+        return RUNBOOK_ANCHORS[self.failure_class]
+
+
+def user_error(error: Any) -> Any:
+    """The exception user code raised, unwrapped from Dagster's step-execution wrapper.
+
+    `error` is Dagster's serialised error (cls_name, message, cause).
+    """
+    while (
+        error is not None
+        and error.cause is not None
+        and (error.cls_name or "").startswith("Dagster")
+    ):
+        error = error.cause
+    return error
+
+
+def error_chain(error: Any) -> tuple[str, ...]:
+    """The "Class: message" of a serialised error and each of its causes, outermost first."""
+    links = []
+    while error is not None:
+        message = (error.message or "").strip()
+        # Dagster's message starts with the class name, sometimes qualified with its module.
+        head, sep, rest = message.partition(": ")
+        if sep and head.rsplit(".", 1)[-1] == error.cls_name:
+            message = rest
+        links.append(f"{error.cls_name}: {message}")
+        error = error.cause
+    return tuple(links)
+
+
+def _chain(failure: StepFailure) -> list[tuple[str, str]]:
+    """(class name, message) of the error and its causes."""
+    pairs = [link.partition(": ")[::2] for link in failure.chain]
+    return pairs or [(failure.error_class, failure.message)]
+
+
+def _software_class(failure: StepFailure) -> Classification | None:
+    """The software class whose rule matches the step's error chain, if any."""
+    retried = f" after {failure.attempts} attempts" if failure.attempts > 1 else ""
+    rules = [
+        (RESOURCE_EXHAUSTION, RESOURCE_ERROR_CLASSES, RESOURCE_PATTERN),
+        (DEPENDENCY_MISMATCH, DEPENDENCY_ERROR_CLASSES, DEPENDENCY_PATTERN),
+        (TRANSIENT_INFRASTRUCTURE, TRANSIENT_ERROR_CLASSES, TRANSIENT_PATTERN),
+    ]
+    for failure_class, classes, pattern in rules:
+        for cls_name, message in _chain(failure):
+            if cls_name in classes or pattern.search(message):
+                return Classification(
+                    failure_class, f"{failure.step} raised {cls_name}: {message}{retried}"
+                )
+    return None
+
 
 def classify_failure(
-    step_failures: list[StepFailure], failed_checks: list[FailedCheck]
+    step_failures: list[StepFailure], failed_checks: list[FailedCheck], run_message: str = ""
 ) -> Classification:
-    """Data when a check failed at ERROR severity or a step stopped on purpose; else software.
+    """The class of a failed run (see the module docstring for the rules, in order).
 
-    Quality gates fail a blocking check and raise `dg.Failure(allow_retries=False)`; a missing
-    or unreadable landed file raises a data error. Anything else (an exception nobody raised
-    on purpose, a crashed process) is treated as a software failure.
+    Data comes first: a failed blocking gate explains the run whatever else broke. Then the
+    software classes, for the first step whose error chain matches; then the run's own failure
+    message (a killed run process has no step failure); otherwise a code bug.
     """
     errors = [c for c in failed_checks if c.severity == "ERROR"]
     if errors:
@@ -63,7 +187,13 @@ def classify_failure(
             return Classification(DATA, f"{failure.step} raised {failure.error_class}")
         if failure.user_failure:
             return Classification(DATA, f"{failure.step} stopped on a failed gate (dg.Failure)")
+    for failure in step_failures:
+        found = _software_class(failure)
+        if found is not None:
+            return found
+    if not step_failures and RESOURCE_PATTERN.search(run_message):
+        return Classification(RESOURCE_EXHAUSTION, f"the run process died: {run_message}")
     if step_failures:
         first = step_failures[0]
-        return Classification(SOFTWARE, f"{first.step} raised {first.error_class}")
-    return Classification(SOFTWARE, "the run failed outside any step")
+        return Classification(CODE_BUG, f"{first.step} raised {first.error_class}: {first.message}")
+    return Classification(CODE_BUG, f"the run failed outside any step: {run_message or '?'}")

@@ -36,10 +36,17 @@ from ml_platform.automation.alerts import (
     DeliveryState,
     Notifier,
     RunOutcome,
+    classify_outcome,
     evaluate_run,
     one_line,
 )
-from ml_platform.automation.classify import FailedCheck, StepFailure
+from ml_platform.automation.classify import (
+    FAILURE_CLASS_TAG,
+    FailedCheck,
+    StepFailure,
+    error_chain,
+    user_error,
+)
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandedObject, LandingStore, scan_landing
 
@@ -297,17 +304,6 @@ def partition_of(run: dg.DagsterRun) -> str | None:
     return f"{start}...{end}" if start and end else None
 
 
-def user_error(error: Any) -> Any:
-    """The exception user code raised, unwrapped from Dagster's step-execution wrapper."""
-    while (
-        error is not None
-        and error.cause is not None
-        and (error.cls_name or "").startswith("Dagster")
-    ):
-        error = error.cause
-    return error
-
-
 def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> RunOutcome | None:
     """What a finished run did, read from its event log; None if the run is gone."""
     run = instance.get_run_by_id(run_id)
@@ -318,7 +314,9 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
         dg.DagsterEventType.STEP_SUCCESS,
         dg.DagsterEventType.ASSET_CHECK_EVALUATION,
         dg.DagsterEventType.RUN_FAILURE,
+        dg.DagsterEventType.STEP_UP_FOR_RETRY,
     }
+    retries: dict[str, int] = {}
     step_failures: list[StepFailure] = []
     succeeded_steps: list[str] = []
     failed_checks: list[FailedCheck] = []
@@ -341,8 +339,12 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
                     error_class=error.cls_name if error and error.cls_name else "Error",
                     message=message,
                     user_failure=user is not None,
+                    chain=error_chain(error),
+                    attempts=retries.get(event.step_key or "?", 0) + 1,
                 )
             )
+        elif event.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY:
+            retries[event.step_key or "?"] = retries.get(event.step_key or "?", 0) + 1
         elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
             succeeded_steps.append(event.step_key or "?")
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
@@ -476,6 +478,13 @@ def build_run_alerts_sensor(
             outcome = run_outcome(context.instance, run_id, succeeded)
             if outcome is not None:
                 alerts += evaluate_run(outcome, cursor.streaks, notifier, now)
+                if not succeeded:
+                    # The class as a run tag: the Runs page can filter on it, and it outlives
+                    # the sensor's tick log.
+                    verdict = classify_outcome(outcome)
+                    context.instance.add_run_tags(
+                        run_id, {FAILURE_CLASS_TAG: verdict.failure_class}
+                    )
             cursor.after = storage_id
             handled += 1
         cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)

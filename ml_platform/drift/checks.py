@@ -17,6 +17,7 @@ from ml_platform.contracts import Contract
 from ml_platform.drift.detect import FeatureVerdict, detect_drift
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
+from ml_platform.runbook import check_description
 from ml_platform.storage import LakeIOManager
 
 FEATURES_DRIFT_CHECK = "features_drift"
@@ -69,12 +70,13 @@ def build_drift_checks(
             name=FEATURES_DRIFT_CHECK,
             partitions_def=partitions,
             blocking=bool(blocking),
-            description=(
+            description=check_description(
+                FEATURES_DRIFT_CHECK,
                 "Each feature of day D against the reference days: KS statistic (numeric) or "
                 "Jensen-Shannon distance (categorical), gated by a corrected p-value. Fails when "
                 "a feature drifts: at WARN severity, or ERROR for "
                 + (", ".join(blocking) if blocking else "features marked blocking in the contract")
-                + "."
+                + ".",
             ),
         )(features_drift)
     return [check]

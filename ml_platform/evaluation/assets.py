@@ -14,7 +14,9 @@ from ml_platform.evaluation.metrics import (
     render_report,
     score_model,
 )
+from ml_platform.observability import step_metrics
 from ml_platform.registry.store import ModelRegistry
+from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
@@ -46,11 +48,15 @@ def build_evaluation_report(
                 VERDICT_CHECK,
                 asset=name,
                 blocking=True,
-                description="The candidate meets the contract's value thresholds; otherwise it "
-                "is not registered.",
+                description=check_description(
+                    VERDICT_CHECK,
+                    "The candidate meets the contract's value thresholds; otherwise it is not "
+                    "registered.",
+                ),
             )
         ],
     )
+    @step_metrics(name)
     def _evaluation_report(
         context: dg.AssetExecutionContext,
         model: TrainedModel,

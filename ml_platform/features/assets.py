@@ -7,7 +7,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.profile import feature_profile
 from ml_platform.features.transforms import build_features
-from ml_platform.observability import table_schema
+from ml_platform.observability import step_metrics, table_schema
 from ml_platform.storage import FORMAT_KEY
 
 
@@ -24,6 +24,7 @@ def build_features_asset(
         kinds={"pandas", "parquet"},
         metadata={FORMAT_KEY: "parquet"},
     )
+    @step_metrics("features")
     def features(validated_data: pd.DataFrame) -> dg.MaterializeResult[pd.DataFrame]:
         """Model inputs of day D: the contract's features, the event time and the label.
 

@@ -13,7 +13,8 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandingZone, MissingLandingFileError
-from ml_platform.observability import table_schema
+from ml_platform.observability import record_bytes_read, step_metrics, table_schema
+from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY
 from ml_platform.validation.schema import raw_schema
 
@@ -170,15 +171,22 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 RAW_SCHEMA_CHECK,
                 asset="raw_data",
                 blocking=True,
-                description="The landed file has the contract's columns, each of a castable type.",
+                description=check_description(
+                    RAW_SCHEMA_CHECK,
+                    "The landed file has the contract's columns, each of a castable type.",
+                ),
             ),
             dg.AssetCheckSpec(
                 SCHEMA_CHANGE_CHECK,
                 asset="raw_data",
-                description="The file has the same columns and types as the previous day's.",
+                description=check_description(
+                    SCHEMA_CHANGE_CHECK,
+                    "The file has the same columns and types as the previous day's.",
+                ),
             ),
         ],
     )
+    @step_metrics("raw_data")
     def raw_data(context: dg.AssetExecutionContext, landing: LandingZone) -> Iterator:
         """The file that landed for day D, read as-is and stored as parquet.
 
@@ -198,6 +206,8 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             # Retrying will not land a file nor repair one: fail now (the landing sensor runs
             # the day when a corrected file lands) instead of after the retry policy's backoff.
             raise dg.Failure(description=str(exc), allow_retries=False) from exc
+        # The landed file is this step's input; the lake IO manager counts the other steps'.
+        record_bytes_read("raw_data", len(data))
         schema = table_schema(frame)
         previous_day, previous = previous_column_schema(context, contract, day)
         yield schema_change_result(schema, previous, previous_day, where)

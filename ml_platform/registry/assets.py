@@ -4,6 +4,7 @@ import dagster as dg
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.observability import step_metrics
 from ml_platform.registry.store import ModelRegistry, environment_manifest
 from ml_platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.training.model import TrainedModel
@@ -30,6 +31,7 @@ def build_registered_model(
         # Alias moves read and write one small file: two runs must not interleave them.
         pool="model_registry",
     )
+    @step_metrics(name)
     def _registered_model(
         context: dg.AssetExecutionContext, model: TrainedModel, evaluation: dict, lake: LakeStorage
     ) -> dg.MaterializeResult[dict]:

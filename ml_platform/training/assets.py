@@ -13,7 +13,8 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import StepTelemetry, figure_markdown, new_figure
+from ml_platform.observability import StepTelemetry, figure_markdown, new_figure, step_metrics
+from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
 from ml_platform.training.model import (
     Checkpoints,
@@ -179,11 +180,15 @@ def build_model(
         ins={"features": window_input(days)},
         check_specs=[
             dg.AssetCheckSpec(
-                check, asset=name, description=text, blocking=check == FINITE_WEIGHTS_CHECK
+                check,
+                asset=name,
+                description=check_description(check, text),
+                blocking=check == FINITE_WEIGHTS_CHECK,
             )
             for check, text in checks.items()
         ],
     )
+    @step_metrics(name)
     def _model(
         context: dg.AssetExecutionContext, features: dict[str, pd.DataFrame], lake: LakeStorage
     ) -> Iterator:

@@ -7,7 +7,8 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import table_schema
+from ml_platform.observability import step_metrics, table_schema
+from ml_platform.runbook import check_description
 from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise
 from ml_platform.validation.expectations import (
     CHECKS,
@@ -95,10 +96,16 @@ def build_validated_data(
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
         check_specs=[
-            dg.AssetCheckSpec(name, asset="validated_data", blocking=True, description=text)
+            dg.AssetCheckSpec(
+                name,
+                asset="validated_data",
+                blocking=True,
+                description=check_description(name, text),
+            )
             for name, text in CHECKS.items()
         ],
     )
+    @step_metrics("validated_data")
     def validated_data(
         context: dg.AssetExecutionContext, raw_data: pd.DataFrame, lake: LakeStorage
     ) -> Iterator:

@@ -1,0 +1,113 @@
+"""What went wrong in a run: the failed step, the log lines before it, and the failure class.
+
+Everything is read from the instance's event log (the run's `DAGSTER_HOME`), so it works for
+any run, whoever launched it, long after the run process is gone.
+"""
+
+import dataclasses
+import datetime as dt
+import logging
+
+import dagster as dg
+
+from ml_platform.automation.alerts import RunOutcome, classify_outcome
+from ml_platform.automation.classify import FAILURE_CLASS_TAG, Classification, StepFailure
+from ml_platform.automation.sensors import run_outcome
+from ml_platform.runbook import RUNBOOK_PATH
+
+FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
+
+
+class RunNotFoundError(LookupError):
+    """No run with this id in the instance."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """A failed run explained: where it failed, what was logged before, and which class."""
+
+    run_id: str
+    status: str
+    outcome: RunOutcome
+    classification: Classification | None  # None when the run did not fail
+    last_lines: list[str]  # log lines up to and including the first failure
+
+    @property
+    def failed_steps(self) -> list[StepFailure]:
+        """The steps that failed, in the order they failed."""
+        return self.outcome.step_failures
+
+    def render(self) -> str:
+        """The diagnosis as text for a terminal."""
+        outcome = self.outcome
+        lines = [
+            f"run {self.run_id}: {self.status}",
+            f"job: {outcome.job_name}   partition: {outcome.partition or '-'}",
+        ]
+        if self.classification is None:
+            return "\n".join([*lines, "the run did not fail: nothing to diagnose"])
+        for failure in self.failed_steps:
+            retried = f" (after {failure.attempts} attempts)" if failure.attempts > 1 else ""
+            lines.append(f"failed step: {failure.step}{retried}")
+            lines += [f"  {link}" for link in failure.chain or (failure.message,)]
+        if not self.failed_steps:
+            lines.append(f"failed outside any step: {outcome.run_message}")
+        for check in outcome.failed_checks:
+            lines.append(f"failed check: {check.asset}:{check.check} ({check.severity})")
+            lines.append(f"  {check.description}")
+        lines.append("last log lines before the failure:")
+        lines += [f"  {line}" for line in self.last_lines]
+        verdict = self.classification
+        lines.append(f"failure class: {verdict.failure_class} ({verdict.reason})")
+        lines.append(f"runbook: {RUNBOOK_PATH}#{verdict.runbook_anchor}")
+        return "\n".join(lines)
+
+
+def log_line(entry: dg.EventLogEntry) -> str:
+    """One event log entry as a line: time, level, step and message."""
+    when = dt.datetime.fromtimestamp(entry.timestamp, dt.UTC).strftime("%H:%M:%S")
+    where = entry.step_key or "run"
+    event = entry.dagster_event
+    kind = f" {event.event_type_value}" if event is not None else ""
+    message = (entry.message or "").strip().splitlines()
+    return f"{when} {logging.getLevelName(entry.level)} {where}{kind}: " + (
+        message[0] if message else ""
+    )
+
+
+def last_lines_before_failure(entries: list[dg.EventLogEntry], count: int) -> list[str]:
+    """The `count` log lines up to and including the run's first failure event."""
+    end = len(entries)
+    for index, entry in enumerate(entries):
+        if entry.dagster_event is not None and entry.dagster_event.event_type in FAILURE_EVENTS:
+            end = index + 1
+            break
+    return [log_line(entry) for entry in entries[max(0, end - count) : end]]
+
+
+def diagnose_run(instance: dg.DagsterInstance, run_id: str, lines: int = 15) -> Diagnosis:
+    """Read the run's event log and explain its failure; RunNotFoundError if there is no run."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        raise RunNotFoundError(
+            f"no run {run_id} in the Dagster instance at {instance.root_directory}: "
+            "is DAGSTER_HOME the instance the run ran on?"
+        )
+    failed = run.status == dg.DagsterRunStatus.FAILURE
+    outcome = run_outcome(instance, run_id, succeeded=not failed)
+    assert outcome is not None  # the run exists: checked above
+    return Diagnosis(
+        run_id=run_id,
+        status=run.status.value,
+        outcome=outcome,
+        classification=classify_outcome(outcome) if failed else None,
+        last_lines=last_lines_before_failure(list(instance.all_logs(run_id)), lines),
+    )
+
+
+def tag_failure_class(instance: dg.DagsterInstance, diagnosis: Diagnosis) -> None:
+    """Write the failure class as the run tag the UI and the alerts use."""
+    if diagnosis.classification is not None:
+        instance.add_run_tags(
+            diagnosis.run_id, {FAILURE_CLASS_TAG: diagnosis.classification.failure_class}
+        )

@@ -1,0 +1,177 @@
+"""Pipeline health over the last N days, read from the instance's runs and event log.
+
+Success rates per job and per asset step, p50/p95 step durations, queue wait (from a run's
+creation to its start), retries, check pass rates, and a memory request per asset: the largest
+`step_peak_rss_mb` its materialisations recorded (observability.step_metrics) plus headroom,
+rounded up, to size container requests from what the steps really used.
+"""
+
+import collections
+import dataclasses
+import datetime as dt
+import math
+import time
+from typing import Any
+
+import dagster as dg
+import numpy as np
+
+from ml_platform.observability import STEP_PREFIX
+
+# Peak memory varies with the day's size; a request at the peak observed would OOM on the next
+# bigger day.
+MEMORY_HEADROOM = 1.25
+MEMORY_STEP_MB = 64
+PEAK_KEY = f"{STEP_PREFIX}peak_rss_mb"
+EVENTS = {
+    dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.STEP_UP_FOR_RETRY,
+    dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+    dg.DagsterEventType.ASSET_MATERIALIZATION,
+}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile of `values`; None when there are none."""
+    return float(np.percentile(values, q)) if values else None
+
+
+@dataclasses.dataclass
+class Tally:
+    """Successes and failures of one job, step or check."""
+
+    ok: int = 0
+    failed: int = 0
+
+    @property
+    def rate(self) -> float:
+        """Share of successes."""
+        total = self.ok + self.failed
+        return self.ok / total if total else 0.0
+
+    def text(self) -> str:
+        """e.g. "92% of 12"."""
+        return f"{self.rate:.0%} of {self.ok + self.failed}"
+
+
+@dataclasses.dataclass
+class HealthReport:
+    """What `ml-platform health` prints."""
+
+    days: float
+    runs: int
+    jobs: dict[str, Tally]
+    steps: dict[str, Tally]
+    step_seconds: dict[str, list[float]]
+    queue_seconds: list[float]
+    run_retries: int  # runs that re-execute another (retries, "re-execute from failure")
+    step_retries: dict[str, int]
+    checks: dict[str, Tally]
+    peak_rss_mb: dict[str, float]
+
+    def memory_request_mb(self, asset: str) -> int:
+        """Peak memory plus headroom, rounded up to a multiple of MEMORY_STEP_MB."""
+        wanted = self.peak_rss_mb[asset] * MEMORY_HEADROOM
+        return int(math.ceil(wanted / MEMORY_STEP_MB) * MEMORY_STEP_MB)
+
+    def render(self) -> str:
+        """The report as text for a terminal."""
+
+        def seconds(value: float | None) -> str:
+            return "-" if value is None else f"{value:.1f}s"
+
+        lines = [
+            f"last {self.days:g} day(s): {self.runs} run(s), {self.run_retries} retried run(s)"
+        ]
+        lines.append(
+            f"queue wait: p50 {seconds(percentile(self.queue_seconds, 50))}, "
+            f"p95 {seconds(percentile(self.queue_seconds, 95))}"
+        )
+        lines.append("jobs (success rate):")
+        lines += [f"  {job}: {tally.text()}" for job, tally in sorted(self.jobs.items())]
+        lines.append("assets (success rate, p50/p95 duration, step retries):")
+        for step, tally in sorted(self.steps.items()):
+            durations = self.step_seconds.get(step, [])
+            lines.append(
+                f"  {step}: {tally.text()}, p50 {seconds(percentile(durations, 50))}, "
+                f"p95 {seconds(percentile(durations, 95))}, {self.step_retries.get(step, 0)} "
+                "retries"
+            )
+        lines.append("checks (pass rate):")
+        lines += [f"  {check}: {tally.text()}" for check, tally in sorted(self.checks.items())]
+        lines.append(f"memory requests (peak RSS x {MEMORY_HEADROOM}, rounded up):")
+        for asset, peak in sorted(self.peak_rss_mb.items()):
+            lines.append(
+                f"  {asset}: peak {peak:.0f} MiB -> request {self.memory_request_mb(asset)} MiB"
+            )
+        return "\n".join(lines)
+
+
+def pipeline_health(
+    instance: dg.DagsterInstance, days: float, now: float | None = None
+) -> HealthReport:
+    """Summarise the runs created in the last `days` days."""
+    since = (now or time.time()) - days * 86400
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(created_after=dt.datetime.fromtimestamp(since, dt.UTC)),
+        order_by="create_timestamp",
+    )
+    jobs: dict[str, Tally] = collections.defaultdict(Tally)
+    steps: dict[str, Tally] = collections.defaultdict(Tally)
+    checks: dict[str, Tally] = collections.defaultdict(Tally)
+    step_seconds: dict[str, list[float]] = collections.defaultdict(list)
+    step_retries: collections.Counter[str] = collections.Counter()
+    peaks: dict[str, float] = {}
+    queue: list[float] = []
+    retried_runs = 0
+    finished = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}
+    for record in records:
+        run = record.dagster_run
+        if run.status in finished:
+            tally = jobs[run.job_name]
+            if run.status == dg.DagsterRunStatus.SUCCESS:
+                tally.ok += 1
+            else:
+                tally.failed += 1
+        if record.start_time is not None:
+            queue.append(max(0.0, record.start_time - record.create_timestamp.timestamp()))
+        if "dagster/parent_run_id" in run.tags:
+            retried_runs += 1
+        for event_record in instance.get_records_for_run(run.run_id, of_type=EVENTS).records:
+            event = event_record.event_log_entry.dagster_event
+            if event is None:
+                continue
+            data: Any = event.event_specific_data
+            step = event.step_key or "?"
+            if event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+                steps[step].ok += 1
+                step_seconds[step].append(data.duration_ms / 1000)
+            elif event.event_type == dg.DagsterEventType.STEP_FAILURE:
+                steps[step].failed += 1
+            elif event.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY:
+                step_retries[step] += 1
+            elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+                name = f"{data.asset_key.to_user_string()}:{data.check_name}"
+                if data.passed:
+                    checks[name].ok += 1
+                else:
+                    checks[name].failed += 1
+            elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+                materialization = data.materialization
+                peak = materialization.metadata.get(PEAK_KEY)
+                if peak is not None:
+                    asset = materialization.asset_key.to_user_string()
+                    peaks[asset] = max(peaks.get(asset, 0.0), float(peak.value))
+    return HealthReport(
+        days=days,
+        runs=len(records),
+        jobs=dict(jobs),
+        steps=dict(steps),
+        step_seconds=dict(step_seconds),
+        queue_seconds=queue,
+        run_retries=retried_runs,
+        step_retries=dict(step_retries),
+        checks=dict(checks),
+        peak_rss_mb=peaks,
+    )

@@ -1,0 +1,152 @@
+"""Structured logs: one JSON object per line, with the run, the step and the partition.
+
+Dagster hands every record of a run (our `context.log` calls, its own events, and the Python
+loggers `dagster.yaml` lists as managed) to the handlers of `python_logs.dagster_handler_config`
+with a `dagster_meta` attribute that carries the run id, the step and the run's tags. The
+handlers here turn that into flat JSON fields a log search can filter on:
+
+    {"timestamp", "level", "component", "run_id", "partition", "job", "event", "message", ...}
+
+plus the `extra=` fields of the call. `JsonFileHandler` always writes a rotating file under
+`$DAGSTER_HOME/logs/` (yaml cannot build that path, so the handler resolves it);
+`JsonStderrHandler` writes the same lines to stderr when `ML_PLATFORM_LOG_FORMAT=json`, and
+nothing otherwise, because Dagster's console logger already prints text there.
+
+Secrets never reach a line: values of environment variables whose names look like secrets
+(`*SECRET*`, `*PASSWORD*`, `*TOKEN*`, `*KEY*`, `*WEBHOOK*`) and passwords in URLs are replaced.
+"""
+
+import datetime as dt
+import json
+import logging
+import logging.handlers
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ml_platform.automation.classify import error_chain, user_error
+
+LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
+LOG_FILE_NAME = "ml_platform.jsonl"
+REDACTED = "***"
+SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|KEY|WEBHOOK|CREDENTIAL", re.IGNORECASE)
+URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.IGNORECASE)
+# Shorter values (e.g. "1", "true", a port) are not credentials and would redact ordinary text.
+MIN_SECRET_LENGTH = 8
+# Attributes every LogRecord has; anything else on a record came from `extra=`.
+STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of environment variables that look like credentials, longest first."""
+    environ = os.environ if environ is None else environ
+    values = {
+        value
+        for name, value in environ.items()
+        if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH and " " not in value
+    }
+    # Longest first, so a secret containing another is replaced whole.
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with every secret value and URL password replaced by ***."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return URL_PASSWORD.sub(rf"\g<scheme>{REDACTED}@", text)
+
+
+def log_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The JSON fields of a record, from Dagster's metadata when the record passed through it."""
+    meta: Mapping[str, Any] = getattr(record, "dagster_meta", None) or {}
+    tags: Mapping[str, str] = meta.get("job_tags") or {}
+    event = meta.get("dagster_event")
+    resource = meta.get("resource_name")
+    # What produced the line: the asset's step, a resource, or else the job or Python logger.
+    component = (
+        meta.get("step_key")
+        or (f"resource:{resource}" if resource else None)
+        or meta.get("job_name")
+        or record.name
+    )
+    fields: dict[str, Any] = {
+        "timestamp": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(),
+        "level": record.levelname,
+        "component": component,
+        "run_id": meta.get("run_id"),
+        "partition": tags.get("dagster/partition"),
+        "job": meta.get("job_name"),
+        "event": event.event_type_value if event is not None else None,
+        "logger": record.name,
+        "message": meta.get("orig_message", record.getMessage()),
+    }
+    error = getattr(getattr(event, "event_specific_data", None), "error", None)
+    if error is not None:
+        fields["error"] = " <- caused by ".join(error_chain(user_error(error)))
+    if record.exc_info and record.exc_info[1] is not None:
+        fields["error"] = f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+    for key, value in record.__dict__.items():
+        # dagster_* attributes are Dagster's own copies of the event, already in the fields.
+        if key not in STANDARD_ATTRS and not key.startswith("dagster_") and key not in fields:
+            fields[key] = value
+    return fields
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record as one JSON line with secrets redacted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        plain = secret_values()
+        # A secret with quotes or backslashes appears escaped in the JSON text.
+        escaped = {json.dumps(secret, ensure_ascii=False)[1:-1] for secret in plain}
+        self.secrets = sorted(set(plain) | escaped, key=len, reverse=True)
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One line of JSON; values that are not JSON types are written as their text."""
+        line = json.dumps(log_fields(record), default=str, ensure_ascii=False)
+        return redact(line, self.secrets)
+
+
+def log_dir() -> Path:
+    """`$DAGSTER_HOME/logs`; a clear error when DAGSTER_HOME is unset."""
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        raise RuntimeError("DAGSTER_HOME is not set: the JSON log file lives under it")
+    return Path(home) / "logs"
+
+
+class JsonFileHandler(logging.handlers.RotatingFileHandler):
+    """Appends JSON lines to `$DAGSTER_HOME/logs/ml_platform.jsonl`, rotating by size.
+
+    Each run process opens the file in append mode and writes whole lines, so concurrent runs
+    interleave lines, never bytes of a line (lines are far below the pipe/atomic-append size).
+    """
+
+    def __init__(self, max_bytes: int = 50_000_000, backup_count: int = 5) -> None:
+        directory = log_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        super().__init__(
+            directory / LOG_FILE_NAME,
+            maxBytes=max_bytes,
+            backupCount=backup_count,
+            encoding="utf-8",
+        )
+        self.setFormatter(JsonFormatter())
+
+
+class JsonStderrHandler(logging.StreamHandler):
+    """JSON lines on stderr when ML_PLATFORM_LOG_FORMAT=json; silent otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+        self.enabled = os.environ.get(LOG_FORMAT_ENV, "text").strip().lower() == "json"
+        self.setFormatter(JsonFormatter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record only when JSON output was asked for."""
+        if self.enabled:
+            super().emit(record)

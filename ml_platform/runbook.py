@@ -1,0 +1,32 @@
+"""Links into docs/runbook.md, the one place that says what to do about each alert and check."""
+
+RUNBOOK_PATH = "docs/runbook.md"
+# The checks with a section "## Check <name>" of their own; a test keeps this list, the checks
+# of the definitions and the runbook's headings in step.
+CHECK_SECTIONS = frozenset(
+    {
+        "raw_schema",
+        "schema_change",
+        "gx_schema",
+        "gx_completeness",
+        "gx_validity",
+        "gx_uniqueness",
+        "gx_volume",
+        "gx_partition_day",
+        "features_drift",
+        "loss_plateau",
+        "finite_weights",
+        "cpu_utilisation",
+        "promotion_verdict",
+    }
+)
+
+
+def check_anchor(check: str) -> str:
+    """The runbook section of a check; checks without their own share `warning-check`."""
+    return f"check-{check}" if check in CHECK_SECTIONS else "warning-check"
+
+
+def check_description(check: str, text: str) -> str:
+    """A check's description with the runbook section to read when it fails."""
+    return f"{text} If it fails: {RUNBOOK_PATH}#{check_anchor(check)}"
