@@ -28,7 +28,20 @@ from ml_platform.ingestion.synthetic import file_bytes, generate_day
 from ml_platform.validation.expectations import QualityGate
 from ml_platform.validation.schema import type_rows
 
-DAYS = {"synthetic": "2024-01-01", "flights": "2013-01-01"}
+DAYS = {"synthetic": "2024-01-01", "synthetic+ranges": "2024-01-01", "flights": "2013-01-01"}
+# Bounds no generated value reaches: four more range expectations, for a 30-expectation suite.
+EXTRA_RANGES = {"x1": 100.0, "x2": 100.0, "x3": 100.0, "target": 1000.0}
+
+
+def with_extra_ranges(contract: Contract) -> Contract:
+    """The synthetic contract with ranges declared on x1, x2, x3 and target as well."""
+    columns = [
+        c.model_copy(update={"min": -EXTRA_RANGES[c.name], "max": EXTRA_RANGES[c.name]})
+        if c.name in EXTRA_RANGES
+        else c
+        for c in contract.columns
+    ]
+    return contract.model_copy(update={"columns": columns})
 
 
 def synthetic_day(contract: Contract, rows: int) -> pd.DataFrame:
@@ -77,11 +90,13 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in args.datasets:
-        contract = without_row_count_bounds(load_contract(name))
+        contract = without_row_count_bounds(load_contract(name.split("+")[0]))
+        if name == "synthetic+ranges":
+            contract = with_extra_ranges(contract)
         started = time.perf_counter()
         gate = QualityGate(contract)
         setup = time.perf_counter() - started
-        day, make = DAYS[name], synthetic_day if name == "synthetic" else flights_day
+        day, make = DAYS[name], flights_day if name == "flights" else synthetic_day
         for rows in args.rows:
             typed = make(contract, rows)
             report, _ = gate.validate(typed, day)
