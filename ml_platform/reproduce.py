@@ -146,12 +146,13 @@ def reproduce(
         f"reproducing run {run_id}: {target.asset.key.to_user_string()} partition "
         f"{target.partition or '-'} on {sample_rows} rows per input partition"
     )
-    dg.materialize(
-        [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
-        selection=[target.asset.key],
-        partition_key=target.partition,
-        resources=resources,
-        instance=dg.DagsterInstance.ephemeral(),
-        raise_on_error=True,
-    )
+    with dg.DagsterInstance.ephemeral() as scratch_instance:
+        dg.materialize(
+            [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
+            selection=[target.asset.key],
+            partition_key=target.partition,
+            resources=resources,
+            instance=scratch_instance,
+            raise_on_error=True,
+        )
     return target

@@ -204,6 +204,7 @@ def incidents(tmp_path_factory):
             for failure_class, run_id in runs.items()
         }
         yield {"instance": instance, "runs": runs, "tags": tags, "home": home, "lake": lake}
+        instance.dispose()  # close its SQLite connections before the home directory goes
 
 
 EXPECTED = {
