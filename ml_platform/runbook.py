@@ -1,5 +1,7 @@
 """Links into docs/runbook.md, the one place that says what to do about each alert and check."""
 
+from ml_platform.validation.expectations import CHECKS as GATE_CHECKS
+
 RUNBOOK_PATH = "docs/runbook.md"
 # The checks with a section "## Check <name>" of their own; a test keeps this list, the checks
 # of the definitions and the runbook's headings in step.
@@ -7,12 +9,7 @@ CHECK_SECTIONS = frozenset(
     {
         "raw_schema",
         "schema_change",
-        "gx_schema",
-        "gx_completeness",
-        "gx_validity",
-        "gx_uniqueness",
-        "gx_volume",
-        "gx_partition_day",
+        *GATE_CHECKS,
         "features_drift",
         "loss_plateau",
         "finite_weights",
