@@ -3,14 +3,11 @@
 import base64
 import collections
 import contextlib
-import functools
-import inspect
 import io
 import resource
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -138,70 +135,5 @@ def row_count(value: Any) -> int:
     return 0
 
 
+# Prefix of the resource-use metadata of every asset step (steps.day_metrics).
 STEP_PREFIX = "step_"
-Fn = TypeVar("Fn", bound=Callable[..., Any])
-
-
-def step_metrics(op_name: str) -> Callable[[Fn], Fn]:
-    """Record an asset step's resource use and data volume as numeric metadata.
-
-    Put it under `@dg.asset(name=op_name, ...)` of an asset that returns or yields a
-    `dg.MaterializeResult` (with `value=` when the IO manager stores it). Every materialisation
-    then carries
-    `step_wall_seconds`, `step_cpu_seconds`, `step_cpu_utilisation`, `step_peak_rss_mb`,
-    `rows_in`, `rows_out` and `bytes_read` (the IO manager adds `stored_bytes`, the bytes
-    written), which the UI plots across partitions and `ml-platform health` sizes containers
-    from. The wrapped function keeps its signature (Dagster reads inputs and resources from it).
-    """
-
-    def decorate(fn: Fn) -> Fn:
-        def metrics(telemetry: StepTelemetry, rows_in: int, value: Any) -> dict[str, float]:
-            return {
-                **telemetry.metadata(prefix=STEP_PREFIX),
-                "rows_in": rows_in,
-                "rows_out": row_count(value),
-                "bytes_read": take_bytes_read(op_name),
-            }
-
-        def annotate(item: Any, telemetry: StepTelemetry, rows_in: int) -> Any:
-            if isinstance(item, dg.MaterializeResult):
-                return dg.MaterializeResult(
-                    asset_key=item.asset_key,
-                    metadata={**metrics(telemetry, rows_in, item.value), **(item.metadata or {})},
-                    check_results=item.check_results,
-                    data_version=item.data_version,
-                    tags=item.tags,
-                    value=item.value,
-                )
-            # Dagster rejects an Output where the function is annotated with a plain type, so
-            # the metrics ride on the MaterializeResult every platform asset returns.
-            raise TypeError(
-                f"{op_name}: @step_metrics needs the asset to return or yield a "
-                f"dg.MaterializeResult, not {type(item).__name__}"
-            )
-
-        if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            def generator(*args: Any, **kwargs: Any) -> Any:
-                rows_in = sum(row_count(v) for v in kwargs.values())
-                telemetry = StepTelemetry(reset_peak=True).start()
-                for item in fn(*args, **kwargs):
-                    if isinstance(item, dg.MaterializeResult):
-                        # The result is the step's last item: measure up to it.
-                        telemetry.stop()
-                        item = annotate(item, telemetry, rows_in)
-                    yield item
-
-            return generator  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def function(*args: Any, **kwargs: Any) -> Any:
-            rows_in = sum(row_count(v) for v in kwargs.values())
-            with StepTelemetry(reset_peak=True) as telemetry:
-                result = fn(*args, **kwargs)
-            return annotate(result, telemetry, rows_in)
-
-        return function  # type: ignore[return-value]
-
-    return decorate

@@ -6,10 +6,13 @@ partition atomically. A local directory is the embedded default; S3 is the produ
 behind the same interface (`LakeStorage`), chosen by `lake_from_env`.
 """
 
+import collections
+import datetime as dt
 import io
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -22,8 +25,9 @@ from pydantic import Field, PrivateAttr
 from ml_platform.observability import record_bytes_read
 
 FORMAT_KEY = "ml_platform/format"
-# An input with this metadata receives its partitions as a dict, even when the window holds a
-# single partition (the first day), so the asset always sees one type.
+# An input with this metadata (the window's length in days) receives its partitions as a dict,
+# even when the window holds a single partition (the first day), so the asset always sees one
+# type.
 WINDOW_KEY = "ml_platform/window"
 EXTENSIONS = {"parquet": "parquet", "joblib": "joblib", "json": "json"}
 
@@ -311,6 +315,47 @@ def deserialise(data: bytes, fmt: str) -> Any:
     raise ValueError(f"unknown lake format '{fmt}'")
 
 
+class DailyInput(Mapping[str, Any]):
+    """An upstream asset's partitions for a range step, each loaded when a day first asks for it.
+
+    `for_day(day)` is what a one-day step would have received: the day's value, or for a window
+    input (`window_days`) the dict of the window's partitions ending that day. The last few
+    loaded partitions are kept, so a sliding window reads each partition once.
+    """
+
+    def __init__(
+        self, keys: Sequence[str], load: Callable[[str], Any], window_days: int | None = None
+    ):
+        self.keys_ = sorted(keys)
+        self.load = load
+        self.window_days = window_days
+        self.cache: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.cache_size = window_days or 1
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.cache:
+            if key not in self.keys_:
+                raise KeyError(key)
+            self.cache[key] = self.load(key)
+            while len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+        self.cache.move_to_end(key)
+        return self.cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys_)
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+    def for_day(self, day: str) -> Any:
+        """The value a one-day step of `day` gets for this input."""
+        if self.window_days is None:
+            return self[day]
+        first = (dt.date.fromisoformat(day) - dt.timedelta(days=self.window_days - 1)).isoformat()
+        return {key: self[key] for key in self.keys_ if first <= key <= day}
+
+
 class LakeIOManager(dg.ConfigurableIOManager):
     """Stores each asset partition as `<dataset>/<asset>/<partition>.<ext>` in lake storage.
 
@@ -330,12 +375,19 @@ class LakeIOManager(dg.ConfigurableIOManager):
         """Store the output of one partition (or of an unpartitioned asset)."""
         fmt = _format_of(context.definition_metadata, context.asset_key)
         partition = context.partition_key if context.has_partition_key else "all"
-        key = self.key(context.asset_key, partition, fmt)
+        context.add_output_metadata(self.store_partition(context.asset_key, partition, fmt, obj))
+
+    def store_partition(
+        self, asset_key: dg.AssetKey, partition: str, fmt: str, obj: Any
+    ) -> dict[str, Any]:
+        """Store one partition's value; its `path` and `stored_bytes` metadata.
+
+        Steps of a range of days (`steps.each_day`) store each day through this as they go.
+        """
+        key = self.key(asset_key, partition, fmt)
         data = serialise(obj, fmt)
         self.storage.write_bytes(key, data)
-        context.add_output_metadata(
-            {"path": dg.MetadataValue.path(self.storage.uri(key)), "stored_bytes": len(data)}
-        )
+        return {"path": dg.MetadataValue.path(self.storage.uri(key)), "stored_bytes": len(data)}
 
     def load_input(self, context: dg.InputContext) -> Any:
         """Load one upstream partition, or a dict of them for a partition range."""
@@ -347,13 +399,19 @@ class LakeIOManager(dg.ConfigurableIOManager):
         if not context.has_asset_partitions:
             return self._load(context.asset_key, "all", fmt, reader)
         keys = sorted(context.asset_partition_keys)
-        if context.definition_metadata.get(WINDOW_KEY) is True:
+        window_days = context.definition_metadata.get(WINDOW_KEY)
+        if not context.has_partition_key:
+            # A step of a range of days: each day loads what it reads when it reads it.
+            return DailyInput(
+                keys, lambda key: self._load(context.asset_key, key, fmt, reader), window_days
+            )
+        if window_days:
             return {key: self._load(context.asset_key, key, fmt, reader) for key in keys}
         if len(keys) != 1:
             raise ValueError(
                 f"input {context.name} spans {len(keys)} partitions of "
                 f"{context.asset_key.to_user_string()}; declare it with metadata "
-                f"{{'{WINDOW_KEY}': True}} to receive them as a dict"
+                f"{{'{WINDOW_KEY}': <days>}} to receive them as a dict"
             )
         return self._load(context.asset_key, keys[0], fmt, reader)
 

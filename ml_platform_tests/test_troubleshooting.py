@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -36,8 +37,8 @@ from ml_platform.contracts import load_contract
 from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.logs import LOG_FILE_NAME
-from ml_platform.observability import step_metrics
 from ml_platform.reproduce import reproduce
+from ml_platform.steps import each_day
 from ml_platform.storage import FORMAT_KEY, LakeIOManager, LocalStorage
 from ml_platform_tests.conftest import REPO, free_port
 
@@ -49,14 +50,17 @@ BIN = Path(sys.executable).parent
 
 
 @dg.asset(partitions_def=DAILY, metadata={FORMAT_KEY: "parquet"})
-@step_metrics("flights")
-def flights(context: dg.AssetExecutionContext) -> dg.MaterializeResult[pd.DataFrame]:
+def flights(context: dg.AssetExecutionContext) -> Iterator:
     """1000 flights of the day, none cancelled."""
-    context.log.info("generated the day's flights", extra={"rows": 1000})
-    frame = pd.DataFrame(
-        {"delay": [float(i % 60) for i in range(1000)], "status": ["landed"] * 1000}
-    )
-    return dg.MaterializeResult(value=frame)
+
+    def day_of_flights(day: str) -> Iterator:
+        context.log.info("generated the day's flights", extra={"rows": 1000})
+        frame = pd.DataFrame(
+            {"delay": [float(i % 60) for i in range(1000)], "status": ["landed"] * 1000}
+        )
+        yield dg.MaterializeResult(value=frame)
+
+    yield from each_day(context, day_of_flights)
 
 
 @dg.asset(partitions_def=DAILY, metadata={FORMAT_KEY: "json"})

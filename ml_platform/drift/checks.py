@@ -6,8 +6,10 @@ listed in its metadata and report instead of in the lineage graph.
 """
 
 import datetime as dt
+import functools
 import json
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -18,6 +20,7 @@ from ml_platform.drift.detect import FeatureVerdict, detect_drift
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 from ml_platform.runbook import check_description
+from ml_platform.steps import partition_evaluation
 from ml_platform.storage import LakeIOManager
 
 FEATURES_DRIFT_CHECK = "features_drift"
@@ -42,24 +45,47 @@ def build_drift_checks(
 
     def features_drift(
         context: dg.AssetCheckExecutionContext,
-        features: pd.DataFrame,
+        features: Any,
         io_manager: dg.ResourceParam[LakeIOManager],
-    ) -> dg.AssetCheckResult:
+    ) -> Iterator:
         """How far each feature of day D moved from the reference days."""
-        day = context.partition_key
-        wanted = [
-            d.isoformat()
-            for d in reference_days(
-                contract.drift.reference, dt.date.fromisoformat(day), contract.partitions.start_date
+
+        # A range of days reads each reference day once, not once per day that refers to it.
+        @functools.lru_cache(maxsize=64)
+        def stored_features(day: str) -> pd.DataFrame | None:
+            key = io_manager.key(FEATURES, day, "parquet")
+            if not io_manager.storage.exists(key):
+                return None
+            frame: pd.DataFrame = io_manager.load_partition(FEATURES, day, "parquet")
+            return frame
+
+        def result_of(day: str, current: pd.DataFrame) -> dg.AssetCheckResult:
+            wanted = [
+                d.isoformat()
+                for d in reference_days(
+                    contract.drift.reference,
+                    dt.date.fromisoformat(day),
+                    contract.partitions.start_date,
+                )
+            ]
+            found = {d: stored_features(d) for d in wanted}
+            frames = [frame for frame in found.values() if frame is not None]
+            stored = [d for d, frame in found.items() if frame is not None]
+            missing = [d for d in wanted if d not in stored]
+            reference = pd.concat(frames, ignore_index=True) if frames else current.iloc[0:0]
+            return drift_check_result(
+                contract, day, current, reference, stored, missing, io_manager
             )
-        ]
-        stored = [
-            d for d in wanted if io_manager.storage.exists(io_manager.key(FEATURES, d, "parquet"))
-        ]
-        missing = [d for d in wanted if d not in stored]
-        frames = [io_manager.load_partition(FEATURES, d, "parquet") for d in stored]
-        reference = pd.concat(frames, ignore_index=True) if frames else features.iloc[0:0]
-        return drift_check_result(contract, day, features, reference, stored, missing, io_manager)
+
+        if context.op_execution_context.has_partition_key:
+            yield result_of(context.op_execution_context.partition_key, features)
+            return
+        # A range of days (a single-run backfill): one evaluation per day.
+        for day in features:
+            yield partition_evaluation(
+                result_of(day, features[day]), FEATURES, day, blocking=bool(blocking)
+            )
+        yield dg.Output(None)
 
     # Dagster 1.13 marks a partitions_def on a check as preview. It is what a daily check needs
     # (without it the check would load every partition of features), so the warning is muted.
@@ -78,7 +104,8 @@ def build_drift_checks(
                 + (", ".join(blocking) if blocking else "features marked blocking in the contract")
                 + ".",
             ),
-        )(features_drift)
+            # A range of days yields an evaluation per day, which the decorator's type omits.
+        )(features_drift)  # type: ignore[arg-type]
     return [check]
 
 

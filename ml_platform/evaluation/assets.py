@@ -1,6 +1,7 @@
 """evaluation_report: each day's candidate and the current champion on the same unseen rows."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -14,9 +15,9 @@ from ml_platform.evaluation.metrics import (
     render_report,
     score_model,
 )
-from ml_platform.observability import step_metrics
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.runbook import check_description
+from ml_platform.steps import SINGLE_RUN, each_day
 from ml_platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
@@ -38,6 +39,7 @@ def build_evaluation_report(
     @dg.asset(
         name=name,
         partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
         group_name="evaluation",
         kinds={"scikitlearn", "json"},
         metadata={FORMAT_KEY: "json"},
@@ -56,12 +58,8 @@ def build_evaluation_report(
             )
         ],
     )
-    @step_metrics(name)
     def _evaluation_report(
-        context: dg.AssetExecutionContext,
-        model: TrainedModel,
-        features: dict[str, pd.DataFrame],
-        lake: LakeStorage,
+        context: dg.AssetExecutionContext, model: Any, features: Any, lake: LakeStorage
     ) -> Iterator:
         """Metrics of the model of day D and of the current champion on the same held-out rows.
 
@@ -70,68 +68,89 @@ def build_evaluation_report(
         residuals) are embedded in the report. The verdict applies the contract's value and
         change thresholds: `promote`, `challenger` or `reject`. Classification: precision,
         recall, F1, accuracy, ROC AUC. Regression: MAE, RMSE, R².
+
+        In a range of days the champion of a day is the registry's, or the last model promoted
+        by an earlier day of the range (registered_model registers it right after), so a range
+        reaches the verdicts that running its days one by one would.
         """
-        day = context.partition_key
         spec = contract.evaluation
-        try:
-            holdout = holdout_of(model, features, contract)
-        except ValueError as exc:
-            # The model and its window disagree: only rematerialising the model fixes that.
-            raise dg.Failure(description=str(exc), allow_retries=False) from exc
         seed = contract.training.random_seed
-        candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
         registry = ModelRegistry(lake, contract.name)
-        champion_version = registry.champion_to_beat(f"{kind}-{day}")
-        champion = (
-            score_model(registry.load(champion_version), holdout, spec.bootstrap_samples, seed)
-            if champion_version is not None
-            else None
-        )
-        verdict = judge(contract, candidate, champion)
-        report = render_report(
-            day,
-            model,
-            candidate,
-            champion,
-            champion_version,
-            verdict,
-            plots(model, holdout, candidate),
-        )
-        yield dg.AssetCheckResult(
-            check_name=VERDICT_CHECK,
-            passed=verdict.decision != "reject",
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=f"{verdict.decision}: " + "; ".join(verdict.reasons) + ".",
-            metadata={"decision": verdict.decision, "champion": champion_version or "none"},
-        )
-        value = {
-            "partition": day,
-            "task": model.task,
-            "metrics": candidate.values,
-            "intervals": candidate.intervals,
-            "champion_version": champion_version,
-            "champion_metrics": champion.values if champion is not None else None,
-            "decision": verdict.decision,
-            "reasons": verdict.reasons,
-            "window": model.window,
-            "holdout_rows": model.holdout_rows,
-            "report_markdown": report,
-        }
-        metadata: dict[str, dg.MetadataValue] = {
-            name: dg.MetadataValue.float(v) for name, v in candidate.values.items()
-        }
-        if champion is not None:
-            metadata.update(
-                {f"champion_{n}": dg.MetadataValue.float(v) for n, v in champion.values.items()}
+        promoted: tuple[str, TrainedModel] | None = None
+
+        def day_of_evaluation_report(
+            day: str, model: TrainedModel, features: dict[str, pd.DataFrame]
+        ) -> Iterator:
+            nonlocal promoted
+            try:
+                holdout = holdout_of(model, features, contract)
+            except ValueError as exc:
+                # The model and its window disagree: only rematerialising the model fixes that.
+                raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
+            champion_version: str | None
+            champion_model: TrainedModel | None
+            if promoted is not None:
+                champion_version, champion_model = promoted
+            else:
+                champion_version = registry.champion_to_beat(f"{kind}-{day}")
+                champion_model = (
+                    registry.load(champion_version) if champion_version is not None else None
+                )
+            champion = (
+                score_model(champion_model, holdout, spec.bootstrap_samples, seed)
+                if champion_model is not None
+                else None
             )
-        yield dg.MaterializeResult(
-            value=value,
-            metadata={
-                **metadata,
+            verdict = judge(contract, candidate, champion)
+            if verdict.decision == "promote":
+                promoted = (f"{kind}-{day}", model)
+            report = render_report(
+                day,
+                model,
+                candidate,
+                champion,
+                champion_version,
+                verdict,
+                plots(model, holdout, candidate),
+            )
+            yield dg.AssetCheckResult(
+                check_name=VERDICT_CHECK,
+                passed=verdict.decision != "reject",
+                severity=dg.AssetCheckSeverity.ERROR,
+                description=f"{verdict.decision}: " + "; ".join(verdict.reasons) + ".",
+                metadata={"decision": verdict.decision, "champion": champion_version or "none"},
+            )
+            value = {
+                "partition": day,
+                "task": model.task,
+                "metrics": candidate.values,
+                "intervals": candidate.intervals,
+                "champion_version": champion_version,
+                "champion_metrics": champion.values if champion is not None else None,
                 "decision": verdict.decision,
+                "reasons": verdict.reasons,
+                "window": model.window,
                 "holdout_rows": model.holdout_rows,
-                "report": dg.MetadataValue.md(report),
-            },
-        )
+                "report_markdown": report,
+            }
+            metadata: dict[str, dg.MetadataValue] = {
+                name: dg.MetadataValue.float(v) for name, v in candidate.values.items()
+            }
+            if champion is not None:
+                metadata.update(
+                    {f"champion_{n}": dg.MetadataValue.float(v) for n, v in champion.values.items()}
+                )
+            yield dg.MaterializeResult(
+                value=value,
+                metadata={
+                    **metadata,
+                    "decision": verdict.decision,
+                    "holdout_rows": model.holdout_rows,
+                    "report": dg.MetadataValue.md(report),
+                },
+            )
+
+        yield from each_day(context, day_of_evaluation_report, model=model, features=features)
 
     return _evaluation_report

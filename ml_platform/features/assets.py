@@ -1,5 +1,8 @@
 """features: model inputs of each day, computed row-wise from validated rows."""
 
+from collections.abc import Iterator
+from typing import Any
+
 import dagster as dg
 import pandas as pd
 
@@ -7,7 +10,8 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.profile import feature_profile
 from ml_platform.features.transforms import build_features
-from ml_platform.observability import step_metrics, table_schema
+from ml_platform.observability import table_schema
+from ml_platform.steps import SINGLE_RUN, each_day
 from ml_platform.storage import FORMAT_KEY
 
 
@@ -19,13 +23,13 @@ def build_features_asset(
     @dg.asset(
         name="features",
         partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
         retry_policy=STORAGE_RETRY_POLICY,
         group_name="features",
         kinds={"pandas", "parquet"},
         metadata={FORMAT_KEY: "parquet"},
     )
-    @step_metrics("features")
-    def features(validated_data: pd.DataFrame) -> dg.MaterializeResult[pd.DataFrame]:
+    def features(context: dg.AssetExecutionContext, validated_data: Any) -> Iterator:
         """Model inputs of day D: the contract's features, the event time and the label.
 
         Deterministic and row-wise: nothing is fitted here, so a day's features never depend
@@ -34,18 +38,22 @@ def build_features_asset(
         categorical features) is recorded as `profile/<feature>/<statistic>`, so the UI plots
         every feature across days.
         """
-        frame = build_features(validated_data, contract)
-        profile = {
-            f"profile/{key}": value for key, value in feature_profile(frame, contract).items()
-        }
-        return dg.MaterializeResult(
-            value=frame,
-            metadata={
-                "dagster/row_count": len(frame),
-                "dagster/column_schema": table_schema(frame),
-                "labelled_rows": int(frame[contract.label_name].notna().sum()),
-                **profile,
-            },
-        )
+
+        def day_of_features(day: str, validated_data: pd.DataFrame) -> Iterator:
+            frame = build_features(validated_data, contract)
+            profile = {
+                f"profile/{key}": value for key, value in feature_profile(frame, contract).items()
+            }
+            yield dg.MaterializeResult(
+                value=frame,
+                metadata={
+                    "dagster/row_count": len(frame),
+                    "dagster/column_schema": table_schema(frame),
+                    "labelled_rows": int(frame[contract.label_name].notna().sum()),
+                    **profile,
+                },
+            )
+
+        yield from each_day(context, day_of_features, validated_data=validated_data)
 
     return features

@@ -13,8 +13,9 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandingZone, MissingLandingFileError
-from ml_platform.observability import record_bytes_read, step_metrics, table_schema
+from ml_platform.observability import record_bytes_read, table_schema
 from ml_platform.runbook import check_description
+from ml_platform.steps import SINGLE_RUN, each_day
 from ml_platform.storage import FORMAT_KEY
 from ml_platform.validation.schema import raw_schema
 
@@ -162,6 +163,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
     @dg.asset(
         name="raw_data",
         partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
         retry_policy=STORAGE_RETRY_POLICY,
         group_name="ingestion",
         kinds={"csv", "parquet"},
@@ -186,7 +188,6 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             ),
         ],
     )
-    @step_metrics("raw_data")
     def raw_data(context: dg.AssetExecutionContext, landing: LandingZone) -> Iterator:
         """The file that landed for day D, read as-is and stored as parquet.
 
@@ -195,37 +196,46 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         previous version of the partition is kept. `schema_change` warns when the columns
         differ from the previous day's.
         """
-        day = context.partition_key
-        file_name = contract.landing.file_name(day)
-        where = f"{file_name} (partition {day})"
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
-        try:
-            data = landing.read_bytes(file_name, day)
-            frame = read_landed_file(data, file_name, day, text_columns)
-        except (MissingLandingFileError, LandingFileError) as exc:
-            # Retrying will not land a file nor repair one: fail now (the landing sensor runs
-            # the day when a corrected file lands) instead of after the retry policy's backoff.
-            raise dg.Failure(description=str(exc), allow_retries=False) from exc
-        # The landed file is this step's input; the lake IO manager counts the other steps'.
-        record_bytes_read("raw_data", len(data))
-        schema = table_schema(frame)
-        previous_day, previous = previous_column_schema(context, contract, day)
-        yield schema_change_result(schema, previous, previous_day, where)
-        check = schema_check_result(frame, contract, file_name, day)
-        yield check
-        if not check.passed:
-            raise dg.Failure(description=check.description, allow_retries=False)
-        digest = hashlib.sha256(data).hexdigest()
-        yield dg.MaterializeResult(
-            value=frame,
-            data_version=dg.DataVersion(digest),
-            metadata={
-                "dagster/row_count": len(frame),
-                "dagster/column_schema": schema,
-                "source_file": dg.MetadataValue.path(str(landing.path_for(file_name))),
-                "source_bytes": len(data),
-                "source_sha256": digest,
-            },
-        )
+        # Schemas of the days this step has read: in a range, the previous day's
+        # materialisation is recorded only when the whole range is.
+        schemas: dict[str, dg.TableSchema] = {}
+
+        def day_of_raw_data(day: str) -> Iterator:
+            file_name = contract.landing.file_name(day)
+            where = f"{file_name} (partition {day})"
+            try:
+                data = landing.read_bytes(file_name, day)
+                frame = read_landed_file(data, file_name, day, text_columns)
+            except (MissingLandingFileError, LandingFileError) as exc:
+                # Retrying will not land a file nor repair one: fail now (the landing sensor
+                # runs the day when a corrected file lands) instead of after the retry
+                # policy's backoff.
+                raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            # The landed file is this step's input; the lake IO manager counts the others'.
+            record_bytes_read("raw_data", len(data))
+            schema = table_schema(frame)
+            previous_day, previous = previous_column_schema(context, contract, day)
+            previous = schemas.get(previous_day, previous)
+            yield schema_change_result(schema, previous, previous_day, where)
+            check = schema_check_result(frame, contract, file_name, day)
+            yield check
+            if not check.passed:
+                raise dg.Failure(description=check.description, allow_retries=False)
+            schemas[day] = schema
+            digest = hashlib.sha256(data).hexdigest()
+            yield dg.MaterializeResult(
+                value=frame,
+                data_version=dg.DataVersion(digest),
+                metadata={
+                    "dagster/row_count": len(frame),
+                    "dagster/column_schema": schema,
+                    "source_file": dg.MetadataValue.path(str(landing.path_for(file_name))),
+                    "source_bytes": len(data),
+                    "source_sha256": digest,
+                },
+            )
+
+        yield from each_day(context, day_of_raw_data)
 
     return raw_data

@@ -6,6 +6,7 @@ The daily model reads W days; the weekly full retrain reads a longer window.
 import math
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import numpy as np
@@ -13,8 +14,9 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import StepTelemetry, figure_markdown, new_figure, step_metrics
+from ml_platform.observability import StepTelemetry, figure_markdown, new_figure
 from ml_platform.runbook import check_description
+from ml_platform.steps import SINGLE_RUN, each_day
 from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
 from ml_platform.training.model import (
     Checkpoints,
@@ -50,7 +52,7 @@ def window_input(window_days: int) -> dg.AssetIn:
             end_offset=0,
             allow_nonexistent_upstream_partitions=True,
         )
-    return dg.AssetIn(key="features", partition_mapping=mapping, metadata={WINDOW_KEY: True})
+    return dg.AssetIn(key="features", partition_mapping=mapping, metadata={WINDOW_KEY: window_days})
 
 
 class LakeCheckpoints(Checkpoints):
@@ -173,6 +175,7 @@ def build_model(
     @dg.asset(
         name=name,
         partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
         group_name="training",
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "joblib", "window_days": days},
@@ -188,10 +191,7 @@ def build_model(
             for check, text in checks.items()
         ],
     )
-    @step_metrics(name)
-    def _model(
-        context: dg.AssetExecutionContext, features: dict[str, pd.DataFrame], lake: LakeStorage
-    ) -> Iterator:
+    def _model(context: dg.AssetExecutionContext, features: Any, lake: LakeStorage) -> Iterator:
         """A scikit-learn pipeline trained in epochs on the feature partitions ending day D.
 
         Imputation, scaling and one-hot encoding are fitted inside the pipeline, so scoring
@@ -200,52 +200,55 @@ def build_model(
         run resumes from the last epoch and ends with the same model. The latest rows of the
         window (by event time) are held out for evaluation.
         """
-        day = context.partition_key
-        checkpoints = LakeCheckpoints(lake, f"{contract.name}/checkpoints/{name}/{day}.joblib")
 
-        def log_epoch(record: dict) -> None:
-            context.log.info(
-                f"epoch {record['epoch']}: train loss {record['train_loss']:.5f}, "
-                f"validation loss {record['validation_loss']:.5f}"
+        def day_of_model(day: str, features: dict[str, pd.DataFrame]) -> Iterator:
+            checkpoints = LakeCheckpoints(lake, f"{contract.name}/checkpoints/{name}/{day}.joblib")
+
+            def log_epoch(record: dict) -> None:
+                context.log.info(
+                    f"{day} epoch {record['epoch']}: train loss {record['train_loss']:.5f}, "
+                    f"validation loss {record['validation_loss']:.5f}"
+                )
+
+            with StepTelemetry() as telemetry:
+                try:
+                    trained = train_model(features, contract, checkpoints, on_epoch=log_epoch)
+                except TrainingDataError as exc:
+                    # Waiting cannot add a second class or more rows: fail now, without retries.
+                    raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            yield loss_plateau_result(trained)
+            weights = finite_weights_result(trained)
+            yield weights
+            yield utilisation_result(telemetry)
+            if not weights.passed:
+                raise dg.Failure(description=weights.description, allow_retries=False)
+            checkpoints.clear()
+            last = trained.history[-1]
+            yield dg.MaterializeResult(
+                value=trained,
+                metadata={
+                    "window_start": trained.window[0],
+                    "window_end": trained.window[-1],
+                    "window_partitions": trained.window,
+                    "window_days_read": len(trained.window),
+                    "input_data_versions": trained.data_versions,
+                    "train_rows": trained.train_rows,
+                    "holdout_rows": trained.holdout_rows,
+                    "holdout_start": trained.holdout_start,
+                    "epochs": len(trained.history),
+                    "best_epoch": trained.best_epoch,
+                    "resumed_from_epoch": trained.resumed_from_epoch,
+                    "final_train_loss": last["train_loss"],
+                    "best_validation_loss": min(h["validation_loss"] for h in trained.history),
+                    "loss_per_epoch": dg.MetadataValue.md(loss_curve(trained)),
+                    "hyperparameters": {
+                        k: v for k, v in trained.hyperparameters.items() if not _is_nan(v)
+                    },
+                    **telemetry.metadata(),
+                },
             )
 
-        with StepTelemetry() as telemetry:
-            try:
-                trained = train_model(features, contract, checkpoints, on_epoch=log_epoch)
-            except TrainingDataError as exc:
-                # Waiting cannot add a second class or more rows: fail now, without retries.
-                raise dg.Failure(description=str(exc), allow_retries=False) from exc
-        yield loss_plateau_result(trained)
-        weights = finite_weights_result(trained)
-        yield weights
-        yield utilisation_result(telemetry)
-        if not weights.passed:
-            raise dg.Failure(description=weights.description, allow_retries=False)
-        checkpoints.clear()
-        last = trained.history[-1]
-        yield dg.MaterializeResult(
-            value=trained,
-            metadata={
-                "window_start": trained.window[0],
-                "window_end": trained.window[-1],
-                "window_partitions": trained.window,
-                "window_days_read": len(trained.window),
-                "input_data_versions": trained.data_versions,
-                "train_rows": trained.train_rows,
-                "holdout_rows": trained.holdout_rows,
-                "holdout_start": trained.holdout_start,
-                "epochs": len(trained.history),
-                "best_epoch": trained.best_epoch,
-                "resumed_from_epoch": trained.resumed_from_epoch,
-                "final_train_loss": last["train_loss"],
-                "best_validation_loss": min(h["validation_loss"] for h in trained.history),
-                "loss_per_epoch": dg.MetadataValue.md(loss_curve(trained)),
-                "hyperparameters": {
-                    k: v for k, v in trained.hyperparameters.items() if not _is_nan(v)
-                },
-                **telemetry.metadata(),
-            },
-        )
+        yield from each_day(context, day_of_model, features=features)
 
     return _model
 

@@ -1,14 +1,16 @@
 """validated_data: typed rows of each day behind the blocking Great Expectations gate."""
 
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import step_metrics, table_schema
+from ml_platform.observability import table_schema
 from ml_platform.runbook import check_description
+from ml_platform.steps import SINGLE_RUN, each_day
 from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise
 from ml_platform.validation.expectations import (
     CHECKS,
@@ -91,6 +93,7 @@ def build_validated_data(
     @dg.asset(
         name="validated_data",
         partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
         retry_policy=STORAGE_RETRY_POLICY,
         group_name="validation",
         kinds={"pandas", "parquet", "greatexpectations"},
@@ -105,9 +108,8 @@ def build_validated_data(
             for name, text in CHECKS.items()
         ],
     )
-    @step_metrics("validated_data")
     def validated_data(
-        context: dg.AssetExecutionContext, raw_data: pd.DataFrame, lake: LakeStorage
+        context: dg.AssetExecutionContext, raw_data: Any, lake: LakeStorage
     ) -> Iterator:
         """Rows of day D, typed per the contract, that passed the Great Expectations gate.
 
@@ -119,55 +121,58 @@ def build_validated_data(
         row-level expectation are set aside with their reasons and the day passes if they are
         few enough. Rows without a label yet (a cancelled flight) are kept and counted.
         """
-        day = context.partition_key
-        file_name = contract.landing.file_name(day)
-        where = f"{file_name} (partition {day})"
-        typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
-        gate = quality_gate(contract)
-        report, result = gate.validate(typed, day)
 
-        prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
-        lake.write_bytes(f"{prefix}.json", result_bytes(report))
-        lake.write_bytes(f"{prefix}.html", render_data_docs(result).encode())
-        links: dict[str, dg.MetadataValue] = {
-            "validation_result": dg.MetadataValue.path(lake.uri(f"{prefix}.json")),
-            "data_docs": dg.MetadataValue.path(lake.uri(f"{prefix}.html")),
-        }
-        reasons = report.quarantine_reasons()
-        if reasons and contract.quality.bad_rows.policy == "quarantine":
-            rows = sorted(reasons)
-            quarantined = typed.iloc[rows].assign(
-                **{QUARANTINE_REASONS: ["; ".join(reasons[r]) for r in rows]}
-            )
-            key = f"{contract.name}/quarantine/{day}/{context.run.run_id}.parquet"
-            lake.write_bytes(key, serialise(quarantined, "parquet"))
-            links["quarantine"] = dg.MetadataValue.path(lake.uri(key))
+        def day_of_validated_data(day: str, raw_data: pd.DataFrame) -> Iterator:
+            file_name = contract.landing.file_name(day)
+            where = f"{file_name} (partition {day})"
+            typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
+            gate = quality_gate(contract)
+            report, result = gate.validate(typed, day)
 
-        checks = check_results(contract, report, typed, where, links)
-        yield from checks
-        failed = [c for c in checks if not c.passed]
-        if failed:
-            failed_names = ", ".join(str(c.check_name) for c in failed)
-            raise dg.Failure(
-                description=(
-                    f"{where} failed the quality gate ({failed_names}): "
-                    f"{' '.join(f.sentence for f in report.failures)} The previous version of "
-                    "this partition, if any, is unchanged."
-                ),
-                metadata=links,
-                allow_retries=False,
+            prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
+            lake.write_bytes(f"{prefix}.json", result_bytes(report))
+            lake.write_bytes(f"{prefix}.html", render_data_docs(result).encode())
+            links: dict[str, dg.MetadataValue] = {
+                "validation_result": dg.MetadataValue.path(lake.uri(f"{prefix}.json")),
+                "data_docs": dg.MetadataValue.path(lake.uri(f"{prefix}.html")),
+            }
+            reasons = report.quarantine_reasons()
+            if reasons and contract.quality.bad_rows.policy == "quarantine":
+                rows = sorted(reasons)
+                quarantined = typed.iloc[rows].assign(
+                    **{QUARANTINE_REASONS: ["; ".join(reasons[r]) for r in rows]}
+                )
+                key = f"{contract.name}/quarantine/{day}/{context.run.run_id}.parquet"
+                lake.write_bytes(key, serialise(quarantined, "parquet"))
+                links["quarantine"] = dg.MetadataValue.path(lake.uri(key))
+
+            checks = check_results(contract, report, typed, where, links)
+            yield from checks
+            failed = [c for c in checks if not c.passed]
+            if failed:
+                failed_names = ", ".join(str(c.check_name) for c in failed)
+                raise dg.Failure(
+                    description=(
+                        f"{where} failed the quality gate ({failed_names}): "
+                        f"{' '.join(f.sentence for f in report.failures)} The previous version of "
+                        "this partition, if any, is unchanged."
+                    ),
+                    metadata=links,
+                    allow_retries=False,
+                )
+            kept = typed.drop(index=sorted(reasons)).reset_index(drop=True) if reasons else typed
+            yield dg.MaterializeResult(
+                value=kept,
+                metadata={
+                    "dagster/row_count": len(kept),
+                    "dagster/column_schema": table_schema(kept),
+                    "rows_without_label": int(kept[contract.label_name].isna().sum()),
+                    "quarantined_rows": len(reasons),
+                    "expectations_evaluated": report.evaluated,
+                    **links,
+                },
             )
-        kept = typed.drop(index=sorted(reasons)).reset_index(drop=True) if reasons else typed
-        yield dg.MaterializeResult(
-            value=kept,
-            metadata={
-                "dagster/row_count": len(kept),
-                "dagster/column_schema": table_schema(kept),
-                "rows_without_label": int(kept[contract.label_name].isna().sum()),
-                "quarantined_rows": len(reasons),
-                "expectations_evaluated": report.evaluated,
-                **links,
-            },
-        )
+
+        yield from each_day(context, day_of_validated_data, raw_data=raw_data)
 
     return validated_data
