@@ -1,0 +1,277 @@
+"""A backfill of real flights days through dagster-daemon, as a user launches it from the UI.
+
+Run: .venv/bin/python benchmarks/backfill_year.py [--days 365] [--start 2013-01-01]
+
+Lands the days' files, starts `dagster-webserver` and `dagster-daemon` on a fresh instance (the
+repository's dagster.yaml: SQLite, the queued run coordinator and its limits), and launches a
+backfill of the daily pipeline's assets over the days through the webserver's GraphQL API,
+which is what the UI's "Materialize" of a partition range sends. It waits for the backfill to
+finish and reports the time from launch to completion, the runs, and each step's time, then
+runs the plain script (`benchmarks/baseline.py`) over the same days and divides.
+"""
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DAILY_ASSETS = [
+    "raw_data",
+    "validated_data",
+    "features",
+    "model",
+    "evaluation_report",
+    "registered_model",
+]
+LAUNCH = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+BACKFILL = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    ... on PartitionBackfill { status timestamp endTimestamp }
+  }
+}
+"""
+RUNS = """
+query Runs($filter: RunsFilter) {
+  runsOrError(filter: $filter) {
+    ... on Runs {
+      results {
+        runId status startTime endTime
+        stepStats { stepKey status startTime endTime }
+      }
+    }
+  }
+}
+"""
+DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Stack:
+    """dagster-webserver and dagster-daemon on a fresh instance, each in its process group."""
+
+    def __init__(self, root: Path, env: dict[str, str]):
+        self.root = root
+        self.env = env
+        self.port = free_port()
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        for name, command in {
+            "webserver": ["dagster-webserver", "-h", "127.0.0.1", "-p", str(self.port)],
+            "daemon": ["dagster-daemon", "run"],
+        }.items():
+            with (self.root / f"{name}.log").open("w") as log:
+                self.procs.append(
+                    subprocess.Popen(
+                        [str(BIN / command[0]), *command[1:], "-w", "workspace.yaml"],
+                        cwd=REPO,
+                        env=self.env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def graphql(self, query: str, variables: dict) -> dict:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/graphql",
+            data=json.dumps({"query": query, "variables": variables}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            payload = json.loads(response.read())
+        if "errors" in payload:
+            raise RuntimeError(f"GraphQL errors: {payload['errors']}")
+        return dict(payload["data"])
+
+    def wait(self, predicate, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a Dagster process exited; see {self.root}/*.log")
+            with contextlib.suppress(urllib.error.URLError, ConnectionError):
+                value = predicate()
+                if value:
+                    return value
+            time.sleep(1)
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def land(landing: Path, start: dt.date, days: int) -> None:
+    from ml_platform.contracts import load_contract
+    from ml_platform.ingestion.landing import LandingZone, land_days
+
+    dates = [start + dt.timedelta(days=i) for i in range(days)]
+    list(land_days(load_contract("flights"), LandingZone(base_dir=str(landing)), dates))
+
+
+def step_seconds(runs: list[dict]) -> dict[str, float]:
+    """Seconds per step key over the runs."""
+    seconds: dict[str, float] = {}
+    for run in runs:
+        for step in run["stepStats"]:
+            if step["startTime"] and step["endTime"]:
+                took = step["endTime"] - step["startTime"]
+                seconds[step["stepKey"]] = seconds.get(step["stepKey"], 0.0) + took
+    return {key: round(value, 1) for key, value in seconds.items()}
+
+
+def backfill(start: dt.date, days: int, root: Path) -> dict:
+    home, landing, lake = root / "dagster_home", root / "landing", root / "lake"
+    for directory in (home, landing, lake):
+        directory.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    land(landing, start, days)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "ML_PLATFORM_DATASET": "flights",
+        "ML_PLATFORM_LANDING_DIR": str(landing),
+        "ML_PLATFORM_LAKE_DIR": str(lake),
+    }
+    stack = Stack(root, env)
+    stack.start()
+    try:
+        stack.wait(lambda: stack.graphql("{ version }", {}), 180, "the webserver")
+        partitions = [(start + dt.timedelta(days=i)).isoformat() for i in range(days)]
+        launched_at = time.time()
+        launched = stack.graphql(
+            LAUNCH,
+            {
+                # The days of every asset, as the UI's "Materialize" of a range sends them.
+                # (With `partitionNames` instead, Dagster also targets the days after the
+                # range whose training window reaches into it.)
+                "params": {
+                    "partitionsByAssets": [
+                        {
+                            "assetKey": {"path": [name]},
+                            "partitions": {
+                                "range": {"start": partitions[0], "end": partitions[-1]}
+                            },
+                        }
+                        for name in DAILY_ASSETS
+                    ]
+                }
+            },
+        )["launchPartitionBackfill"]
+        if launched["__typename"] != "LaunchBackfillSuccess":
+            raise RuntimeError(f"the backfill was not launched: {launched}")
+        backfill_id = launched["backfillId"]
+        status = stack.wait(
+            lambda: (
+                stack.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
+                if stack.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"][
+                    "status"
+                ]
+                in DONE
+                else None
+            ),
+            4 * 3600,
+            "the backfill",
+        )
+        finished_at = time.time()
+        runs = stack.graphql(
+            RUNS, {"filter": {"tags": [{"key": "dagster/backfill", "value": backfill_id}]}}
+        )["runsOrError"]["results"]
+    finally:
+        stack.stop()
+    started = min(run["startTime"] for run in runs if run["startTime"])
+    ended = max(run["endTime"] for run in runs if run["endTime"])
+    return {
+        "status": status["status"],
+        "runs": len(runs),
+        "run_statuses": sorted({run["status"] for run in runs}),
+        "seconds": round(finished_at - launched_at, 1),
+        "seconds_to_first_run_start": round(started - launched_at, 1),
+        "seconds_in_runs": round(ended - started, 1),
+        "step_seconds": step_seconds(runs),
+        "evaluation_reports": len(list((lake / "flights" / "evaluation_report").glob("*.json"))),
+    }
+
+
+def baseline(start: dt.date, days: int) -> dict:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "baseline.py"),
+            *("--start", start.isoformat(), "--days", str(days)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(done.stdout))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
+    parser.add_argument("--days", type=int, default=365)
+    parser.add_argument("--no-baseline", action="store_true", help="skip the plain script")
+    parser.add_argument("--keep", action="store_true", help="keep the instance, lake and logs")
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="backfill-")
+    try:
+        platform_figures = backfill(args.start, args.days, Path(root))
+    finally:
+        if args.keep:
+            print(f"instance, lake and logs kept in {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root)
+    result: dict = {
+        "days": args.days,
+        "platform": platform_figures,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python "
+        f"{platform.python_version()}",
+        "load_average": os.getloadavg(),
+    }
+    if not args.no_baseline:
+        plain = baseline(args.start, args.days)
+        result["baseline"] = plain
+        result["platform_over_baseline"] = round(
+            platform_figures["seconds"] / float(plain["seconds"]), 2
+        )
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

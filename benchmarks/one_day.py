@@ -1,0 +1,106 @@
+"""One day end to end: the platform's run of a day against the plain script's, each a new process.
+
+Run: .venv/bin/python benchmarks/one_day.py [--day 2013-01-01] [--repeat 3]
+
+Platform: `dagster asset materialize` of the daily pipeline's assets for the day, on a fresh
+instance (the repository's dagster.yaml: SQLite event log, JSON log file), the landed file and
+an empty lake: what a run launched from the UI does once its process has started. Plain
+script: `benchmarks/baseline.py` for the same day. Both are timed from process start to exit,
+imports included, because each run of the platform is a new process. The first day of the
+data is the default: there, both train on a one-day window, so the computation is the same.
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SELECTION = "raw_data,validated_data,features,model,evaluation_report,registered_model"
+IMPORTS = (
+    "import dagster, pandas, sklearn.linear_model, scipy.stats, great_expectations; "
+    "import ml_platform.definitions"
+)
+
+
+def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Wall seconds of a command from start to exit, and its stdout."""
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return seconds, done.stdout
+
+
+def platform_day(day: dt.date) -> float:
+    from ml_platform.contracts import load_contract
+    from ml_platform.ingestion.landing import LandingZone, land_days
+
+    with tempfile.TemporaryDirectory(prefix="one-day-") as root:
+        home, landing, lake = (Path(root) / name for name in ("home", "landing", "lake"))
+        for directory in (home, landing, lake):
+            directory.mkdir()
+        (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+        zone = LandingZone(base_dir=str(landing))
+        list(land_days(load_contract("flights"), zone, [day]))
+        env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "ML_PLATFORM_DATASET": "flights",
+            "ML_PLATFORM_LANDING_DIR": str(landing),
+            "ML_PLATFORM_LAKE_DIR": str(lake),
+        }
+        command = [str(BIN / "dagster"), "asset", "materialize", "-m", "ml_platform.definitions"]
+        seconds, _ = timed([*command, "--select", SELECTION, "--partition", day.isoformat()], env)
+        return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--day", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    runs: dict[str, list[float]] = {"platform": [], "baseline": [], "imports": []}
+    computation: list[float] = []
+    for _ in range(args.repeat):
+        runs["platform"].append(platform_day(args.day))
+        seconds, out = timed(
+            [
+                sys.executable,
+                str(REPO / "benchmarks" / "baseline.py"),
+                *("--start", args.day.isoformat(), "--days", "1"),
+            ]
+        )
+        runs["baseline"].append(seconds)
+        computation.append(float(json.loads(out)["seconds"]))
+        runs["imports"].append(timed([sys.executable, "-c", IMPORTS])[0])
+    median = {name: round(statistics.median(values), 2) for name, values in runs.items()}
+    print(
+        json.dumps(
+            {
+                "day": args.day.isoformat(),
+                "repeat": args.repeat,
+                "median_seconds": median,
+                "baseline_computation_seconds": round(statistics.median(computation), 2),
+                "overhead_seconds": round(median["platform"] - median["baseline"], 2),
+                "all_seconds": {name: [round(v, 2) for v in vs] for name, vs in runs.items()},
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, python "
+                f"{platform.python_version()}",
+                "load_average": os.getloadavg(),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The platform benchmarks run on a few days (no timing is asserted), so they never rot."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_script(name: str, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout))
+
+
+def test_the_backfill_benchmark_runs_a_range_of_days_as_one_run_through_the_daemon():
+    out = run_script("backfill_year.py", "--days", "2", "--no-baseline")
+    figures = out["platform"]
+    assert figures["status"] == "COMPLETED_SUCCESS"
+    assert figures["runs"] == 1
+    assert figures["evaluation_reports"] == 2
+    assert {"raw_data", "validated_data", "model", "registered_model"} <= set(
+        figures["step_seconds"]
+    )
+
+
+def test_the_one_day_benchmark_times_the_platform_and_the_plain_script():
+    out = run_script("one_day.py", "--repeat", "1")
+    assert set(out["median_seconds"]) == {"platform", "baseline", "imports"}
+    assert out["baseline_computation_seconds"] > 0
