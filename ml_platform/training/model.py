@@ -123,8 +123,28 @@ def split_holdout(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, p
 
 def data_version(frame: pd.DataFrame) -> str:
     """Content hash of a frame: equal frames, equal versions."""
+    return _digest(pd.util.hash_pandas_object(frame, index=False).to_numpy())
+
+
+def _digest(row_hashes: np.ndarray) -> str:
+    return hashlib.sha256(row_hashes.tobytes()).hexdigest()[:16]
+
+
+def data_versions(partitions: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """`data_version` of each partition, by key in order.
+
+    A row's hash depends on that row alone, so partitions with the same columns and types are
+    hashed in one call on their concatenation and the hashes cut back per partition: hashing
+    costs about 0.4 ms a column whatever the rows, 28 times over for a 28-day window.
+    """
+    keys = sorted(partitions)
+    layouts = {tuple(partitions[key].dtypes.items()) for key in keys}
+    if len(layouts) != 1:
+        return {key: data_version(partitions[key]) for key in keys}
+    frame = pd.concat([partitions[key] for key in keys], ignore_index=True)
     hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
-    return hashlib.sha256(hashed.tobytes()).hexdigest()[:16]
+    ends = np.cumsum([len(partitions[key]) for key in keys])
+    return {key: _digest(part) for key, part in zip(keys, np.split(hashed, ends[:-1]), strict=True)}
 
 
 def make_preprocessing(contract: Contract) -> Any:
@@ -226,7 +246,7 @@ def train_model(
 
     t = contract.training
     checkpoints = checkpoints or Checkpoints()
-    versions = {key: data_version(partitions[key]) for key in sorted(partitions)}
+    versions = data_versions(partitions)
     fingerprint = fingerprint_of(contract, versions)
     frame = labelled(window_frame(partitions), contract)
     train, holdout = split_holdout(frame, t.holdout_fraction)
