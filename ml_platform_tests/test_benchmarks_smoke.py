@@ -37,3 +37,11 @@ def test_the_validation_benchmark_prints_a_row_per_contract_and_size():
     out = run_script("validation_speed.py", "--rows", "1000", "--repeat", "1")
     rows = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ")]
     assert rows[1:] == ["| synthetic", "| synthetic+ranges", "| flights"], out
+
+
+def test_the_training_quality_benchmark_compares_both_trainings_on_each_day():
+    out = run_script("training_quality.py", "--dataset", "synthetic", "--days", "1", "--per-day")
+    rows = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ")]
+    assert rows[:3] == ["| training", "| before", "| after"], out
+    assert "| 2024-01-28 |" in out, out
+    assert "paired t-interval" in out, out

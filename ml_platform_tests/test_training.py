@@ -14,7 +14,13 @@ from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import generate_day
-from ml_platform.training.model import TrainingDataError, split_holdout, train_model
+from ml_platform.training.model import (
+    TrainingDataError,
+    data_version,
+    data_versions,
+    split_holdout,
+    train_model,
+)
 from ml_platform.validation.schema import type_rows
 
 SYNTHETIC = load_contract("synthetic")
@@ -144,6 +150,30 @@ def test_flights_model_predicts_classes_and_probabilities(flights_model, flights
     score = flights_model.score(frame)
     assert ((score >= 0) & (score <= 1)).all()
     assert len(score) == len(frame)
+
+
+def test_the_batch_size_changes_the_calls_not_the_model(flights_window, flights_model):
+    # SGD updates row by row in the generator's order; cutting an epoch into calls only
+    # changes where scikit-learn rescales the weights, so results agree up to rounding.
+    spec = FLIGHTS.training.model_copy(update={"batch_size": 100})
+    small = train_model(flights_window, FLIGHTS.model_copy(update={"training": spec}))
+    a = small.pipeline.named_steps["estimator"]
+    b = flights_model.pipeline.named_steps["estimator"]
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-9, atol=1e-12)
+    assert small.best_epoch == flights_model.best_epoch
+    assert len(small.history) == len(flights_model.history)
+
+
+def test_a_windows_data_versions_are_each_partitions_own(flights_window):
+    one_by_one = {day: data_version(frame) for day, frame in flights_window.items()}
+    assert data_versions(flights_window) == one_by_one
+    # A partition whose column types differ cannot share the one-call hashing.
+    retyped = dict(flights_window)
+    retyped[FLIGHTS_DAYS[1]] = retyped[FLIGHTS_DAYS[1]].astype({"log_distance": "float32"})
+    versions = data_versions(retyped)
+    assert versions[FLIGHTS_DAYS[0]] == one_by_one[FLIGHTS_DAYS[0]]
+    assert versions[FLIGHTS_DAYS[1]] == data_version(retyped[FLIGHTS_DAYS[1]])
 
 
 def test_single_class_window_is_refused(flights_window):

@@ -123,8 +123,28 @@ def split_holdout(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, p
 
 def data_version(frame: pd.DataFrame) -> str:
     """Content hash of a frame: equal frames, equal versions."""
+    return _digest(pd.util.hash_pandas_object(frame, index=False).to_numpy())
+
+
+def _digest(row_hashes: np.ndarray) -> str:
+    return hashlib.sha256(row_hashes.tobytes()).hexdigest()[:16]
+
+
+def data_versions(partitions: dict[str, pd.DataFrame]) -> dict[str, str]:
+    """`data_version` of each partition, by key in order.
+
+    A row's hash depends on that row alone, so partitions with the same columns and types are
+    hashed in one call on their concatenation and the hashes cut back per partition: hashing
+    costs about 0.4 ms a column whatever the rows, 28 times over for a 28-day window.
+    """
+    keys = sorted(partitions)
+    layouts = {tuple(partitions[key].dtypes.items()) for key in keys}
+    if len(layouts) != 1:
+        return {key: data_version(partitions[key]) for key in keys}
+    frame = pd.concat([partitions[key] for key in keys], ignore_index=True)
     hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
-    return hashlib.sha256(hashed.tobytes()).hexdigest()[:16]
+    ends = np.cumsum([len(partitions[key]) for key in keys])
+    return {key: _digest(part) for key, part in zip(keys, np.split(hashed, ends[:-1]), strict=True)}
 
 
 def make_preprocessing(contract: Contract) -> Any:
@@ -165,31 +185,41 @@ def make_estimator(contract: Contract) -> Any:
     from sklearn.linear_model import SGDClassifier, SGDRegressor
 
     t = contract.training
+    # No shuffling inside partial_fit: train_model feeds the rows in the order its seeded
+    # generator draws, so the model does not depend on how an epoch is cut into calls.
     if contract.task == "classification":
         return SGDClassifier(
             loss="log_loss",
             alpha=t.alpha,
             learning_rate="invscaling",
             eta0=t.eta0,
+            shuffle=False,
             random_state=t.random_seed,
         )
     return SGDRegressor(
-        alpha=t.alpha, learning_rate="invscaling", eta0=t.eta0, random_state=t.random_seed
+        alpha=t.alpha,
+        learning_rate="invscaling",
+        eta0=t.eta0,
+        shuffle=False,
+        random_state=t.random_seed,
     )
 
 
-def _loss(estimator: Any, x: np.ndarray, y: np.ndarray, weights: np.ndarray | None, task: str):
+def _loss(estimator: Any, x: Any, y: np.ndarray, weights: np.ndarray | None, task: str) -> float:
     """Weighted log loss (classification) or mean squared error, as scikit-learn defines them.
 
-    Written out in numpy: it runs twice an epoch, and scikit-learn's metric functions spend
-    more time validating their inputs than computing (about 30 ms a call at 20k rows).
+    Written out in numpy on the linear score: it runs twice an epoch, and scikit-learn's
+    predict and metric functions spend more time validating their inputs than computing.
+    `x` is sparse (one-hot rows are mostly zeros), which makes the product a fraction of the
+    dense one.
     """
+    score = x @ estimator.coef_.ravel() + estimator.intercept_[0]
     if task == "classification":
-        eps = np.finfo(np.float64).eps
-        p = np.clip(estimator.predict_proba(x)[:, 1], eps, 1.0 - eps)
-        losses = -(y * np.log(p) + (1 - y) * np.log1p(-p))
+        # -log(sigmoid(score)) for positives, -log(1 - sigmoid(score)) for negatives, without
+        # forming the probability (which rounds to 0 or 1 for large scores).
+        losses = np.logaddexp(0.0, score) - y * score
         return float(np.average(losses, weights=weights))
-    return float(np.mean((y - estimator.predict(x)) ** 2))
+    return float(np.mean((y - score) ** 2))
 
 
 def _balanced_weights(y: np.ndarray) -> np.ndarray:
@@ -211,11 +241,12 @@ def train_model(
     on_epoch: Callable[[dict], None] | None = None,
 ) -> TrainedModel:
     """Train the contract's pipeline in epochs on a window of feature partitions."""
+    from scipy.sparse import csr_array
     from sklearn.pipeline import Pipeline
 
     t = contract.training
     checkpoints = checkpoints or Checkpoints()
-    versions = {key: data_version(partitions[key]) for key in sorted(partitions)}
+    versions = data_versions(partitions)
     fingerprint = fingerprint_of(contract, versions)
     frame = labelled(window_frame(partitions), contract)
     train, holdout = split_holdout(frame, t.holdout_fraction)
@@ -245,7 +276,9 @@ def train_model(
         state = None  # inputs or settings changed since that checkpoint: start afresh
     resumed_from = state.epoch if state is not None else 0
     if state is None:
-        preprocess = make_preprocessing(contract).fit(fit_part[features])
+        preprocess = make_preprocessing(contract)
+        # The same rows as fit then transform, without encoding the training rows twice.
+        x_fit = preprocess.fit_transform(fit_part[features])
         state = TrainingState(
             fingerprint=fingerprint,
             epoch=0,
@@ -257,14 +290,20 @@ def train_model(
             rng_state=dict(np.random.default_rng(t.random_seed).bit_generator.state),
             history=[],
         )
-    x_fit = state.preprocess.transform(fit_part[features])
-    x_val = state.preprocess.transform(val_part[features])
+    else:
+        x_fit = state.preprocess.transform(fit_part[features])
+    # Float64 in C order is what partial_fit works on: it then checks the rows without copying.
+    x_fit = np.ascontiguousarray(x_fit, dtype=np.float64)
+    sparse_fit = csr_array(x_fit)
+    sparse_val = csr_array(state.preprocess.transform(val_part[features]))
     rng = np.random.default_rng()
     rng.bit_generator.state = state.rng_state
     classes = np.array([0, 1]) if classification else None
 
     while state.epoch < t.max_epochs and state.epoch - state.best_epoch < t.patience:
         order = rng.permutation(len(y_fit))
+        # SGD updates the weights row by row in `order` whatever the batch: a batch only bounds
+        # the rows copied for one partial_fit call, which costs milliseconds of validation.
         for start in range(0, len(order), t.batch_size):
             batch = order[start : start + t.batch_size]
             weights = w_fit[batch] if w_fit is not None else None
@@ -277,8 +316,8 @@ def train_model(
         state.epoch += 1
         record = {
             "epoch": state.epoch,
-            "train_loss": _loss(state.estimator, x_fit, y_fit, w_fit, contract.task),
-            "validation_loss": _loss(state.estimator, x_val, y_val, w_val, contract.task),
+            "train_loss": _loss(state.estimator, sparse_fit, y_fit, w_fit, contract.task),
+            "validation_loss": _loss(state.estimator, sparse_val, y_val, w_val, contract.task),
         }
         state.history.append(record)
         if record["validation_loss"] < state.best_loss - t.min_delta:
