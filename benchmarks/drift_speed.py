@@ -1,6 +1,6 @@
-"""Speed of the vectorised KS on 20 numeric columns, 100k and 1M rows against the same.
+"""Speed of the vectorised KS on 20 numeric columns, and of the daily drift step, 1k to 1M rows.
 
-Run: .venv/bin/python benchmarks/drift_speed.py [--rows 100000 1000000] [--repeat 5]
+Run: .venv/bin/python benchmarks/drift_speed.py [--rows 1000 100000 1000000] [--repeat 5]
          [--evidently-python /tmp/evidently-venv/bin/python]
 
 Four ways over the same reference and current frames (seeded; 5 of the 20 columns shifted by
@@ -12,28 +12,50 @@ Four ways over the same reference and current frames (seeded; 5 of the 20 column
   not import on pandas 3, so it runs in a separate throwaway venv (pandas<3) through
   benchmarks/drift_speed_evidently.py; it is never a dependency of the project.
 Before timing, the vectorised statistics are checked against scipy's to 1e-9.
+
+A second table times the platform's drift step on features frames of the synthetic contract
+(6 numeric features, one categorical; x1 shifted by 0.05 sd): `detect_drift`, the decision the
+`features_drift` check makes, and `drift_check_result`, the whole check after loading its
+inputs (decision, JSON and markdown report written to a lake directory, check metadata),
+against the plain baseline: scipy's `ks_2samp` per numeric feature and `chi2_contingency` on the
+category counts. Sizes are rows a side, plus the check's real shape at 1k rows a day: one day
+against the synthetic contract's 28-day baseline.
 """
 
 import argparse
+import datetime as dt
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import scipy
 from scipy import stats
 
+from ml_platform.contracts import Contract, load_contract
+from ml_platform.drift.checks import drift_check_result
+from ml_platform.drift.detect import detect_drift
 from ml_platform.drift.ks import ks_2samp_columns
+from ml_platform.features.transforms import build_features
+from ml_platform.ingestion.synthetic import Drift, generate_day
+from ml_platform.storage import LakeIOManager, LocalStorage
+from ml_platform.validation.schema import type_rows
 
 COLUMNS = 20
 SHIFTED = 5
 SEED = 2013
 EVIDENTLY_SCRIPT = Path(__file__).with_name("drift_speed_evidently.py")
+BASELINE_DAY = dt.date(2024, 1, 1)
+CURRENT_DAY = dt.date(2024, 3, 1)
+# A 1k-row call takes milliseconds: a median of 5 would mostly measure the machine's noise.
+SMALL_ROWS, SMALL_REPEAT_FACTOR = 10_000, 20
 
 
 def frames(rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +67,9 @@ def frames(rows: int) -> tuple[np.ndarray, np.ndarray]:
     return reference, current
 
 
-def timed(fn, repeat: int) -> float:
+def timed(fn, repeat: int, rows: int = 0) -> float:
+    if rows and rows <= SMALL_ROWS:
+        repeat *= SMALL_REPEAT_FACTOR
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -86,6 +110,10 @@ def machine() -> str:
     )
 
 
+def seconds(value: float) -> str:
+    return f"{value:.3f} s" if value >= 0.01 else f"{value * 1000:.2f} ms"
+
+
 def measure(rows: int, args: argparse.Namespace) -> str:
     """One row of the result table: medians of every method at `rows` rows a side."""
     reference, current = frames(rows)
@@ -93,9 +121,9 @@ def measure(rows: int, args: argparse.Namespace) -> str:
     theirs = scipy_per_column(reference, current)
     worst = max(abs(ours.statistic[j] - t.statistic) for j, t in enumerate(theirs))
     assert worst <= 1e-9, f"statistics differ from scipy by {worst}"
-    floor = timed(lambda: sort_floor(reference, current), args.repeat)
-    vectorised = timed(lambda: ks_2samp_columns(reference, current), args.repeat)
-    per_column = timed(lambda: scipy_per_column(reference, current), args.scipy_repeat)
+    floor = timed(lambda: sort_floor(reference, current), args.repeat, rows)
+    vectorised = timed(lambda: ks_2samp_columns(reference, current), args.repeat, rows)
+    per_column = timed(lambda: scipy_per_column(reference, current), args.scipy_repeat, rows)
     if args.evidently_python:
         # Evidently at 1M rows takes minutes a run; one run says enough there.
         repeat = args.evidently_repeat if rows <= 100_000 else 1
@@ -104,14 +132,84 @@ def measure(rows: int, args: argparse.Namespace) -> str:
     else:
         other_cells = "not run | -"
     return (
-        f"| {rows:,} | {floor:.3f} s | {vectorised:.3f} s | {vectorised / floor:.2f} | "
-        f"{per_column:.2f} s | {other_cells} |"
+        f"| {rows:,} | {seconds(floor)} | {seconds(vectorised)} | {vectorised / floor:.2f} | "
+        f"{seconds(per_column)} | {other_cells} |"
     )
+
+
+def features_day(contract: Contract, day: dt.date, rows: int) -> pd.DataFrame:
+    """The `features` partition of a synthetic day of `rows` rows; x1 shifted on CURRENT_DAY."""
+    shift = Drift(feature="x1", shift_sd=0.05, start=CURRENT_DAY)
+    raw = generate_day(day, seed=contract.source.seed, rows=rows, drift=shift)
+    return build_features(type_rows(raw, contract, f"bench {day}"), contract)
+
+
+def scipy_step(reference: pd.DataFrame, current: pd.DataFrame, contract: Contract) -> list:
+    """The same tests the plain way: scipy per numeric column, chi-square per categorical."""
+    results = [
+        stats.ks_2samp(reference[name].dropna(), current[name].dropna())
+        for name in contract.numeric_features
+    ]
+    for name in contract.categorical_features:
+        counts = pd.concat(
+            [reference[name].value_counts(), current[name].value_counts()], axis=1
+        ).fillna(0)
+        results.append(stats.chi2_contingency(counts.to_numpy().T))
+    return results
+
+
+def measure_step(
+    contract: Contract, label: str, reference: pd.DataFrame, current: pd.DataFrame, repeat: int
+) -> str:
+    """One row of the drift-step table."""
+    lake = tempfile.TemporaryDirectory(prefix="drift-bench-")
+    io_manager = LakeIOManager(storage=LocalStorage(base_dir=lake.name), dataset=contract.name)
+    days = [BASELINE_DAY.isoformat()]
+    rows = len(current)
+    decision = timed(lambda: detect_drift(reference, current, contract), repeat, rows)
+    check = timed(
+        lambda: drift_check_result(
+            contract, CURRENT_DAY.isoformat(), current, reference, days, [], io_manager
+        ),
+        repeat,
+        rows,
+    )
+    baseline = timed(lambda: scipy_step(reference, current, contract), repeat, rows)
+    lake.cleanup()
+    return (
+        f"| {label} | {decision * 1000:.1f} ms | {check * 1000:.1f} ms | "
+        f"{baseline * 1000:.1f} ms | {decision / baseline:.2f} | {check / baseline:.2f} |"
+    )
+
+
+def step_table(rows_list: list[int], repeat: int) -> None:
+    contract = load_contract("synthetic")
+    window = contract.drift.reference.days
+    print(
+        "| rows | detect_drift | drift check (with report) | scipy per column | "
+        "detect_drift / scipy | check / scipy |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for rows in rows_list:
+        reference = features_day(contract, BASELINE_DAY, rows)
+        current = features_day(contract, CURRENT_DAY, rows)
+        print(measure_step(contract, f"{rows:,} each side", reference, current, repeat), flush=True)
+    per_day = contract.source.rows_per_day
+    baseline = pd.concat(
+        [
+            features_day(contract, BASELINE_DAY + dt.timedelta(days=i), per_day)
+            for i in range(window)
+        ],
+        ignore_index=True,
+    )
+    current = features_day(contract, CURRENT_DAY, per_day)
+    label = f"{per_day:,} vs {window}-day baseline ({len(baseline):,})"
+    print(measure_step(contract, label, baseline, current, repeat), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000, 100_000, 1_000_000])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--scipy-repeat", type=int, default=3)
     parser.add_argument("--evidently-python", help="python of a venv with evidently, pandas<3")
@@ -127,6 +225,8 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for rows in args.rows:
         print(measure(rows, args), flush=True)
+    print()
+    step_table(args.rows, args.repeat)
     print()
     print(f"load average {os.getloadavg()[0]:.2f} at end; command: {' '.join(sys.argv)}")
 

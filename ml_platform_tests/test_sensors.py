@@ -263,6 +263,21 @@ def test_ten_thousand_local_files_are_walked_a_page_per_tick(tmp_path):
     assert len(sensor.cursor or "") < 2_000
 
 
+def test_a_tick_requests_at_most_its_limit_and_the_walk_resumes_mid_page(tmp_path):
+    directory = tmp_path / "landing"
+    days = [(dt.date(2024, 1, 1) + dt.timedelta(days=i)).isoformat() for i in range(25)]
+    for day in days:
+        write(directory, synthetic_name(day), mtime=DAY_AGO)
+    sensor = Sensor(LandingZone(base_dir=str(directory)), page_size=10, max_requests_per_tick=4)
+
+    per_tick = [sensor.requested() for _ in range(7)]
+
+    assert [len(requested) for requested in per_tick] == [4, 4, 4, 4, 4, 4, 1]
+    assert [day for requested in per_tick for day in requested] == days
+    assert LandingCursor.loads(sensor.cursor).walk is None
+    assert sensor.requested() == []
+
+
 @pytest.fixture(scope="module")
 def s3_endpoint():
     """A real S3 API (moto in server mode) on 127.0.0.1, with test credentials."""

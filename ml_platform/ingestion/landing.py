@@ -102,10 +102,12 @@ class LandingZone(LandingStore):
 
     def file_names(self) -> list[str]:
         """Names of the files in the zone, skipping files still being written (dot-files)."""
-        base = Path(self.base_dir)
-        if not base.is_dir():
+        if not os.path.isdir(self.base_dir):
             return []
-        return sorted(p.name for p in base.iterdir() if p.is_file() and not p.name.startswith("."))
+        # scandir's entries know their type from the directory read itself: no stat per file,
+        # which made each page of a 10,000-file zone cost a quarter of a second.
+        with os.scandir(self.base_dir) as entries:
+            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
 
     def modified_slack_seconds(self) -> float:
         """One second: files are renamed into place, so their mtime is their last write."""
@@ -123,7 +125,7 @@ class LandingZone(LandingStore):
         objects = []
         for name in page:
             try:
-                stat = os.stat(self.path_for(name))
+                stat = os.stat(os.path.join(self.base_dir, name))
             except FileNotFoundError:
                 continue  # deleted since the directory was read: deleted files do nothing
             objects.append(
