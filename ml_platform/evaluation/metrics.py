@@ -14,10 +14,12 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.observability import figure_markdown, new_figure
+from ml_platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
 from ml_platform.training.model import TrainedModel, labelled, split_holdout, window_frame
 
 LOWER_IS_BETTER = {"mae", "rmse"}
+# A little beyond [0, 1], so curves along the edges stay visible.
+UNIT_RANGE = (-0.02, 1.02)
 
 
 def holdout_of(
@@ -184,24 +186,55 @@ def plots(model: TrainedModel, holdout: pd.DataFrame, scores: Scores) -> list[st
     if model.task == "classification":
         y = y.astype("int64")
         if len(np.unique(y)) == 2:
-            figure, axes = new_figure()
-            skm.RocCurveDisplay.from_predictions(y, scores.score, ax=axes)
-            axes.set_title("ROC curve")
-            images.append(figure_markdown(figure, "ROC curve"))
-            figure, axes = new_figure()
-            skm.PrecisionRecallDisplay.from_predictions(y, scores.score, ax=axes)
-            axes.set_title("Precision-recall curve")
-            images.append(figure_markdown(figure, "Precision-recall curve"))
-        figure, axes = new_figure(3.5, 3.0)
-        skm.ConfusionMatrixDisplay.from_predictions(y, scores.predicted, labels=[0, 1], ax=axes)
-        axes.set_title("Confusion matrix")
-        images.append(figure_markdown(figure, "Confusion matrix"))
+            fpr, tpr, _ = skm.roc_curve(y, scores.score)
+            images.append(
+                line_chart(
+                    "ROC curve",
+                    [
+                        Series(f"candidate (AUC = {skm.auc(fpr, tpr):.2f})", fpr, tpr),
+                        Series("chance level (AUC = 0.5)", [0, 1], [0, 1], GREY, dashed=True),
+                    ],
+                    "false positive rate",
+                    "true positive rate",
+                    UNIT_RANGE,
+                    UNIT_RANGE,
+                )
+            )
+            precision, recall, _ = skm.precision_recall_curve(y, scores.score)
+            # Average precision as scikit-learn defines it, from the same curve.
+            average = -np.sum(np.diff(recall) * precision[:-1])
+            prevalence = y.mean()
+            images.append(
+                line_chart(
+                    "Precision-recall curve",
+                    [
+                        Series(f"candidate (AP = {average:.2f})", recall, precision, steps=True),
+                        Series(
+                            f"chance level (AP = {prevalence:.2f})",
+                            [0, 1],
+                            [prevalence, prevalence],
+                            GREY,
+                            dashed=True,
+                        ),
+                    ],
+                    "recall",
+                    "precision",
+                    UNIT_RANGE,
+                    UNIT_RANGE,
+                )
+            )
+        counts = np.bincount(2 * y + scores.predicted.astype("int64"), minlength=4)
+        images.append(confusion_matrix("Confusion matrix", counts.reshape(2, 2), ["0", "1"]))
     else:
-        figure, axes = new_figure()
-        axes.scatter(scores.predicted, y.astype("float64") - scores.predicted, s=4, alpha=0.5)
-        axes.axhline(0.0, color="grey", linewidth=1)
-        axes.set(title="Residuals", xlabel="predicted", ylabel="actual - predicted")
-        images.append(figure_markdown(figure, "Residuals"))
+        images.append(
+            scatter(
+                "Residuals",
+                scores.predicted,
+                y.astype("float64") - scores.predicted,
+                "predicted",
+                "actual - predicted",
+            )
+        )
     return images
 
 
