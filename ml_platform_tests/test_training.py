@@ -14,7 +14,7 @@ from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import generate_day
-from ml_platform.training.model import TrainingDataError, split_holdout, train_model
+from ml_platform.training.model import TrainingDataError, split_holdout, train_model, window_frame
 from ml_platform.validation.schema import type_rows
 
 SYNTHETIC = load_contract("synthetic")
@@ -250,3 +250,13 @@ def test_vectorised_bootstrap_metrics_equal_scikit_learn_on_every_sample(task, n
         assert one_class.any() and not one_class.all()
         assert np.isnan(vectorised["roc_auc"][one_class]).all()
         assert (vectorised["precision"][(predicted[rows] == 0).all(axis=1)] == 0).all()
+
+
+@pytest.mark.parametrize("which", ["flights", "synthetic"])
+def test_predictions_equal_predict_and_score(which, request):
+    model = request.getfixturevalue(f"{which}_model")
+    window = request.getfixturevalue(f"{which}_window")
+    frame = window_frame(window)
+    predicted, score = model.predictions(frame)
+    np.testing.assert_array_equal(predicted, model.predict(frame).to_numpy())
+    np.testing.assert_array_equal(score, model.score(frame).to_numpy())

@@ -139,8 +139,7 @@ def score_model(model: TrainedModel, holdout: pd.DataFrame, samples: int, seed: 
     """Metrics of a model on the hold-out with bootstrap 95 % intervals."""
     y = holdout[model.label].astype("int64" if model.task == "classification" else "float64")
     y_true = y.to_numpy()
-    predicted = model.predict(holdout).to_numpy()
-    score = model.score(holdout).to_numpy()
+    predicted, score = model.predictions(holdout)
     values = _values(model.task, y_true, predicted, score)
     rows = np.random.default_rng(seed).integers(0, len(y_true), (samples, len(y_true)))
     draws = _bootstrap(model.task, y_true, predicted, score, rows)
