@@ -37,3 +37,14 @@ def test_the_validation_benchmark_prints_a_row_per_contract_and_size():
     out = run_script("validation_speed.py", "--rows", "1000", "--repeat", "1")
     rows = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ")]
     assert rows[1:] == ["| synthetic", "| synthetic+ranges", "| flights"], out
+
+
+def test_the_evaluation_report_benchmark_times_each_piece():
+    out = json.loads(run_script("evaluation_report.py", "--repeat", "1"))
+    assert set(out["cpu_ms"]) == {
+        "score_candidate",
+        "score_champion",
+        "plots",
+        "render_report",
+        "loss_curve",
+    }
