@@ -2,7 +2,7 @@
 
 Success rates per job and per asset step, p50/p95 step durations, queue wait (from a run's
 creation to its start), retries, check pass rates, and a memory request per asset: the largest
-`step_peak_rss_mb` its materialisations recorded (observability.step_metrics) plus headroom,
+`step_peak_rss_mb` its materialisations recorded (steps.day_metrics) plus headroom,
 rounded up, to size container requests from what the steps really used.
 """
 

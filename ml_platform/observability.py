@@ -1,9 +1,7 @@
 """Metadata helpers shared by the assets, so every stage reports the same way."""
 
-import base64
 import collections
 import contextlib
-import io
 import resource
 import time
 from pathlib import Path
@@ -20,27 +18,6 @@ def table_schema(frame: pd.DataFrame) -> dg.TableSchema:
             dg.TableColumn(name=str(name), type=str(dtype)) for name, dtype in frame.dtypes.items()
         ]
     )
-
-
-def figure_markdown(figure: Any, alt: str) -> str:
-    """A matplotlib figure as a markdown image (inline PNG), for reports shown in the UI."""
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
-    plt.close(figure)
-    encoded = base64.b64encode(buffer.getvalue()).decode()
-    return f"![{alt}](data:image/png;base64,{encoded})"
-
-
-def new_figure(width: float = 4.5, height: float = 3.0) -> tuple[Any, Any]:
-    """A figure and its axes, drawn off-screen (no display on servers)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=(width, height))
 
 
 PROC_SELF = Path("/proc/self")

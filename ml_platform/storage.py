@@ -394,7 +394,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
         upstream = context.upstream_output
         assert upstream is not None, "the lake IO manager only loads asset inputs"
         fmt = _format_of(upstream.definition_metadata, context.asset_key)
-        # The step's `bytes_read` metadata (observability.step_metrics) counts what loads here.
+        # The step's `bytes_read` metadata (steps.day_metrics) counts what loads here.
         reader = context.op_def.name
         if not context.has_asset_partitions:
             return self._load(context.asset_key, "all", fmt, reader)

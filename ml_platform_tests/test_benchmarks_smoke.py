@@ -45,3 +45,14 @@ def test_the_training_quality_benchmark_compares_both_trainings_on_each_day():
     assert rows[:3] == ["| training", "| before", "| after"], out
     assert "| 2024-01-28 |" in out, out
     assert "paired t-interval" in out, out
+
+
+def test_the_evaluation_report_benchmark_times_each_piece():
+    out = json.loads(run_script("evaluation_report.py", "--repeat", "1"))
+    assert set(out["cpu_ms"]) == {
+        "score_candidate",
+        "score_champion",
+        "plots",
+        "render_report",
+        "loss_curve",
+    }

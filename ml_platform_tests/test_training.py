@@ -20,6 +20,7 @@ from ml_platform.training.model import (
     data_versions,
     split_holdout,
     train_model,
+    window_frame,
 )
 from ml_platform.validation.schema import type_rows
 
@@ -199,6 +200,10 @@ def test_classification_metrics_with_intervals(flights_model, flights_window):
         assert 0.0 <= low <= value <= high <= 1.0, name
     # Better than chance on the real flights it has not seen.
     assert scores.values["roc_auc"] > 0.55
+    y = holdout[flights_model.label].to_numpy().astype("int64")
+    for name, metric in scikit_learn_metrics("classification").items():
+        expected = metric(y, scores.predicted, scores.score)
+        assert scores.values[name] == pytest.approx(expected, rel=1e-12, abs=0), name
 
 
 def test_regression_metrics_with_intervals(synthetic_model, synthetic_window):
@@ -225,21 +230,64 @@ def test_holdout_of_refuses_a_window_whose_rows_changed(synthetic_model, synthet
         holdout_of(synthetic_model, changed, SYNTHETIC)
 
 
-@pytest.mark.parametrize("task", ["classification", "regression"])
-def test_vectorised_bootstrap_metrics_equal_scikit_learn_on_every_sample(task):
-    from ml_platform.evaluation.metrics import _bootstrap, _metric_functions
+def scikit_learn_metrics(task: str) -> dict:
+    """The reference: scikit-learn's functions, one sample at a time (nan for one class)."""
+    from sklearn import metrics as skm
+
+    if task == "classification":
+        return {
+            "precision": lambda y, p, s: skm.precision_score(y, p, zero_division=0),
+            "recall": lambda y, p, s: skm.recall_score(y, p, zero_division=0),
+            "f1": lambda y, p, s: skm.f1_score(y, p, zero_division=0),
+            "accuracy": lambda y, p, s: skm.accuracy_score(y, p),
+            "roc_auc": lambda y, p, s: (
+                skm.roc_auc_score(y, s) if len(np.unique(y)) == 2 else math.nan
+            ),
+        }
+    return {
+        "mae": lambda y, p, s: skm.mean_absolute_error(y, p),
+        "rmse": lambda y, p, s: math.sqrt(skm.mean_squared_error(y, p)),
+        "r2": lambda y, p, s: skm.r2_score(y, p),
+    }
+
+
+@pytest.mark.parametrize(
+    ("task", "n", "positive_share"),
+    [
+        ("classification", 400, 0.5),
+        # Few positives among few rows: many samples draw none, some predict none positive.
+        ("classification", 8, 0.15),
+        ("regression", 400, None),
+    ],
+)
+def test_vectorised_bootstrap_metrics_equal_scikit_learn_on_every_sample(task, n, positive_share):
+    from ml_platform.evaluation.metrics import _bootstrap
 
     rng = np.random.default_rng(3)
-    n = 400
     if task == "classification":
-        y = rng.integers(0, 2, n)
-        score = np.round(rng.random(n), 2)  # rounded: ties in the ROC ranks
+        y = (rng.random(n) < positive_share).astype(int)
+        score = np.round(rng.random(n), 1)  # rounded: ties in the ROC ranks
         predicted = (score > 0.5).astype(int)
     else:
         y = rng.normal(size=n)
         predicted = score = y + rng.normal(scale=0.3, size=n)
-    rows = rng.integers(0, n, (20, n))
+    rows = rng.integers(0, n, (200, n))
     vectorised = _bootstrap(task, y, predicted, score, rows)
-    for name, metric in _metric_functions(task).items():
+    for name, metric in scikit_learn_metrics(task).items():
         expected = [metric(y[r], predicted[r], score[r]) for r in rows]
         np.testing.assert_allclose(vectorised[name], expected, rtol=1e-12, err_msg=name)
+    if n == 8:
+        one_class = np.array([len(np.unique(y[r])) == 1 for r in rows])
+        assert one_class.any() and not one_class.all()
+        assert np.isnan(vectorised["roc_auc"][one_class]).all()
+        assert (vectorised["precision"][(predicted[rows] == 0).all(axis=1)] == 0).all()
+
+
+@pytest.mark.parametrize("which", ["flights", "synthetic"])
+def test_predictions_equal_predict_and_score(which, request):
+    model = request.getfixturevalue(f"{which}_model")
+    window = request.getfixturevalue(f"{which}_window")
+    frame = window_frame(window)
+    predicted, score = model.predictions(frame)
+    np.testing.assert_array_equal(predicted, model.predict(frame).to_numpy())
+    np.testing.assert_array_equal(score, model.score(frame).to_numpy())

@@ -162,7 +162,7 @@ def test_evaluation_report_renders_with_its_plots(page):
     page.get_by_text("[Show Markdown]").first.click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_text(f"Evaluation of the model of {DAY}")).to_be_visible()
-    plots = dialog.locator("img[src^='data:image/png']")
+    plots = dialog.locator("img[src^='data:image/svg+xml']")
     expect(plots.first).to_be_visible()
     alts = [plots.nth(i).get_attribute("alt") for i in range(plots.count())]
     assert {"ROC curve", "Precision-recall curve", "Confusion matrix"} <= set(alts), alts

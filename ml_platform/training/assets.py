@@ -14,7 +14,8 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import StepTelemetry, figure_markdown, new_figure
+from ml_platform.observability import StepTelemetry
+from ml_platform.plots import GREY, Series, line_chart
 from ml_platform.runbook import check_description
 from ml_platform.steps import SINGLE_RUN, each_day
 from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
@@ -148,14 +149,26 @@ def utilisation_result(telemetry: StepTelemetry) -> dg.AssetCheckResult:
 
 def loss_curve(model: TrainedModel) -> str:
     """Markdown plot of training and validation loss per epoch."""
-    figure, axes = new_figure()
     epochs = [h["epoch"] for h in model.history]
-    axes.plot(epochs, [h["train_loss"] for h in model.history], label="training")
-    axes.plot(epochs, [h["validation_loss"] for h in model.history], label="validation")
-    axes.axvline(model.best_epoch, color="grey", linestyle=":", label="kept")
-    axes.set(title="Loss per epoch", xlabel="epoch", ylabel="loss")
-    axes.legend()
-    return figure_markdown(figure, "Loss per epoch")
+    train = [h["train_loss"] for h in model.history]
+    validation = [h["validation_loss"] for h in model.history]
+    losses = [v for v in train + validation if math.isfinite(v)] or [0.0]
+    return line_chart(
+        "Loss per epoch",
+        [
+            Series("training", epochs, train),
+            Series("validation", epochs, validation),
+            Series(
+                "kept",
+                [model.best_epoch] * 2,
+                [min(losses), max(losses)],
+                GREY,
+                dashed=True,
+            ),
+        ],
+        "epoch",
+        "loss",
+    )
 
 
 def build_model(

@@ -62,6 +62,15 @@ class TrainedModel:
             return pd.Series(proba, index=frame.index)
         return self.predict(frame)
 
+    def predictions(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """`predict` and `score` of a features frame, preprocessing its rows once, not twice."""
+        x = self.pipeline.named_steps["preprocess"].transform(frame[self.features])
+        estimator = self.pipeline.named_steps["estimator"]
+        predicted = estimator.predict(x)
+        if self.task == "classification":
+            return predicted, estimator.predict_proba(x)[:, 1]
+        return predicted, predicted
+
     @property
     def hyperparameters(self) -> dict[str, Any]:
         """Parameters of the estimator, for the registry's manifest."""

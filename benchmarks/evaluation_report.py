@@ -1,0 +1,93 @@
+"""CPU cost of one day's evaluation report on real flights: scoring, plots, report, loss curve.
+
+Run: .venv/bin/python benchmarks/evaluation_report.py [--end 2013-01-28] [--repeat 10]
+
+Trains the model of the window ending `--end` (the contract's W days) and a champion on the
+window ending the day before, then times, in CPU seconds of this process (other jobs on the
+machine move wall time, much less CPU time), each piece of the evaluation asset: scoring the
+candidate and the champion with bootstrap intervals, the report's images, the report's
+markdown, and the model asset's loss curve. Prints the best of `--repeat` runs after a warm-up.
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import time
+from collections.abc import Callable
+
+from ml_platform.contracts import load_contract
+from ml_platform.evaluation.metrics import holdout_of, judge, plots, render_report, score_model
+from ml_platform.features.transforms import build_features
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.landing import source_day
+from ml_platform.ingestion.synthetic import file_bytes
+from ml_platform.training.assets import loss_curve
+from ml_platform.training.model import train_model
+from ml_platform.validation.schema import type_rows
+
+
+def cpu_ms(work: Callable[[], object], repeat: int) -> float:
+    work()
+    best = []
+    for _ in range(repeat):
+        started = time.process_time()
+        work()
+        best.append(time.process_time() - started)
+    return round(min(best) * 1000, 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--end", type=dt.date.fromisoformat, default=dt.date(2013, 1, 28))
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    contract = load_contract("flights")
+    text_columns = [c.name for c in contract.columns if c.dtype == "str"]
+    features = {}
+    for back in range(contract.training.window_days + 1):
+        day = args.end - dt.timedelta(days=back)
+        key = day.isoformat()
+        data = file_bytes(source_day(contract, day))
+        raw = read_landed_file(data, "bench.csv", key, text_columns)
+        features[key] = build_features(type_rows(raw, contract, key), contract)
+    keys = sorted(features)
+    model = train_model({k: features[k] for k in keys[1:]}, contract)
+    champion = train_model({k: features[k] for k in keys[:-1]}, contract)
+    holdout = holdout_of(model, {k: features[k] for k in keys[1:]}, contract)
+    samples, seed = contract.evaluation.bootstrap_samples, contract.training.random_seed
+    candidate = score_model(model, holdout, samples, seed)
+    incumbent = score_model(champion, holdout, samples, seed)
+    verdict = judge(contract, candidate, incumbent)
+    images = plots(model, holdout, candidate)
+    pieces = {
+        "score_candidate": lambda: score_model(model, holdout, samples, seed),
+        "score_champion": lambda: score_model(champion, holdout, samples, seed),
+        "plots": lambda: plots(model, holdout, candidate),
+        "render_report": lambda: render_report(
+            args.end.isoformat(), model, candidate, incumbent, "champion", verdict, images
+        ),
+        "loss_curve": lambda: loss_curve(model),
+    }
+    cpu = {name: cpu_ms(work, args.repeat) for name, work in pieces.items()}
+    report = render_report(
+        args.end.isoformat(), model, candidate, incumbent, "champion", verdict, images
+    )
+    print(
+        json.dumps(
+            {
+                "day": args.end.isoformat(),
+                "holdout_rows": len(holdout),
+                "bootstrap_samples": samples,
+                "cpu_ms": cpu,
+                "report_images_cpu_ms": round(cpu["plots"] + cpu["loss_curve"], 1),
+                "report_kb": round((len(report) + len(loss_curve(model))) / 1024, 1),
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
