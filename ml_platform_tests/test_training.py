@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from ml_platform.contracts import load_contract
+from ml_platform.evaluation import metrics
 from ml_platform.evaluation.metrics import holdout_of, score_model
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
@@ -204,6 +205,17 @@ def test_classification_metrics_with_intervals(flights_model, flights_window):
     for name, metric in scikit_learn_metrics("classification").items():
         expected = metric(y, scores.predicted, scores.score)
         assert scores.values[name] == pytest.approx(expected, rel=1e-12, abs=0), name
+
+
+def test_bootstrap_in_blocks_gives_the_intervals_of_one_draw(
+    flights_model, flights_window, monkeypatch
+):
+    holdout = holdout_of(flights_model, flights_window, FLIGHTS)
+    whole = score_model(flights_model, holdout, samples=50, seed=3)
+    # Three samples a block: the indices come from the same generator in the same order.
+    monkeypatch.setattr(metrics, "BOOTSTRAP_BLOCK_ELEMENTS", 3 * len(holdout))
+    blocked = score_model(flights_model, holdout, samples=50, seed=3)
+    assert blocked.intervals == whole.intervals
 
 
 def test_regression_metrics_with_intervals(synthetic_model, synthetic_window):

@@ -60,6 +60,10 @@ def _per_sample_counts(codes: np.ndarray, rows: np.ndarray, kinds: int) -> np.nd
     return np.bincount(keys.ravel(), minlength=samples * kinds).reshape(samples, kinds)
 
 
+# Row indices drawn per block of bootstrap samples (16 MB of int64).
+BOOTSTRAP_BLOCK_ELEMENTS = 2_000_000
+
+
 def _bootstrap(
     task: str, y: np.ndarray, predicted: np.ndarray, score: np.ndarray, rows: np.ndarray
 ) -> dict[str, np.ndarray]:
@@ -141,8 +145,22 @@ def score_model(model: TrainedModel, holdout: pd.DataFrame, samples: int, seed: 
     y_true = y.to_numpy()
     predicted, score = model.predictions(holdout)
     values = _values(model.task, y_true, predicted, score)
-    rows = np.random.default_rng(seed).integers(0, len(y_true), (samples, len(y_true)))
-    draws = _bootstrap(model.task, y_true, predicted, score, rows)
+    rng = np.random.default_rng(seed)
+    # Samples are drawn and scored a block at a time: all of them at once would hold
+    # samples x rows indices (1.6 GB at 1M held-out rows). Drawing in blocks from one generator
+    # gives the same indices as one draw.
+    block = max(1, BOOTSTRAP_BLOCK_ELEMENTS // max(1, len(y_true)))
+    blocks = [
+        _bootstrap(
+            model.task,
+            y_true,
+            predicted,
+            score,
+            rng.integers(0, len(y_true), (min(block, samples - start), len(y_true))),
+        )
+        for start in range(0, samples, block)
+    ]
+    draws = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
     intervals = {
         name: (float(np.nanpercentile(d, 2.5)), float(np.nanpercentile(d, 97.5)))
         for name, d in draws.items()
