@@ -26,9 +26,12 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet uv==$(UV_VERSION)
 
-# The environment is rebuilt only when the lock or the project changes.
+# The environment is rebuilt only when the lock or the project changes. Bytecode is compiled at
+# install: every run, test and service is a new Python process, and where
+# PYTHONDONTWRITEBYTECODE is set each of them would otherwise compile Great Expectations,
+# Dagster and scikit-learn from source again (about 10 s a process).
 $(VENV_STAMP): uv.lock pyproject.toml | $(UV)
-	$(UV) sync --frozen
+	$(UV) sync --frozen --compile-bytecode
 	touch $@
 
 run: env

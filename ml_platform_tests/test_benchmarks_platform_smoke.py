@@ -32,5 +32,5 @@ def test_the_backfill_benchmark_runs_a_range_of_days_as_one_run_through_the_daem
 
 def test_the_one_day_benchmark_times_the_platform_and_the_plain_script():
     out = run_script("one_day.py", "--repeat", "1")
-    assert set(out["median_seconds"]) == {"platform", "baseline", "imports"}
-    assert out["baseline_computation_seconds"] > 0
+    assert set(out["median_seconds"]) >= {"platform_process", "baseline_process", "imports"}
+    assert out["median_seconds"]["platform_run"] > 0
