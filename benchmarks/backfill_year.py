@@ -168,6 +168,11 @@ def backfill(start: dt.date, days: int, root: Path) -> dict:
         "ML_PLATFORM_LANDING_DIR": str(landing),
         "ML_PLATFORM_LAKE_DIR": str(lake),
     }
+    # Create the SQLite storage first: the webserver, the daemon and the code server each
+    # creating it at once can race (alembic then finds two heads).
+    subprocess.run(
+        [str(BIN / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True
+    )
     stack = Stack(root, env)
     stack.start()
     try:

@@ -24,7 +24,7 @@ from typing import Any
 import dagster as dg
 
 from ml_platform.observability import STEP_PREFIX, StepTelemetry, row_count, take_bytes_read
-from ml_platform.storage import FORMAT_KEY, DailyInput, LakeIOManager
+from ml_platform.storage import FORMAT_KEY, DailyInput, LakeIOManager, MissingPartitionError
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 # Dagster 1.13 marks `backfill_policy` as beta; a single run per range is what a year of days
@@ -94,10 +94,17 @@ def _range(
     days = context.partition_keys
     failed: dict[str, str] = {}
     for day in days:
-        day_inputs = {
-            name: value.for_day(day) if isinstance(value, DailyInput) else value
-            for name, value in inputs.items()
-        }
+        try:
+            day_inputs = {
+                name: value.for_day(day) if isinstance(value, DailyInput) else value
+                for name, value in inputs.items()
+            }
+        except MissingPartitionError as exc:
+            # A backfill of a range also targets the later days whose window reaches into it;
+            # a day whose own input was never materialised fails alone, named.
+            failed[day] = str(exc)
+            context.log.error(f"{op_name} {day} failed: {failed[day]}")
+            continue
         telemetry = StepTelemetry(reset_peak=True).start()
         try:
             for item in compute(day, **day_inputs):

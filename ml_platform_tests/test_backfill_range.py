@@ -15,13 +15,15 @@ from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, da
 DAYS = days_from("2024-01-01", 3)
 
 
-def materialize_range(platform: Platform, first: str, last: str) -> dg.ExecuteInProcessResult:
+def materialize_range(
+    platform: Platform, first: str, last: str, selection: list[str] = DAILY_ASSETS
+) -> dg.ExecuteInProcessResult:
     """One run of the daily assets and their checks over first..last, as a backfill runs it."""
     return dg.materialize(
         [*(platform.defs.assets or []), *(platform.defs.asset_checks or [])],
         resources=platform.defs.resources,
         instance=platform.instance,
-        selection=DAILY_ASSETS,
+        selection=selection,
         tags={
             "dagster/asset_partition_range_start": first,
             "dagster/asset_partition_range_end": last,
@@ -143,3 +145,21 @@ def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(
     for day in DAYS[:2]:
         registered = json.loads(platform.stored("registered_model", day, "json").read_text())
         assert registered == {"version": None, "alias": None, "decision": "reject"}
+
+
+def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):
+    contract = contract_with(tmp_path, "synthetic", max_epochs=3)
+    platform = Platform(contract, tmp_path / "platform")
+    platform.land(DAYS[0], 2)
+    ingestion = ["raw_data", "validated_data", "features"]
+    assert materialize_range(platform, DAYS[0], DAYS[1], ingestion).success
+
+    # The models of the three days: the third day's features do not exist.
+    result = materialize_range(platform, DAYS[0], DAYS[2], ["model"])
+
+    assert not result.success
+    message = result.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert "model: 1 of 3 days failed" in message
+    assert f"features partition {DAYS[2]} is not in storage" in message
+    for day in DAYS[:2]:
+        assert platform.stored("model", day, "joblib").is_file()
