@@ -1,10 +1,12 @@
 """How a daily asset's step computes its days: one day, or a range of days in one run.
 
-Sensors and schedules run one day per run. A backfill (from the UI, `dagster job backfill` or
-GraphQL) runs a whole range of days in a single run: every daily asset has
+Sensors and schedules run one day per run. An asset backfill (the UI's "Materialize" of a
+partition range, or GraphQL) runs a whole range of days in a single run: every daily asset has
 `BackfillPolicy.single_run()`, so a year costs one process, one import of pandas, scikit-learn
 and Great Expectations and one run's bookkeeping, instead of 365 of each. Each asset writes its
-days as it computes them: a step holds one day's data at a time, whatever the range.
+days as it computes them: a step holds one day's data (or one window) at a time, whatever the
+range. The assets annotate their inputs `Any`: a one-day step gets the day's value, a range step
+a `DailyInput`.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
 results and ends with a `dg.MaterializeResult`, or raises `dg.Failure` when the day must not be
