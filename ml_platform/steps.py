@@ -1,7 +1,8 @@
 """How a daily asset's step computes its days: one day, or a range of days in one run.
 
-Sensors and schedules run one day per run. An asset backfill (the UI's "Materialize" of a
-partition range, or GraphQL) runs a whole range of days in a single run: every daily asset has
+Sensors and schedules run one day per run. A backfill (the UI's "Materialize" of a partition
+range, `dagster job backfill`, or GraphQL) runs a whole range of days in a single run: every
+daily asset has
 `BackfillPolicy.single_run()`, so a year costs one process, one import of pandas, scikit-learn
 and Great Expectations and one run's bookkeeping, instead of 365 of each. Each asset writes its
 days as it computes them: a step holds one day's data (or one window) at a time, whatever the

@@ -351,12 +351,15 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
     assert sorted(r["tags"]["dagster/partition"] for r in sensor_runs) == sorted(
         [day(0), day(1), day(1), day(2)]
     )
+    # Its assets have a single-run backfill policy: the week is one run over the range.
     backfill_runs = stack.wait_for(
-        lambda: succeeded(stack.runs(tags=[{"key": "dagster/backfill", "value": backfill_id}]), 7),
+        lambda: succeeded(stack.runs(tags=[{"key": "dagster/backfill", "value": backfill_id}]), 1),
         600,
         "the 7-day backfill",
     )
-    assert sorted(r["tags"]["dagster/partition"] for r in backfill_runs) == week
+    assert len(backfill_runs) == 1
+    assert backfill_runs[0]["tags"]["dagster/asset_partition_range_start"] == week[0]
+    assert backfill_runs[0]["tags"]["dagster/asset_partition_range_end"] == week[-1]
     assert {r["jobName"] for r in backfill_runs} == {INGESTION_JOB}
     stack.wait_for(
         lambda: (
@@ -374,10 +377,10 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
 
     # The sensor was off: only the backfill ran the week. And the queue kept its limits.
     everything = stack.runs()
-    assert len(everything) == 4 + 7
+    assert len(everything) == 4 + 1
     assert overlapping(sensor_runs) == [], "two training runs ran at once"
-    for partition in {r["tags"]["dagster/partition"] for r in everything}:
-        same_day = [r for r in everything if r["tags"]["dagster/partition"] == partition]
+    for partition in {r["tags"]["dagster/partition"] for r in sensor_runs}:
+        same_day = [r for r in sensor_runs if r["tags"]["dagster/partition"] == partition]
         assert overlapping(same_day) == [], f"two runs of {partition} ran at once"
     for run in everything:
         at_once = [r for r in everything if r["startTime"] <= run["startTime"] < r["endTime"]]
