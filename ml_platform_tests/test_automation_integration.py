@@ -89,6 +89,14 @@ class Stack:
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
+        # Create the instance's SQLite storage first: the webserver, the daemon and their code
+        # servers creating it at once can race (alembic then finds two heads).
+        subprocess.run(
+            [str(BIN / "dagster"), "instance", "migrate"],
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
         commands = {
             "webserver": [
                 str(BIN / "dagster-webserver"),
@@ -198,9 +206,20 @@ class Stack:
         A loop reads the sensors' states when it begins, so a loop that began before a sensor
         was stopped may still evaluate it; the second loop after the stop cannot.
         """
+        selector = {**LOCATION, "sensorName": "landing_sensor"}
+        state = self.graphql(SENSOR_QUERY, {"selector": selector})["sensorOrError"]["sensorState"]
+        if state["status"] != "STOPPED":
+            # A tick that was running when the sensor was stopped stores its cursor with the
+            # state it read, which can undo the stop: stop it again.
+            self.sensor("stop")
+            return False
         alerts = [t for t in self.ticks("run_alerts_sensor") if t["timestamp"] > timestamp]
-        landing_busy = any(t["status"] == "STARTED" for t in self.ticks("landing_sensor"))
-        return len(alerts) >= 2 and not landing_busy
+        landing = state["ticks"]
+        landing_busy = any(t["status"] == "STARTED" for t in landing)
+        # A running sensor ticks every 5 s: 15 s without a landing tick means none is pending.
+        latest = max([timestamp, *(t["timestamp"] for t in landing)])
+        quiet = time.time() - latest >= 15
+        return len(alerts) >= 2 and not landing_busy and quiet
 
 
 RUNS_QUERY = """
