@@ -20,15 +20,21 @@ single-run step's partitions all together, so none of the range is recorded as m
 until every day of it passes: rerun the range (or the failed days) once they are fixed.
 """
 
+import dataclasses
+import math
+import multiprocessing
+import os
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import dagster as dg
 
 from ml_platform.observability import STEP_PREFIX, StepTelemetry, row_count, take_bytes_read
 from ml_platform.storage import FORMAT_KEY, DailyInput, LakeIOManager, MissingPartitionError
 
+T = TypeVar("T")
+WORKERS_ENV = "ML_PLATFORM_STEP_WORKERS"
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 # Dagster 1.13 marks `backfill_policy` as beta; a single run per range is what a year of days
 # needs, so the warning every daily asset would print at each code load is muted.
@@ -51,18 +57,24 @@ def day_metrics(op_name: str, telemetry: StepTelemetry, inputs: dict[str, Any], 
 
 
 def each_day(
-    context: dg.AssetExecutionContext, compute: Callable[..., Iterator], **inputs: Any
+    context: dg.AssetExecutionContext,
+    compute: Callable[..., Iterator],
+    *,
+    independent_days: bool = False,
+    **inputs: Any,
 ) -> Iterator:
     """Run `compute(day, **inputs)` for each day of the step and report each day's results.
 
     One day: its results pass through unchanged (the IO manager stores the value). A range:
-    see the module's docstring.
+    see the module's docstring. `independent_days` says a day's computation reads nothing the
+    step wrote for the days before it (nor the instance), so a range may compute its days in
+    worker processes (`map_days`).
     """
     op_name = context.op_def.name
     if context.has_partition_key:
         yield from _one_day(op_name, context.partition_key, compute, inputs)
         return
-    yield from _range(context, op_name, compute, inputs)
+    yield from _range(context, op_name, compute, inputs, independent_days)
 
 
 def _one_day(op_name: str, day: str, compute: Callable[..., Iterator], inputs: dict[str, Any]):
@@ -83,11 +95,33 @@ def _one_day(op_name: str, day: str, compute: Callable[..., Iterator], inputs: d
         yield item
 
 
+@dataclasses.dataclass
+class DayOutcome:
+    """What one day of a range step produced, in a form a worker process can send back."""
+
+    day: str
+    checks: list[dict[str, Any]]
+    metadata: dict[str, Any] | None = None
+    failure: str | None = None
+
+
+def check_fields(result: dg.AssetCheckResult) -> dict[str, Any]:
+    """The fields of a check result: Dagster's check results do not pickle, their fields do."""
+    return {
+        "check_name": str(result.check_name),
+        "passed": result.passed,
+        "severity": result.severity,
+        "description": result.description,
+        "metadata": result.metadata,
+    }
+
+
 def _range(
     context: dg.AssetExecutionContext,
     op_name: str,
     compute: Callable[..., Iterator],
     inputs: dict[str, Any],
+    independent_days: bool,
 ) -> Iterator:
     asset_key = context.asset_key
     assets_def = context.assets_def
@@ -95,8 +129,8 @@ def _range(
     store: LakeIOManager = context.resources.io_manager
     blocking = {spec.key.name: spec.blocking for spec in assets_def.check_specs}
     days = context.partition_keys
-    failed: dict[str, str] = {}
-    for day in days:
+
+    def compute_day(day: str) -> DayOutcome:
         try:
             day_inputs = {
                 name: value.for_day(day) if isinstance(value, DailyInput) else value
@@ -105,27 +139,38 @@ def _range(
         except MissingPartitionError as exc:
             # A backfill of a range also targets the later days whose window reaches into it;
             # a day whose own input was never materialised fails alone, named.
-            failed[day] = str(exc)
-            context.log.error(f"{op_name} {day} failed: {failed[day]}")
-            continue
+            return DayOutcome(day, [], failure=str(exc))
         telemetry = StepTelemetry(reset_peak=True).start()
+        checks: list[dict[str, Any]] = []
         try:
             for item in compute(day, **day_inputs):
                 if isinstance(item, dg.AssetCheckResult):
-                    # A failed check of one day (a rejected model, say) must not make Dagster
-                    # stop the other days: a day a blocking check stops raises dg.Failure.
-                    check_blocks = item.passed and blocking.get(str(item.check_name), False)
-                    yield partition_evaluation(item, asset_key, day, blocking=check_blocks)
+                    checks.append(check_fields(item))
                     continue
                 telemetry.stop()
                 metadata = day_metrics(op_name, telemetry, day_inputs, item.value)
                 metadata.update(item.metadata or {})
                 if item.value is not None:
                     metadata.update(store.store_partition(asset_key, day, fmt, item.value))
-                context.add_asset_metadata(metadata, partition_key=day)
+                return DayOutcome(day, checks, metadata=metadata)
         except dg.Failure as exc:
-            failed[day] = exc.description or str(exc)
+            return DayOutcome(day, checks, failure=exc.description or str(exc))
+        raise dg.DagsterInvariantViolationError(f"{op_name} {day}: no MaterializeResult")
+
+    failed: dict[str, str] = {}
+    outcomes = map_days(compute_day, days) if independent_days else map(compute_day, days)
+    for outcome in outcomes:
+        day = outcome.day
+        for check in outcome.checks:
+            # A failed check of one day (a rejected model, say) must not make Dagster stop
+            # the other days: a day a blocking check stops fails through dg.Failure instead.
+            check_blocks = check["passed"] and blocking.get(check["check_name"], False)
+            yield partition_evaluation(check, asset_key, day, blocking=check_blocks)
+        if outcome.failure is not None:
+            failed[day] = outcome.failure
             context.log.error(f"{op_name} {day} failed: {failed[day]}")
+        else:
+            context.add_asset_metadata(outcome.metadata, partition_key=day)
     if failed:
         reasons = " ".join(f"{day}: {reason}" for day, reason in failed.items())
         raise dg.Failure(
@@ -142,20 +187,65 @@ def _range(
     yield dg.MaterializeResult()
 
 
+def step_workers() -> int:
+    """Worker processes a range step may use: `ML_PLATFORM_STEP_WORKERS`, else the usable CPUs."""
+    configured = os.environ.get(WORKERS_ENV, "").strip()
+    if configured:
+        try:
+            workers = int(configured)
+        except ValueError:
+            raise ValueError(
+                f"{WORKERS_ENV}={configured!r} is not a whole number of worker processes"
+            ) from None
+        if workers < 1:
+            raise ValueError(f"{WORKERS_ENV}={configured!r}: at least 1 worker process")
+        return workers
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# The function the forked workers of `map_days` call: set before the pool forks, so the
+# function (a closure over the step's resources and inputs) is inherited, never pickled.
+_DAY_FUNCTION: Callable[[str], Any] | None = None
+
+
+def _map_chunk(days: list[str]) -> list[Any]:
+    assert _DAY_FUNCTION is not None, "map_days sets the function before forking"
+    return [_DAY_FUNCTION(day) for day in days]
+
+
+def map_days(function: Callable[[str], T], days: Sequence[str]) -> Iterator[T]:
+    """`function(day)` for each day, in order, computed by forked worker processes.
+
+    For the days of a range that do not depend on each other: a year's backfill then uses
+    every core instead of one. Workers get contiguous chunks of days, so a window input read
+    by one day is mostly still cached for the next. The function must not use the step's
+    context or the instance (the workers share the parent's connections); it may read and
+    write the lake. Its results come back pickled. With one worker, or one day, it runs here.
+    """
+    workers = min(step_workers(), len(days))
+    if workers < 2 or multiprocessing.current_process().daemon:
+        yield from map(function, days)
+        return
+    # About 12 chunks per worker: small enough that no worker idles long at the end, large
+    # enough that a 28-day window is re-read only once per chunk.
+    size = max(1, math.ceil(len(days) / (workers * 12)))
+    chunks = [list(days[i : i + size]) for i in range(0, len(days), size)]
+    global _DAY_FUNCTION
+    _DAY_FUNCTION = function
+    try:
+        # fork: the workers inherit the imports, resources and inputs already in memory.
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for results in pool.imap(_map_chunk, chunks):
+                yield from results
+    finally:
+        _DAY_FUNCTION = None
+
+
 def partition_evaluation(
-    result: dg.AssetCheckResult, asset_key: dg.AssetKey, day: str, *, blocking: bool
+    fields: dict[str, Any], asset_key: dg.AssetKey, day: str, *, blocking: bool
 ) -> dg.AssetCheckEvaluation:
-    """A check result of one day of a range, as the evaluation of that day's partition.
+    """A check result of one day of a range (its `check_fields`) as that partition's evaluation.
 
     `AssetCheckResult` takes its partition from the step, which a range step does not have.
     """
-    return dg.AssetCheckEvaluation(
-        asset_key=asset_key,
-        check_name=str(result.check_name),
-        passed=result.passed,
-        metadata=result.metadata,
-        severity=result.severity,
-        description=result.description,
-        blocking=blocking,
-        partition=day,
-    )
+    return dg.AssetCheckEvaluation(asset_key=asset_key, partition=day, blocking=blocking, **fields)

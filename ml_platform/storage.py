@@ -172,7 +172,9 @@ class S3Prefix(dg.ConfigurableResource):
     )
     region_name: str = Field(default="us-east-1", description="region of the bucket")
 
-    _client: Any = PrivateAttr(default=None)
+    # (process id, client): a forked worker (`steps.map_days`) makes its own client instead of
+    # sharing the parent's pooled connections.
+    _client: tuple[int, Any] | None = PrivateAttr(default=None)
 
     @property
     def bucket(self) -> str:
@@ -185,10 +187,10 @@ class S3Prefix(dg.ConfigurableResource):
         return parse_s3_url(self.url)[1]
 
     def client(self) -> Any:
-        """The S3 client, created once per resource instance (one per run process)."""
-        if self._client is None:
-            self._client = s3_client(self.endpoint_url, self.region_name)
-        return self._client
+        """The S3 client, created once per resource instance and process."""
+        if self._client is None or self._client[0] != os.getpid():
+            self._client = (os.getpid(), s3_client(self.endpoint_url, self.region_name))
+        return self._client[1]
 
 
 class S3Storage(S3Prefix, LakeStorage):

@@ -20,7 +20,7 @@ from ml_platform.drift.detect import FeatureVerdict, detect_drift
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 from ml_platform.runbook import check_description
-from ml_platform.steps import partition_evaluation
+from ml_platform.steps import check_fields, map_days, partition_evaluation
 from ml_platform.storage import LakeIOManager
 
 FEATURES_DRIFT_CHECK = "features_drift"
@@ -80,11 +80,12 @@ def build_drift_checks(
         if context.op_execution_context.has_partition_key:
             yield result_of(context.op_execution_context.partition_key, features)
             return
-        # A range of days (a single-run backfill): one evaluation per day.
-        for day in features:
-            yield partition_evaluation(
-                result_of(day, features[day]), FEATURES, day, blocking=bool(blocking)
-            )
+        # A range of days (a single-run backfill): one evaluation per day, the days computed
+        # in worker processes (each reads and writes only the lake).
+        days = list(features)
+        evaluations = map_days(lambda day: check_fields(result_of(day, features[day])), days)
+        for day, fields in zip(days, evaluations, strict=True):
+            yield partition_evaluation(fields, FEATURES, day, blocking=bool(blocking))
         yield dg.Output(None)
 
     # Dagster 1.13 marks a partitions_def on a check as preview. It is what a daily check needs

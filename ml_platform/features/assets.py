@@ -54,6 +54,8 @@ def build_features_asset(
                 },
             )
 
-        yield from each_day(context, day_of_features, validated_data=validated_data)
+        yield from each_day(
+            context, day_of_features, independent_days=True, validated_data=validated_data
+        )
 
     return features

@@ -223,9 +223,13 @@ def build_model(
                     f"validation loss {record['validation_loss']:.5f}"
                 )
 
+            # A one-day run logs each epoch as it ends, to watch a long training. A range's
+            # days train in worker processes, which must not write to the run's event log;
+            # each day's losses per epoch are in its metadata (`loss_per_epoch`).
+            on_epoch = log_epoch if context.has_partition_key else None
             with StepTelemetry() as telemetry:
                 try:
-                    trained = train_model(features, contract, checkpoints, on_epoch=log_epoch)
+                    trained = train_model(features, contract, checkpoints, on_epoch=on_epoch)
                 except TrainingDataError as exc:
                     # Waiting cannot add a second class or more rows: fail now, without retries.
                     raise dg.Failure(description=str(exc), allow_retries=False) from exc
@@ -261,7 +265,7 @@ def build_model(
                 },
             )
 
-        yield from each_day(context, day_of_model, features=features)
+        yield from each_day(context, day_of_model, independent_days=True, features=features)
 
     return _model
 

@@ -173,6 +173,8 @@ def build_validated_data(
                 },
             )
 
-        yield from each_day(context, day_of_validated_data, raw_data=raw_data)
+        yield from each_day(
+            context, day_of_validated_data, independent_days=True, raw_data=raw_data
+        )
 
     return validated_data

@@ -1,0 +1,55 @@
+"""How a range step spreads independent days over worker processes (`steps.map_days`)."""
+
+import os
+import time
+
+import pytest
+
+from ml_platform.steps import WORKERS_ENV, map_days, step_workers
+
+DAYS = [f"2024-01-{d:02d}" for d in range(1, 31)]
+
+
+def test_days_come_back_in_order_computed_by_worker_processes(monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    here = os.getpid()
+
+    def compute(day: str) -> tuple[str, int]:
+        time.sleep(0.05)  # a day's work: long enough that both workers get some
+        return day, os.getpid()
+
+    results = list(map_days(compute, DAYS))
+
+    assert [day for day, _ in results] == DAYS
+    pids = {pid for _, pid in results}
+    assert here not in pids
+    assert len(pids) == 2
+
+
+def test_one_worker_computes_here(monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    assert {pid for pid in map_days(lambda day: os.getpid(), DAYS)} == {os.getpid()}
+
+
+def test_an_exception_of_a_day_reaches_the_step(monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "2")
+
+    def compute(day: str) -> str:
+        if day == "2024-01-17":
+            raise OSError(f"lake unreachable while writing {day}")
+        return day
+
+    with pytest.raises(OSError, match="2024-01-17"):
+        list(map_days(compute, DAYS))
+
+
+def test_the_default_is_the_usable_cpus(monkeypatch):
+    monkeypatch.delenv(WORKERS_ENV, raising=False)
+    assert step_workers() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1"])
+def test_a_bad_worker_count_is_named(monkeypatch, value):
+    monkeypatch.setenv(WORKERS_ENV, value)
+    with pytest.raises(ValueError, match=WORKERS_ENV):
+        step_workers()
