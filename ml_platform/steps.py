@@ -2,12 +2,12 @@
 
 Sensors and schedules run one day per run. A backfill (the UI's "Materialize" of a partition
 range, `dagster job backfill`, or GraphQL) runs a whole range of days in a single run: every
-daily asset has
-`BackfillPolicy.single_run()`, so a year costs one process, one import of pandas, scikit-learn
-and Great Expectations and one run's bookkeeping, instead of 365 of each. Each asset writes its
-days as it computes them: a step holds one day's data (or one window) at a time, whatever the
-range. The assets annotate their inputs `Any`: a one-day step gets the day's value, a range step
-a `DailyInput`.
+daily asset has `BackfillPolicy.single_run()`, so a year costs one process, one import of
+pandas, scikit-learn and Great Expectations and one run's bookkeeping, instead of 365 of each.
+Each asset writes its days as it computes them: a step holds one day's data (or one window) at
+a time, whatever the range. The assets annotate their inputs `Any`: a one-day step gets the
+day's value, a range step a `DailyInput`. Steps whose days are independent compute them in
+forked worker processes (`map_days`), so a range uses every core.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
 results and ends with a `dg.MaterializeResult`, or raises `dg.Failure` when the day must not be
@@ -20,10 +20,13 @@ single-run step's partitions all together, so none of the range is recorded as m
 until every day of it passes: rerun the range (or the failed days) once they are fixed.
 """
 
+import ctypes
 import dataclasses
 import math
 import multiprocessing
 import os
+import signal
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -158,7 +161,12 @@ def _range(
         raise dg.DagsterInvariantViolationError(f"{op_name} {day}: no MaterializeResult")
 
     failed: dict[str, str] = {}
-    outcomes = map_days(compute_day, days) if independent_days else map(compute_day, days)
+    if independent_days:
+        workers = min(step_workers(), len(days))
+        context.log.info(f"{op_name}: {len(days)} days in {workers} worker process(es)")
+        outcomes: Iterator[DayOutcome] = map_days(compute_day, days)
+    else:
+        outcomes = map(compute_day, days)
     for outcome in outcomes:
         day = outcome.day
         for check in outcome.checks:
@@ -166,8 +174,8 @@ def _range(
             # the other days: a day a blocking check stops fails through dg.Failure instead.
             check_blocks = check["passed"] and blocking.get(check["check_name"], False)
             yield partition_evaluation(check, asset_key, day, blocking=check_blocks)
-        if outcome.failure is not None:
-            failed[day] = outcome.failure
+        if outcome.metadata is None:
+            failed[day] = outcome.failure or "no result"
             context.log.error(f"{op_name} {day} failed: {failed[day]}")
         else:
             context.add_asset_metadata(outcome.metadata, partition_key=day)
@@ -234,11 +242,30 @@ def map_days(function: Callable[[str], T], days: Sequence[str]) -> Iterator[T]:
     _DAY_FUNCTION = function
     try:
         # fork: the workers inherit the imports, resources and inputs already in memory.
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker)
+        try:
             for results in pool.imap(_map_chunk, chunks):
                 yield from results
+            pool.close()
+        except BaseException:
+            # A day's error, or the step stopped: the other workers' days are not needed.
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
     finally:
         _DAY_FUNCTION = None
+
+
+def _start_worker() -> None:
+    # The run's process defers SIGTERM and SIGINT to Dagster's handlers, which a worker
+    # inherits: restore the defaults, so that stopping the pool (or the run) stops the worker.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # And die with the run's process, were it killed outright, instead of waiting for days
+    # that will never come (Linux: prctl PR_SET_PDEATHSIG).
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def partition_evaluation(

@@ -1,6 +1,7 @@
 """How a range step spreads independent days over worker processes (`steps.map_days`)."""
 
 import os
+import signal
 import time
 
 import pytest
@@ -10,7 +11,7 @@ from ml_platform.steps import WORKERS_ENV, map_days, step_workers
 DAYS = [f"2024-01-{d:02d}" for d in range(1, 31)]
 
 
-def test_days_come_back_in_order_computed_by_worker_processes(monkeypatch):
+def test_days_come_back_in_order_computed_by_worker_processes(monkeypatch, sigterm_deferred):
     monkeypatch.setenv(WORKERS_ENV, "2")
     here = os.getpid()
 
@@ -31,10 +32,28 @@ def test_one_worker_computes_here(monkeypatch):
     assert {pid for pid in map_days(lambda day: os.getpid(), DAYS)} == {os.getpid()}
 
 
-def test_an_exception_of_a_day_reaches_the_step(monkeypatch):
+@pytest.fixture
+def sigterm_deferred():
+    """SIGTERM handled as a run's process handles it (Dagster defers it), and a deadline."""
+
+    def deadline(*_):
+        raise TimeoutError("the worker pool did not stop")
+
+    deferred = signal.signal(signal.SIGTERM, lambda *_: None)
+    alarm = signal.signal(signal.SIGALRM, deadline)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, alarm)
+    signal.signal(signal.SIGTERM, deferred)
+
+
+def test_an_exception_of_a_day_reaches_the_step(monkeypatch, sigterm_deferred):
+    # The other worker is stopped mid-range: it must not inherit the parent's SIGTERM handler.
     monkeypatch.setenv(WORKERS_ENV, "2")
 
     def compute(day: str) -> str:
+        time.sleep(0.05)
         if day == "2024-01-17":
             raise OSError(f"lake unreachable while writing {day}")
         return day
