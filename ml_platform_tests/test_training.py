@@ -154,6 +154,19 @@ def test_flights_model_predicts_classes_and_probabilities(flights_model, flights
     assert len(score) == len(frame)
 
 
+def test_the_batch_size_changes_the_calls_not_the_model(flights_window, flights_model):
+    # SGD updates row by row in the generator's order; cutting an epoch into calls only
+    # changes where scikit-learn rescales the weights, so results agree up to rounding.
+    spec = FLIGHTS.training.model_copy(update={"batch_size": 100})
+    small = train_model(flights_window, FLIGHTS.model_copy(update={"training": spec}))
+    a = small.pipeline.named_steps["estimator"]
+    b = flights_model.pipeline.named_steps["estimator"]
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-9, atol=1e-12)
+    assert small.best_epoch == flights_model.best_epoch
+    assert len(small.history) == len(flights_model.history)
+
+
 def test_a_windows_data_versions_are_each_partitions_own(flights_window):
     one_by_one = {day: data_version(frame) for day, frame in flights_window.items()}
     assert data_versions(flights_window) == one_by_one

@@ -194,23 +194,22 @@ def make_estimator(contract: Contract) -> Any:
     from sklearn.linear_model import SGDClassifier, SGDRegressor
 
     t = contract.training
-    # partial_fit also shuffles the rows of each call (seeded). Turning that off and making one
-    # call per epoch trains about 3 times faster, with models as good on average
-    # (docs/benchmarks.md, "Training"), but it changes each day's model, and the first flights
-    # day's turned from promote to reject: it waits for its own issue, with the tests that
-    # depend on those verdicts.
+    # No shuffling inside partial_fit: train_model feeds the rows in the order its seeded
+    # generator draws, so the model does not depend on how an epoch is cut into calls.
     if contract.task == "classification":
         return SGDClassifier(
             loss="log_loss",
             alpha=t.alpha,
             learning_rate="invscaling",
             eta0=t.eta0,
+            shuffle=False,
             random_state=t.random_seed,
         )
     return SGDRegressor(
         alpha=t.alpha,
         learning_rate="invscaling",
         eta0=t.eta0,
+        shuffle=False,
         random_state=t.random_seed,
     )
 
