@@ -1,6 +1,7 @@
 """Shared fixtures: temporary landing zone and lake, contracts, and running days of the graph."""
 
 import datetime as dt
+import json
 import socket
 from pathlib import Path
 
@@ -22,6 +23,32 @@ DAILY_ASSETS = [*ALL_ASSETS, "registered_model"]
 def days_from(start: str, count: int) -> list[str]:
     first = dt.date.fromisoformat(start)
     return [(first + dt.timedelta(days=i)).isoformat() for i in range(count)]
+
+
+def rejected_days(contract: Contract, lake_dir: Path, days: list[str]) -> list[str]:
+    """The days whose stored evaluation report rejected the model, each decision checked first.
+
+    A small day's model can land either side of a value threshold (the first flights day, 167
+    held-out rows, does), so tests that run whole days check what a verdict must follow from
+    instead of which verdict it is: a report rejects exactly when a recorded metric misses its
+    contract bound (mae and rmse are maximums, the others minimums).
+    """
+    rejected = []
+    for day in days:
+        path = lake_dir / contract.name / "evaluation_report" / f"{day}.json"
+        report = json.loads(path.read_text())
+        metrics = report["metrics"]
+        misses = [
+            metric
+            for metric, bound in contract.evaluation.value_thresholds.items()
+            if not (
+                metrics[metric] <= bound if metric in {"mae", "rmse"} else metrics[metric] >= bound
+            )
+        ]
+        assert (report["decision"] == "reject") == bool(misses), (day, report["decision"], misses)
+        if misses:
+            rejected.append(day)
+    return rejected
 
 
 def contract_with(tmp_path: Path, name: str, **training) -> Contract:

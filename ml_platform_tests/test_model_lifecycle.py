@@ -51,12 +51,13 @@ sys.exit(0 if result.success else 1)
 def test_training_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(tmp_path):
     # Enough rows and epochs (no early stop) that training lasts a few seconds: 512-row calls,
     # each paying scikit-learn's input checks, make an epoch about ten times slower than the
-    # default batch (and exercise resuming a run that cuts its epochs into many calls).
+    # default batch (and exercise resuming a run that cuts its epochs into many calls). A
+    # checkpoint after every epoch, so the kill lands between two of them.
     path = write_contract(
         tmp_path,
         "big",
         rows=20000,
-        training={"max_epochs": 25, "patience": 25, "batch_size": 512},
+        training={"max_epochs": 25, "patience": 25, "batch_size": 512, "checkpoint_seconds": 0},
     )
     contract = load_contract(path)
     killed = Platform(contract, tmp_path / "killed")

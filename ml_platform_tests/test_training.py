@@ -15,8 +15,11 @@ from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import generate_day
+from ml_platform.storage import deserialise, serialise
 from ml_platform.training.model import (
+    Checkpoints,
     TrainingDataError,
+    TrainingState,
     data_version,
     data_versions,
     split_holdout,
@@ -152,6 +155,71 @@ def test_flights_model_predicts_classes_and_probabilities(flights_model, flights
     score = flights_model.score(frame)
     assert ((score >= 0) & (score <= 1)).all()
     assert len(score) == len(frame)
+
+
+def test_the_batch_size_changes_the_calls_not_the_model(flights_window, flights_model):
+    # SGD updates row by row in the generator's order; cutting an epoch into calls only
+    # changes where scikit-learn rescales the weights, so results agree up to rounding.
+    spec = FLIGHTS.training.model_copy(update={"batch_size": 100})
+    small = train_model(flights_window, FLIGHTS.model_copy(update={"training": spec}))
+    a = small.pipeline.named_steps["estimator"]
+    b = flights_model.pipeline.named_steps["estimator"]
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-9, atol=1e-12)
+    assert small.best_epoch == flights_model.best_epoch
+    assert len(small.history) == len(flights_model.history)
+
+
+def with_training(contract, **settings):
+    return contract.model_copy(update={"training": contract.training.model_copy(update=settings)})
+
+
+class KeptCheckpoints(Checkpoints):
+    """Every saved state, serialised as the lake's checkpoints store it; loads `resume_from`."""
+
+    def __init__(self, resume_from: bytes | None = None):
+        self.saved: list[bytes] = []
+        self.resume_from = resume_from
+
+    def save(self, state: TrainingState) -> None:
+        self.saved.append(serialise(state, "joblib"))
+
+    def load(self) -> TrainingState | None:
+        return deserialise(self.resume_from, "joblib") if self.resume_from is not None else None
+
+
+def assert_same_model(a, b) -> None:
+    estimator_a = a.pipeline.named_steps["estimator"]
+    estimator_b = b.pipeline.named_steps["estimator"]
+    np.testing.assert_array_equal(estimator_a.coef_, estimator_b.coef_)
+    np.testing.assert_array_equal(estimator_a.intercept_, estimator_b.intercept_)
+    assert a.history == b.history and a.best_epoch == b.best_epoch
+
+
+def test_checkpoint_cadence_decides_the_saves_not_the_model(flights_window, flights_model):
+    every = KeptCheckpoints()
+    model = train_model(flights_window, with_training(FLIGHTS, checkpoint_seconds=0), every)
+    epochs = [deserialise(saved, "joblib").epoch for saved in every.saved]
+    assert epochs == list(range(1, len(model.history) + 1))
+    # An hour between checkpoints: a model trained in well under that stores none.
+    none = KeptCheckpoints()
+    hourly = train_model(flights_window, with_training(FLIGHTS, checkpoint_seconds=3600), none)
+    assert none.saved == []
+    assert_same_model(model, flights_model)
+    assert_same_model(hourly, flights_model)
+
+
+def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_model(
+    flights_window, flights_model
+):
+    every = KeptCheckpoints()
+    train_model(flights_window, with_training(FLIGHTS, checkpoint_seconds=0), every)
+    assert len(every.saved) > 3
+    # Resumed under the default cadence: how often checkpoints are written is not part of the
+    # training job's identity, so the checkpoint of a run with another cadence is taken up.
+    resumed = train_model(flights_window, FLIGHTS, KeptCheckpoints(resume_from=every.saved[2]))
+    assert resumed.resumed_from_epoch == 3
+    assert_same_model(resumed, flights_model)
 
 
 def test_a_windows_data_versions_are_each_partitions_own(flights_window):
