@@ -7,14 +7,16 @@ behind the same interface (`LakeStorage`), chosen by `lake_from_env`.
 """
 
 import collections
+import contextlib
 import datetime as dt
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlparse
 
 import dagster as dg
@@ -34,17 +36,24 @@ EXTENSIONS = {"parquet": "parquet", "joblib": "joblib", "json": "json"}
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never a mix."""
+    write_file_atomically(path, lambda handle: handle.write(data))
+
+
+def write_file_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> int:
+    """Let `write` fill a file that replaces `path` whole, as `write_atomically`; its size."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+            size = handle.tell()
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return size
 
 
 class MissingPartitionError(FileNotFoundError):
@@ -75,6 +84,28 @@ class LakeStorage(dg.ConfigurableResource):
     def read_bytes(self, key: str) -> bytes:
         """The bytes stored under `key`; FileNotFoundError naming it when there are none."""
         raise NotImplementedError
+
+    def write_with(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
+        """Store what `write` writes to a binary file under `key`, atomically; its size in bytes.
+
+        The lake's backends stream it to their storage, so a day's parquet file is not also
+        held in memory as bytes (60 MB at 1M rows). This default, for a backend that only
+        stores bytes, collects them first.
+        """
+        buffer = io.BytesIO()
+        write(buffer)
+        data = buffer.getvalue()
+        self.write_bytes(key, data)
+        return len(data)
+
+    @contextlib.contextmanager
+    def open_read(self, key: str) -> Iterator[IO[bytes]]:
+        """The object under `key` as a seekable binary file; FileNotFoundError naming it if absent.
+
+        The lake's backends hand a file, which a parquet reader reads a column at a time; this
+        default, for a backend that only reads bytes, holds them in memory.
+        """
+        yield io.BytesIO(self.read_bytes(key))
 
     def delete(self, key: str) -> None:
         """Remove the object under `key`, if there is one."""
@@ -108,6 +139,16 @@ class LocalStorage(LakeStorage):
     def read_bytes(self, key: str) -> bytes:
         """The file's bytes."""
         return self._path(key).read_bytes()
+
+    def write_with(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
+        """Let `write` fill a temporary file beside the target, then rename it over the target."""
+        return write_file_atomically(self._path(key), write)
+
+    @contextlib.contextmanager
+    def open_read(self, key: str) -> Iterator[IO[bytes]]:
+        """The file itself, opened for reading."""
+        with self._path(key).open("rb") as handle:
+            yield handle
 
     def delete(self, key: str) -> None:
         """Remove the file, if there is one."""
@@ -230,6 +271,36 @@ class S3Storage(S3Prefix, LakeStorage):
             raise
         return response["Body"].read()
 
+    def write_with(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
+        """Spool what `write` writes to a local temporary file, then PUT it from there.
+
+        One PUT still replaces the object whole; the spool keeps the bytes on disk, not in
+        memory, while the SDK streams them.
+        """
+        with tempfile.TemporaryFile() as spool:
+            write(spool)
+            size = spool.tell()
+            spool.seek(0)
+            self.client().put_object(Bucket=self.bucket, Key=self.prefix + key, Body=spool)
+        return size
+
+    @contextlib.contextmanager
+    def open_read(self, key: str) -> Iterator[IO[bytes]]:
+        """The object downloaded to a local temporary file (a parquet reader needs to seek)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + key)
+        except ClientError as exc:
+            if is_missing_key(exc):
+                raise FileNotFoundError(f"no object at {self.uri(key)}") from exc
+            raise
+        with tempfile.TemporaryFile() as spool:
+            with contextlib.closing(response["Body"]) as body:
+                shutil.copyfileobj(body, spool, 1 << 20)
+            spool.seek(0)
+            yield spool
+
     def delete(self, key: str) -> None:
         """Remove the object; deleting a missing key is not an error in S3."""
         self.client().delete_object(Bucket=self.bucket, Key=self.prefix + key)
@@ -293,27 +364,43 @@ def lake_from_env(lake_dir: str | None = None) -> LakeStorage:
 
 def serialise(value: Any, fmt: str) -> bytes:
     """Bytes of `value` in a lake format."""
+    buffer = io.BytesIO()
+    serialise_into(value, fmt, buffer)
+    return buffer.getvalue()
+
+
+def serialise_into(value: Any, fmt: str, handle: IO[bytes]) -> None:
+    """Write `value` in a lake format to a binary file."""
+    if fmt not in EXTENSIONS:
+        raise ValueError(f"unknown lake format '{fmt}'")
     if fmt == "parquet":
-        buffer = io.BytesIO()
-        value.to_parquet(buffer, index=False)
-        return buffer.getvalue()
-    if fmt == "joblib":
-        buffer = io.BytesIO()
-        joblib.dump(value, buffer)
-        return buffer.getvalue()
-    if fmt == "json":
-        return json.dumps(value, indent=2, sort_keys=True, default=str).encode()
-    raise ValueError(f"unknown lake format '{fmt}'")
+        value.to_parquet(handle, index=False)
+    elif fmt == "joblib":
+        joblib.dump(value, handle)
+    else:
+        handle.write(json.dumps(value, indent=2, sort_keys=True, default=str).encode())
 
 
 def deserialise(data: bytes, fmt: str) -> Any:
     """The value stored as `data` in a lake format."""
+    return deserialise_from(io.BytesIO(data), fmt)
+
+
+def deserialise_from(handle: IO[bytes], fmt: str) -> Any:
+    """The value stored in a lake format in a seekable binary file."""
     if fmt == "parquet":
-        return pd.read_parquet(io.BytesIO(data))
+        # Column by column, not the whole file buffered first (pre_buffer), and each Arrow
+        # column freed once converted (self_destruct, which needs a block per column): the same
+        # frame, with a peak of about 2 x its size instead of 3 x (at 1M rows a day).
+        return pd.read_parquet(
+            handle,
+            pre_buffer=False,
+            to_pandas_kwargs={"self_destruct": True, "split_blocks": True},
+        )
     if fmt == "joblib":
-        return joblib.load(io.BytesIO(data))
+        return joblib.load(handle)
     if fmt == "json":
-        return json.loads(data)
+        return json.load(handle)
     raise ValueError(f"unknown lake format '{fmt}'")
 
 
@@ -387,9 +474,8 @@ class LakeIOManager(dg.ConfigurableIOManager):
         Steps of a range of days (`steps.each_day`) store each day through this as they go.
         """
         key = self.key(asset_key, partition, fmt)
-        data = serialise(obj, fmt)
-        self.storage.write_bytes(key, data)
-        return {"path": dg.MetadataValue.path(self.storage.uri(key)), "stored_bytes": len(data)}
+        size = self.storage.write_with(key, lambda handle: serialise_into(obj, fmt, handle))
+        return {"path": dg.MetadataValue.path(self.storage.uri(key)), "stored_bytes": size}
 
     def load_input(self, context: dg.InputContext) -> Any:
         """Load one upstream partition, or a dict of them for a partition range."""
@@ -433,10 +519,13 @@ class LakeIOManager(dg.ConfigurableIOManager):
                 f"{asset_key.to_user_string()} partition {partition} is not in storage "
                 f"(expected {self.storage.uri(key)}): materialise it first."
             )
-        data = self.storage.read_bytes(key)
+        with self.storage.open_read(key) as handle:
+            size = handle.seek(0, io.SEEK_END)
+            handle.seek(0)
+            value = deserialise_from(handle, fmt)
         if reader is not None:
-            record_bytes_read(reader, len(data))
-        return deserialise(data, fmt)
+            record_bytes_read(reader, size)
+        return value
 
 
 def _format_of(metadata: Any, asset_key: dg.AssetKey) -> str:

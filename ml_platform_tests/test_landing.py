@@ -1,13 +1,15 @@
 """Landing day files: names from the contract, idempotent re-landing, replacement, missing days."""
 
 import datetime as dt
+import hashlib
+import io
 import os
 
 import pandas as pd
 import pytest
 
 from ml_platform.contracts import load_contract
-from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.assets import LandingFileError, read_landed_file, read_landed_stream
 from ml_platform.ingestion.landing import (
     LandingZone,
     MissingLandingFileError,
@@ -52,6 +54,60 @@ def test_a_landed_file_reads_back_as_the_source_rows(tmp_path):
     assert len(frame) == 1000
     assert frame["event_time"].tolist() == source["event_time"].tolist()
     pd.testing.assert_series_equal(frame["target"], source["target"])
+
+
+class Trickle(io.RawIOBase):
+    """A stream that hands out at most `size` bytes per read, as a network body may."""
+
+    def __init__(self, data: bytes, size: int):
+        super().__init__()
+        self.data = io.BytesIO(data)
+        self.size = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        chunk = self.data.read(min(len(buffer), self.size))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def test_a_landed_file_streams_to_the_same_frame_hash_and_size(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    list(land_days(SYNTHETIC, zone, DAYS[:1]))
+    name = "synthetic_2024-01-01.csv"
+    data = zone.read_bytes(name, "2024-01-01")
+
+    with zone.open_file(name, "2024-01-01") as stream:
+        landed = read_landed_stream(stream, name, "2024-01-01", ["segment"])
+
+    assert landed.sha256 == hashlib.sha256(data).hexdigest()
+    assert landed.size == len(data)
+    expected = read_landed_file(data, name, "2024-01-01", ["segment"])
+    pd.testing.assert_frame_equal(landed.frame, expected)
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64])
+def test_the_truncation_check_sees_the_last_line_whatever_the_reads_sizes(size):
+    # The first and last lines are taken as the parser reads: a line split across reads, or
+    # line breaks arriving alone after it, must read as it does from the whole file.
+    cut = b"a,b,c\r\n1,2,3\r\n4,5,6\r\n7,\r\n\r\n"
+    with pytest.raises(LandingFileError, match=r"f\.csv \(partition p\).*2 of the header's 3"):
+        read_landed_stream(Trickle(cut, size), "f.csv", "p")
+    whole = b"a,b,c\n1,2,3\n4,5,\n\n"  # an empty last field is not a cut
+    landed = read_landed_stream(Trickle(whole, size), "f.csv", "p")
+    assert landed.frame["a"].tolist() == [1, 4]
+    assert (landed.sha256, landed.size) == (hashlib.sha256(whole).hexdigest(), len(whole))
+
+
+def test_opening_a_missing_landed_file_names_file_and_partition(tmp_path):
+    zone = LandingZone(base_dir=str(tmp_path))
+    with (
+        pytest.raises(FileNotFoundError, match="partition 2024-02-01.*synthetic_2024-02-01.csv"),
+        zone.open_file("synthetic_2024-02-01.csv", "2024-02-01"),
+    ):
+        pass
 
 
 def test_flights_days_are_named_by_their_pattern(tmp_path):

@@ -1,6 +1,8 @@
 """The whole asset graph run with dg.materialize over real data and temporary storage."""
 
+import hashlib
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,6 +28,13 @@ def test_three_consecutive_days_materialise_every_asset(platform_for, dataset, d
 
     for day in days:
         result = platform.materialize(day)
+        raw = result.asset_materializations_for_node("raw_data")[0].metadata
+        landed = Path(raw["source_file"].value).read_bytes()
+        assert raw["source_sha256"].value == hashlib.sha256(landed).hexdigest()
+        assert raw["source_bytes"].value == raw["bytes_read"].value == len(landed)
+        validated = result.asset_materializations_for_node("validated_data")[0].metadata
+        # validated_data empties its raw input once typed; rows_in still counts its rows.
+        assert validated["rows_in"].value == raw["dagster/row_count"].value
         report = result.asset_materializations_for_node("evaluation_report")[0].metadata
         assert metrics <= set(report), f"missing metrics: {metrics - set(report)}"
         assert "Evaluation of the model of" in report["report"].value

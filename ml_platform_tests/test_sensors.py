@@ -6,6 +6,7 @@ after someone already materialised its day.
 """
 
 import datetime as dt
+import hashlib
 import logging
 import os
 import time
@@ -25,6 +26,7 @@ from ml_platform.automation.sensors import (
 )
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
+from ml_platform.ingestion.assets import LandingFileError, read_landed_stream
 from ml_platform.ingestion.landing import LandingStore, LandingZone, S3LandingZone
 from ml_platform.partitions import daily_partitions
 
@@ -346,6 +348,27 @@ def test_s3_reads_a_landed_object_and_names_a_missing_one(s3_zone):
         "expected s3://.*/incoming/synthetic_2024-01-09.csv",
     ):
         s3_zone.read_bytes(synthetic_name("2024-01-09"), "2024-01-09")
+
+
+def test_s3_landed_object_is_parsed_and_hashed_as_it_streams(s3_zone):
+    whole, cut = b"x,y\n1,a\n2,b\n", b"x,y\n1,a\n2,b\n3"
+    put(s3_zone, synthetic_name("2024-01-01"), whole)
+    with s3_zone.open_file(synthetic_name("2024-01-01"), "2024-01-01") as stream:
+        landed = read_landed_stream(stream, synthetic_name("2024-01-01"), "2024-01-01")
+    assert landed.frame.to_dict("list") == {"x": [1, 2], "y": ["a", "b"]}
+    assert (landed.sha256, landed.size) == (hashlib.sha256(whole).hexdigest(), len(whole))
+
+    put(s3_zone, synthetic_name("2024-01-02"), cut)
+    with (
+        pytest.raises(LandingFileError, match="partition 2024-01-02.*truncated"),
+        s3_zone.open_file(synthetic_name("2024-01-02"), "2024-01-02") as stream,
+    ):
+        read_landed_stream(stream, synthetic_name("2024-01-02"), "2024-01-02")
+    with (
+        pytest.raises(FileNotFoundError, match="No landed file for partition 2024-01-09"),
+        s3_zone.open_file(synthetic_name("2024-01-09"), "2024-01-09"),
+    ):
+        pass
 
 
 def test_ten_thousand_s3_objects_keep_each_tick_short(s3_zone, tmp_path):

@@ -55,6 +55,49 @@ def test_reading_a_missing_object_names_it(storage):
         storage.read_bytes("nothing/here.json")
 
 
+def test_write_with_streams_an_object_whole_and_open_read_reads_it(storage):
+    key = "d/validated_data/2024-01-01.parquet"
+    storage.write_bytes(key, b"previous")
+
+    def failing(handle):
+        handle.write(b"half of")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        storage.write_with(key, failing)
+    assert storage.read_bytes(key) == b"previous"  # a failed write leaves the old version
+    assert storage.list_keys("d/validated_data") == [key]
+
+    assert storage.write_with(key, lambda handle: handle.write(b"new content")) == 11
+    with storage.open_read(key) as handle:
+        assert handle.read() == b"new content"
+        handle.seek(4)  # parquet readers seek
+        assert handle.read(7) == b"content"
+    with (
+        pytest.raises(FileNotFoundError, match="nothing/here.parquet"),
+        storage.open_read("nothing/here.parquet"),
+    ):
+        pass
+
+
+def test_a_frame_round_trips_through_the_io_manager_unchanged(storage):
+    io_manager = LakeIOManager(storage=storage, dataset="d")
+    frame = pd.DataFrame(
+        {
+            "when": pd.to_datetime(["2024-01-01 10:00", None, "2024-01-01 12:30"]),
+            "x": [1.5, float("nan"), 3.0],
+            "n": pd.array([1, None, 3], dtype="Int64"),
+            "label": pd.array([0, 1, None], dtype="Int8"),
+            "segment": pd.array(["a", None, "c"], dtype="str"),
+        }
+    )
+    metadata = io_manager.store_partition(dg.AssetKey("t"), "2024-01-01", "parquet", frame)
+
+    loaded = io_manager.load_partition(dg.AssetKey("t"), "2024-01-01", "parquet")
+    pd.testing.assert_frame_equal(loaded, frame)
+    assert metadata["stored_bytes"] == len(storage.read_bytes("d/t/2024-01-01.parquet"))
+
+
 def test_list_keys_is_a_sorted_folder_listing_without_dot_files(storage):
     for key in ["d/registry/versions/v2/m.json", "d/registry/versions/v1/m.json", "d/other.json"]:
         storage.write_bytes(key, b"{}")

@@ -1,11 +1,13 @@
 """raw_data: the landed file of each day, kept as it arrived."""
 
 import csv
+import dataclasses
 import datetime as dt
 import hashlib
 import io
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import IO, Any
 
 import dagster as dg
 import pandas as pd
@@ -27,6 +29,110 @@ class LandingFileError(ValueError):
     """A landed file exists but cannot be read as its declared format."""
 
 
+@dataclasses.dataclass(frozen=True)
+class LandedFile:
+    """A landed file parsed as-is, with the sha256 and size of its bytes."""
+
+    frame: pd.DataFrame
+    sha256: str
+    size: int
+
+
+class _ReadOnce(io.RawIOBase):
+    """A binary stream passed through as it is read: hashed, counted, first and last line kept.
+
+    raw_data parses a landed file from the store's stream instead of holding its bytes next to
+    the frame (134 MB at 1M rows); what the step needs of the bytes is taken on the way.
+    """
+
+    def __init__(self, raw: IO[bytes]):
+        super().__init__()
+        self.raw = raw
+        self.hash = hashlib.sha256()
+        self.size = 0
+        self.header = b""
+        self.header_done = False
+        # The bytes after the last line break that is followed by content (the last line and
+        # any line breaks after it), and their offset in the file.
+        self.tail = b""
+        self.tail_start = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        chunk = self.raw.read() if size is None or size < 0 else self.raw.read(size)
+        if chunk:
+            self._take(chunk)
+        return chunk
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+    def _take(self, chunk: bytes) -> None:
+        self.hash.update(chunk)
+        self.size += len(chunk)
+        if not self.header_done:
+            cut = chunk.find(b"\n")
+            self.header += chunk if cut < 0 else chunk[:cut]
+            self.header_done = cut >= 0
+        tail = self.tail + chunk
+        end = _content_end(tail)
+        cut = tail.rfind(b"\n", 0, end)
+        if cut >= 0:
+            self.tail_start += cut + 1
+            tail = tail[cut + 1 :]
+        self.tail = tail
+
+    def drain(self) -> None:
+        """Read what the parser left, so the hash and size cover the whole file."""
+        while self.read(1 << 20):
+            pass
+
+
+def _content_end(data: bytes) -> int:
+    """Length of `data` without its trailing line breaks (offsets: rstrip would copy)."""
+    end = len(data)
+    while end and data[end - 1] in b"\r\n":
+        end -= 1
+    return end
+
+
+def read_landed_stream(
+    stream: IO[bytes], file_name: str, partition: str, text_columns: Sequence[str] = ()
+) -> LandedFile:
+    """Parse a landed CSV from a binary stream read once, front to back; see `read_landed_file`.
+
+    The sha256 and size of the bytes are taken as they are read, so the file's bytes are never
+    held whole: a local file or an S3 object body parse alike.
+    """
+    landed = _ReadOnce(stream)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(
+                landed,
+                keep_default_na=False,
+                na_values=[""],
+                index_col=False,
+                dtype=dict.fromkeys(text_columns, "str"),
+            )
+        landed.drain()
+        _check_last_line(landed, frame)
+    except (
+        pd.errors.ParserError,
+        pd.errors.ParserWarning,
+        pd.errors.EmptyDataError,
+        UnicodeDecodeError,
+    ) as exc:
+        raise LandingFileError(
+            f"{file_name} (partition {partition}) is not a readable CSV file: {exc}"
+        ) from exc
+    return LandedFile(frame=frame, sha256=landed.hash.hexdigest(), size=landed.size)
+
+
 def read_landed_file(
     data: bytes, file_name: str, partition: str, text_columns: Sequence[str] = ()
 ) -> pd.DataFrame:
@@ -37,44 +143,19 @@ def read_landed_file(
     like a number ('00501' stays '00501'). A row with more fields than the header is an error,
     not a shift of its values into other columns.
     """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = pd.read_csv(
-                io.BytesIO(data),
-                keep_default_na=False,
-                na_values=[""],
-                index_col=False,
-                dtype=dict.fromkeys(text_columns, "str"),
-            )
-        _check_last_line(data, frame)
-    except (
-        pd.errors.ParserError,
-        pd.errors.ParserWarning,
-        pd.errors.EmptyDataError,
-        UnicodeDecodeError,
-    ) as exc:
-        raise LandingFileError(
-            f"{file_name} (partition {partition}) is not a readable CSV file: {exc}"
-        ) from exc
-    return frame
+    return read_landed_stream(io.BytesIO(data), file_name, partition, text_columns).frame
 
 
-def _check_last_line(data: bytes, frame: pd.DataFrame) -> None:
+def _check_last_line(landed: _ReadOnce, frame: pd.DataFrame) -> None:
     """A file cut off mid-row ends with a row of fewer fields than its header.
 
     pandas fills the missing fields with NaN, so the cut would pass as missing values. Only the
     last line can be cut, so only it is compared with the header; the parsed last row must miss
     those fields too (a quoted field spanning lines would otherwise look short).
     """
-    # Offsets, not split or rstrip: those would copy the whole file (300 MB at 1M rows).
-    end = len(data)
-    while end and data[end - 1] in b"\r\n":
-        end -= 1
-    last_start = data.rfind(b"\n", 0, end) + 1
-    if last_start == 0 or frame.empty:
+    if landed.tail_start == 0 or frame.empty:
         return
-    lines = (data[: data.find(b"\n")], data[last_start:end])
+    lines = (landed.header, landed.tail[: _content_end(landed.tail)])
     header, last = (next(csv.reader([line.decode()])) for line in lines)
     if len(last) < len(header) and frame.iloc[-1, len(last) :].isna().all():
         raise pd.errors.ParserError(
@@ -210,15 +291,16 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             file_name = contract.landing.file_name(day)
             where = f"{file_name} (partition {day})"
             try:
-                data = landing.read_bytes(file_name, day)
-                frame = read_landed_file(data, file_name, day, text_columns)
+                with landing.open_file(file_name, day) as stream:
+                    landed = read_landed_stream(stream, file_name, day, text_columns)
             except (MissingLandingFileError, LandingFileError) as exc:
                 # Retrying will not land a file nor repair one: fail now (the landing sensor
                 # runs the day when a corrected file lands) instead of after the retry
                 # policy's backoff.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             # The landed file is this step's input; the lake IO manager counts the others'.
-            record_bytes_read("raw_data", len(data))
+            record_bytes_read("raw_data", landed.size)
+            frame = landed.frame
             schema = table_schema(frame)
             previous_day, previous = previous_column_schema(context, contract, day)
             previous = schemas.get(previous_day, previous)
@@ -228,7 +310,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             if not check.passed:
                 raise dg.Failure(description=check.description, allow_retries=False)
             schemas[day] = schema
-            digest = hashlib.sha256(data).hexdigest()
+            digest = landed.sha256
             yield dg.MaterializeResult(
                 value=frame,
                 data_version=dg.DataVersion(digest),
@@ -236,7 +318,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                     "dagster/row_count": len(frame),
                     "dagster/column_schema": schema,
                     "source_file": dg.MetadataValue.path(str(landing.path_for(file_name))),
-                    "source_bytes": len(data),
+                    "source_bytes": landed.size,
                     "source_sha256": digest,
                 },
             )

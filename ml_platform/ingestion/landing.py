@@ -5,13 +5,14 @@ then renamed, so a reader never sees half a file.
 """
 
 import bisect
+import contextlib
 import dataclasses
 import datetime as dt
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import dagster as dg
 import pandas as pd
@@ -52,9 +53,20 @@ class LandingStore(dg.ConfigurableResource):
         """Where a landed file of this name lives (a path or a URI), for messages and metadata."""
         raise NotImplementedError
 
+    def open_file(
+        self, file_name: str, partition: str
+    ) -> contextlib.AbstractContextManager[IO[bytes]]:
+        """The landed file as a binary stream, to read front to back.
+
+        MissingLandingFileError naming file and partition if absent. Readers that can work a
+        chunk at a time (raw_data parses and hashes as it reads) never hold the whole file.
+        """
+        raise NotImplementedError
+
     def read_bytes(self, file_name: str, partition: str) -> bytes:
         """The landed file's bytes; MissingLandingFileError naming file and partition if absent."""
-        raise NotImplementedError
+        with self.open_file(file_name, partition) as handle:
+            return handle.read()
 
     def file_names(self) -> list[str]:
         """Names of all the files in the zone, sorted."""
@@ -93,12 +105,19 @@ class LandingZone(LandingStore):
         """Where a landed file of this name lives."""
         return Path(self.base_dir) / file_name
 
-    def read_bytes(self, file_name: str, partition: str) -> bytes:
-        """The landed file's bytes; a clear error naming file and partition when it is absent."""
+    @contextlib.contextmanager
+    def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
+        """The landed file opened for reading; a clear error naming file and partition if absent."""
         path = self.path_for(file_name)
         if not path.is_file():
             raise self.missing(file_name, partition)
-        return path.read_bytes()
+        try:
+            handle = path.open("rb")
+        except FileNotFoundError as exc:
+            # Removed between the check and the open: still "not landed", not a crash.
+            raise self.missing(file_name, partition) from exc
+        with handle:
+            yield handle
 
     def file_names(self) -> list[str]:
         """Names of the files in the zone, skipping files still being written (dot-files)."""
@@ -154,8 +173,9 @@ class S3LandingZone(S3Prefix, LandingStore):
         """The s3:// URI of a landed file of this name."""
         return f"s3://{self.bucket}/{self.prefix}{file_name}"
 
-    def read_bytes(self, file_name: str, partition: str) -> bytes:
-        """The landed object's bytes; MissingLandingFileError naming file and partition if gone."""
+    @contextlib.contextmanager
+    def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
+        """The landed object's body, streamed as it is read; MissingLandingFileError if gone."""
         from botocore.exceptions import ClientError
 
         try:
@@ -164,7 +184,12 @@ class S3LandingZone(S3Prefix, LandingStore):
             if is_missing_key(exc):
                 raise self.missing(file_name, partition) from exc
             raise
-        return response["Body"].read()
+        body = response["Body"]
+        try:
+            yield body
+        finally:
+            # Releases the connection to the pool even when the reader stopped early.
+            body.close()
 
     def file_names(self) -> list[str]:
         """Names of all the objects below the prefix (the whole listing, page by page)."""

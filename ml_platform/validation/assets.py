@@ -126,6 +126,10 @@ def build_validated_data(
             file_name = contract.landing.file_name(day)
             where = f"{file_name} (partition {day})"
             typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
+            # The raw frame is the step's input, which Dagster and `each_day` keep referenced
+            # until the day ends; emptying it here frees its columns (88 MB at 1M rows) before
+            # the gate and the parquet write. Its index stays, so `rows_in` still counts it.
+            raw_data.drop(columns=list(raw_data.columns), inplace=True)
             gate = quality_gate(contract)
             report, result = gate.validate(typed, day)
 
