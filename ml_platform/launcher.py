@@ -58,11 +58,14 @@ PID_TAG = "ml_platform/run_worker_pid"
 START_TAG = "ml_platform/run_worker_start"
 HOST_TAG = "ml_platform/run_worker_host"
 WARM_TAG = "ml_platform/warm_process_pid"
-FALLBACK_REASON_TAG = "ml_platform/run_worker_reason"
+REASON_TAG = "ml_platform/run_worker_reason"
 FORKED = "forked"
 # A fork answers in milliseconds; a warm process that takes longer is broken.
 FORK_TIMEOUT_SECONDS = 30.0
 CODE_SERVER = "code_server"
+# After a warm process failed to start, how long its code location's runs go straight to the
+# default launcher before another warm process is tried.
+RETRY_SECONDS = 300.0
 
 
 class WarmProcessError(Exception):
@@ -221,6 +224,9 @@ class ForkingRunLauncher(RunLauncher, ConfigurableClass):
         self._preload = list(preload_modules or warm_process.DEFAULT_PRELOAD)
         self._fallback = dg.DefaultRunLauncher()
         self._warm: dict[_Target, _WarmProcess] = {}
+        # When a warm process of a target last failed to start: until RETRY_SECONDS later its
+        # runs go straight to the default launcher instead of each waiting for another failure.
+        self._failed: dict[_Target, tuple[float, str]] = {}
         # launch_run may be called from several threads of the daemon; one request at a time
         # goes to a warm process.
         self._lock = threading.Lock()
@@ -266,9 +272,7 @@ class ForkingRunLauncher(RunLauncher, ConfigurableClass):
                 return
             except WarmProcessError as error:
                 reason = str(error)
-        self._instance.add_run_tags(
-            run.run_id, {WORKER_TAG: CODE_SERVER, FALLBACK_REASON_TAG: reason[:500]}
-        )
+        self._instance.add_run_tags(run.run_id, {WORKER_TAG: CODE_SERVER, REASON_TAG: reason[:500]})
         self._instance.report_engine_event(
             f"Launching the run through the code server (the DefaultRunLauncher): {reason}",
             run,
@@ -308,7 +312,15 @@ class ForkingRunLauncher(RunLauncher, ConfigurableClass):
             del self._warm[target]
             warm = None
         if warm is None:
-            warm = _WarmProcess(target, self._preload, self._start_timeout)
+            failed_at, error = self._failed.get(target, (-RETRY_SECONDS, ""))
+            if time.monotonic() - failed_at < RETRY_SECONDS:
+                raise WarmProcessError(f"{error} (at most one attempt every {RETRY_SECONDS:.0f} s)")
+            try:
+                warm = _WarmProcess(target, self._preload, self._start_timeout)
+            except WarmProcessError as failure:
+                self._failed[target] = (time.monotonic(), str(failure))
+                raise
+            self._failed.pop(target, None)
             self._warm[target] = warm
         return warm
 

@@ -24,7 +24,14 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
-from ml_platform.launcher import FORKED, PID_TAG, WARM_TAG, WORKER_TAG
+from ml_platform.launcher import (
+    CODE_SERVER,
+    FORKED,
+    PID_TAG,
+    REASON_TAG,
+    WARM_TAG,
+    WORKER_TAG,
+)
 from ml_platform.warm_process import process_start_ticks
 from ml_platform_tests.conftest import REPO, free_port
 from ml_platform_tests.test_integration import living_in_group
@@ -72,7 +79,7 @@ CODE_VERSION = "v1"
 class Stack:
     """dagster-webserver and dagster-daemon serving a copy of the code with the launcher."""
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, launcher_config: str = ""):
         self.code = tmp_path / "code"
         self.code.mkdir()
         shutil.copytree(
@@ -88,6 +95,9 @@ class Stack:
         config = (REPO / "dagster.yaml").read_text()
         if "ForkingRunLauncher" not in config:
             config += LAUNCHER
+        config = config.replace(
+            "class: ForkingRunLauncher\n", f"class: ForkingRunLauncher\n{launcher_config}"
+        )
         # Look at running runs every 5 s instead of every 2 minutes, for the killed worker.
         config = config.replace(
             "run_monitoring:\n  enabled: true\n",
@@ -258,8 +268,8 @@ mutation Terminate($runId: String!) {
 
 
 @pytest.fixture
-def stack(tmp_path):
-    running = Stack(tmp_path)
+def stack(tmp_path, request):
+    running = Stack(tmp_path, getattr(request, "param", ""))
     running.start()
     try:
         running.wait_for(lambda: running.graphql("{ version }"), 180, "the webserver")
@@ -316,6 +326,11 @@ def test_terminate_stops_a_forked_run_and_monitoring_fails_a_killed_one(stack):
     result = stack.graphql(TERMINATE, {"runId": run_id})["terminateRun"]
     assert result["__typename"] == "TerminateRunSuccess", result
     assert stack.finished(run_id)["status"] == "CANCELED"
+    # Cancelled by the run worker itself on the interrupt, as with the default launcher; not
+    # marked so by the launcher after killing it.
+    messages = stack.messages(run_id)
+    assert 'Execution of run for "sleep_job" canceled.' in messages, messages
+    assert not any("did not stop within" in m for m in messages)
     stack.wait_for(lambda: process_start_ticks(pid) is None, 60, "the run worker to exit")
 
     # A worker killed from outside (out of memory, a lost machine) never reports its end:
@@ -327,3 +342,17 @@ def test_terminate_stops_a_forked_run_and_monitoring_fails_a_killed_one(stack):
     failed = stack.finished(run_id)
     assert failed["status"] == "FAILURE"
     assert any("exited without finishing the run" in m for m in stack.messages(run_id))
+
+
+# A warm process that cannot start (here: it is told to import a module that does not exist).
+BROKEN_WARM_PROCESS = "  config:\n    preload_modules: [ml_platform_no_such_module]\n"
+
+
+@pytest.mark.parametrize("stack", [BROKEN_WARM_PROCESS], indirect=True)
+def test_a_run_the_warm_process_cannot_take_runs_through_the_code_server(stack):
+    stack.land(1)
+    run = stack.finished(stack.launch("daily_pipeline_job", FIRST_DAY.isoformat()))
+    assert run["status"] == "SUCCESS", stack.messages(run["runId"])[-20:]
+    assert run["tags"][WORKER_TAG] == CODE_SERVER
+    assert "ml_platform_no_such_module" in run["tags"][REASON_TAG]
+    assert PID_TAG not in run["tags"]
