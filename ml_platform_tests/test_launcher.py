@@ -309,7 +309,17 @@ def test_runs_fork_from_one_warm_process_and_new_code_restarts_it(stack):
     assert stack.marker.read_text() == "v2"
     # The stale warm process is gone; the new one still serves.
     assert process_start_ticks(int(first["tags"][WARM_TAG])) is None
-    assert process_start_ticks(int(third["tags"][WARM_TAG])) is not None
+    warm = int(third["tags"][WARM_TAG])
+    assert process_start_ticks(warm) is not None
+
+    # The warm process ends with the daemon that started it, however the daemon ends.
+    daemon = stack.procs[1]
+    daemon.kill()
+    daemon.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while process_start_ticks(warm) is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert process_start_ticks(warm) is None, "the warm process outlived its daemon"
 
 
 def started(stack: Stack, run_id: str) -> dict | None:
