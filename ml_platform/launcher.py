@@ -153,15 +153,17 @@ class _WarmProcess:
         return int(answer["pid"]), int(answer["start"])
 
     def stop(self) -> None:
+        """End the warm process; the runs forked from it go on.
+
+        Closing the socket ends it. Not SIGTERM: it passes that on to its runs. SIGKILL only
+        for one that does not read the socket within 10 s (still importing, or hung).
+        """
         self.sock.close()
-        if self.process.poll() is None:
-            # Closing the socket ends it; the signal covers a warm process still importing.
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 def _target_of(run: dg.DagsterRun) -> tuple[_Target | None, str]:

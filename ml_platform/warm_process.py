@@ -138,6 +138,10 @@ def _package_trees(module: str, working_directory: str | None) -> list[str]:
     return [str(Path(str(spec.origin)).resolve().parent)]
 
 
+# The run workers forked and not yet reaped.
+_children: set[int] = set()
+
+
 def _reap() -> None:
     """Collect the exit status of finished children so that none stays a zombie."""
     while True:
@@ -147,6 +151,23 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+        _children.discard(pid)
+
+
+def _forward_and_exit(signum: int, _frame: object) -> None:
+    """Pass a signal sent to the daemon's process group on to the runs, then exit.
+
+    Run workers of the default launcher share the daemon's process group, so Ctrl-C on
+    `dagster dev` or a signal to the group interrupts their runs; forked ones have groups of
+    their own and would miss it. The daemon merely dying (closing the socket) leaves runs
+    running, as it leaves the default launcher's.
+    """
+    for pid in list(_children):
+        try:
+            os.killpg(pid, signum)
+        except ProcessLookupError:
+            _children.discard(pid)
+    raise SystemExit(128 + signum)
 
 
 def _run_child(sock: socket.socket, execute_run_args: str) -> NoReturn:
@@ -169,6 +190,7 @@ def _run_child(sock: socket.socket, execute_run_args: str) -> NoReturn:
         os.setpgid(0, 0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         # Exit handlers registered before the fork are the warm process's; only the run's own
         # handlers run when the run ends.
         atexit._clear()
@@ -237,6 +259,8 @@ def serve(sock: socket.socket, args: argparse.Namespace) -> None:
         # Forking a process with other threads copies locks they may hold: refuse to serve.
         _send(sock, {"error": f"the warm process has threads {threads}: forking is unsafe"})
         return
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _forward_and_exit)
     _send(sock, {"ready": True, "pid": os.getpid()})
     while True:
         try:
@@ -254,6 +278,7 @@ def serve(sock: socket.socket, args: argparse.Namespace) -> None:
         pid = os.fork()
         if pid == 0:
             _run_child(sock, request["execute_run_args"])
+        _children.add(pid)
         _send(sock, {"pid": pid, "start": process_start_ticks(pid), "run_id": request["run_id"]})
 
 

@@ -180,10 +180,10 @@ class Stack:
         assert "errors" not in payload, payload["errors"]
         return payload["data"]
 
-    def wait_for(self, predicate, timeout: float, what: str):
+    def wait_for(self, predicate, timeout: float, what: str, daemon_alive: bool = True):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for proc in self.procs:
+            for proc in self.procs if daemon_alive else self.procs[:1]:
                 assert proc.poll() is None, f"a Dagster process exited\n{self.output()}"
             try:
                 value = predicate()
@@ -212,13 +212,14 @@ class Stack:
         run = self.graphql(RUN_QUERY, {"runId": run_id})["runOrError"]
         return {**run, "tags": {t["key"]: t["value"] for t in run["tags"]}}
 
-    def finished(self, run_id: str) -> dict:
+    def finished(self, run_id: str, daemon_alive: bool = True) -> dict:
         return self.wait_for(
             lambda: (
                 (run := self.run(run_id))["status"] in ("SUCCESS", "FAILURE", "CANCELED") and run
             ),
             600,
             f"run {run_id} to finish",
+            daemon_alive,
         )
 
     def messages(self, run_id: str) -> list[str]:
@@ -352,6 +353,18 @@ def test_terminate_stops_a_forked_run_and_monitoring_fails_a_killed_one(stack):
     failed = stack.finished(run_id)
     assert failed["status"] == "FAILURE"
     assert any("exited without finishing the run" in m for m in stack.messages(run_id))
+
+    # A signal to the daemon's process group (Ctrl-C on `dagster dev`, a service stop)
+    # reaches the default launcher's run workers, which share the group; the warm process
+    # passes it on to the forked ones, which have groups of their own. With no termination
+    # requested, Dagster ends an interrupted run as failed.
+    run_id = stack.launch("sleep_job")
+    run = stack.wait_for(lambda: started(stack, run_id), 300, "the third sleeping run")
+    assert_forked(stack, run)
+    os.killpg(stack.procs[1].pid, signal.SIGTERM)
+    assert stack.finished(run_id, daemon_alive=False)["status"] == "FAILURE"
+    messages = stack.messages(run_id)
+    assert any("Execution was interrupted unexpectedly" in m for m in messages), messages
 
 
 # A warm process that cannot start (here: it is told to import a module that does not exist).
