@@ -69,7 +69,14 @@ RETRY_SECONDS = 300.0
 
 
 class WarmProcessError(Exception):
-    """The warm process could not be started, answered wrongly or died."""
+    """The warm process could not be started, died or refused the run: no child runs it."""
+
+
+class ForkOutcomeUnknown(Exception):
+    """The warm process took the run but did not say which child runs it.
+
+    The run may be running: launching it again could run it twice, so the launch fails.
+    """
 
 
 @dataclass(frozen=True)
@@ -147,10 +154,15 @@ class _WarmProcess:
     def fork(self, run_id: str, execute_run_args: str, timeout: float) -> tuple[int, int]:
         """Fork a child that executes the run; its pid and start ticks."""
         self._send({"run_id": run_id, "execute_run_args": execute_run_args})
-        answer = self._read(timeout)
-        if answer.get("run_id") != run_id or not answer.get("start"):
-            raise WarmProcessError(f"unexpected answer of the warm process: {answer}")
-        return int(answer["pid"]), int(answer["start"])
+        try:
+            message = self.lines.read(timeout)
+        except (EOFError, OSError) as error:
+            raise ForkOutcomeUnknown(f"the warm process ended after taking run {run_id}") from error
+        if message is not None and "error" in message:
+            raise WarmProcessError(str(message["error"]))  # refused before forking
+        if message is None or message.get("run_id") != run_id or not message.get("start"):
+            raise ForkOutcomeUnknown(f"the warm process answered run {run_id} with {message}")
+        return int(message["pid"]), int(message["start"])
 
     def stop(self) -> None:
         """End the warm process; the runs forked from it go on.
@@ -292,7 +304,7 @@ class ForkingRunLauncher(RunLauncher, ConfigurableClass):
             warm = self._warm_process(target)
             try:
                 pid, start = warm.fork(run.run_id, dg.serialize_value(args), FORK_TIMEOUT_SECONDS)
-            except WarmProcessError:
+            except (WarmProcessError, ForkOutcomeUnknown):
                 self._warm.pop(target).stop()
                 raise
         self._instance.add_run_tags(
