@@ -185,12 +185,14 @@ def _run_child(sock: socket.socket, execute_run_args: str) -> NoReturn:
 
     code = 1
     try:
-        sock.close()
-        # Its own process group, so that terminating the run reaches whatever it started.
-        os.setpgid(0, 0)
+        # First the signals: the warm process's handler would pass them on to its children.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        _children.clear()
+        sock.close()
+        # Its own process group, so that terminating the run reaches whatever it started.
+        os.setpgid(0, 0)
         # Exit handlers registered before the fork are the warm process's; only the run's own
         # handlers run when the run ends.
         atexit._clear()
