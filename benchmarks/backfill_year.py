@@ -122,7 +122,7 @@ class Stack:
             raise RuntimeError(f"GraphQL errors: {payload['errors']}")
         return dict(payload["data"])
 
-    def wait(self, predicate, timeout: float, what: str):
+    def wait(self, predicate, timeout: float, what: str, interval: float = 1.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for proc in self.procs:
@@ -132,7 +132,7 @@ class Stack:
                 value = predicate()
                 if value:
                     return value
-            time.sleep(1)
+            time.sleep(interval)
         raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
