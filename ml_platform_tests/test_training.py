@@ -22,6 +22,7 @@ from ml_platform.training.model import (
     TrainingState,
     data_version,
     data_versions,
+    sparse_rows,
     split_holdout,
     train_model,
     window_frame,
@@ -358,3 +359,18 @@ def test_predictions_equal_predict_and_score(which, request):
     predicted, score = model.predictions(frame)
     np.testing.assert_array_equal(predicted, model.predict(frame).to_numpy())
     np.testing.assert_array_equal(score, model.score(frame).to_numpy())
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 1000])
+def test_sparse_rows_equal_scipys_conversion(rows):
+    from scipy.sparse import csr_array
+
+    rng = np.random.default_rng(rows)
+    x = rng.normal(size=(rows, 12)) * (rng.random((rows, 12)) < 0.3)
+    x[:, 3] = 0.0  # a column never set, and (below) rows with nothing set
+    x[::5] = 0.0
+    ours, scipys = sparse_rows(x, block_rows=64), csr_array(x)
+    assert ours.shape == scipys.shape
+    np.testing.assert_array_equal(ours.indptr, scipys.indptr)
+    np.testing.assert_array_equal(ours.indices, scipys.indices)
+    np.testing.assert_array_equal(ours.data, scipys.data)
