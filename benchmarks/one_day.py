@@ -122,6 +122,12 @@ def finished(stack: Stack, run_id: str) -> dict:
     return dict(stack.wait(done, 1800, f"run {run_id}", interval=0.25))
 
 
+def verdict(lake: Path, day: dt.date) -> str | None:
+    """The decision of the day's evaluation report, if one was stored."""
+    report = lake / "flights" / "evaluation_report" / f"{day.isoformat()}.json"
+    return str(json.loads(report.read_text())["decision"]) if report.is_file() else None
+
+
 def launched_day(day: dt.date) -> dict:
     """Seconds from launching the daily job for `day` to its end, on a running daemon."""
     with tempfile.TemporaryDirectory(prefix="one-day-launched-") as directory:
@@ -155,15 +161,20 @@ def launched_day(day: dt.date) -> dict:
             run_id = launch(stack, "daily_pipeline_job", day)
             run = finished(stack, run_id)
             seconds = time.time() - launched_at
+            decision = verdict(lake, day)
         finally:
             stack.stop()
     failed_steps = [s["stepKey"] for s in run["stepStats"] if s["status"] == "FAILURE"]
-    if run["status"] != "SUCCESS" and failed_steps:
+    # A rejected model stops the run at its blocking verdict, after the whole day was computed
+    # and judged (the first day's one-day window may well be rejected): a complete day.
+    rejected = failed_steps == ["evaluation_report"] and decision == "reject"
+    if run["status"] != "SUCCESS" and not rejected:
         raise RuntimeError(f"the launched run of {day} failed in steps {failed_steps}")
     tags = {t["key"]: t["value"] for t in run["tags"]}
     return {
         "seconds": seconds,
         "status": run["status"],
+        "decision": decision,
         # Dagster's own account: waiting in the queue and for the worker, then the run.
         "queued_to_started": run["startTime"] - run["creationTime"],
         "run": run["endTime"] - run["startTime"],
