@@ -155,12 +155,13 @@ def step_seconds(runs: list[dict]) -> dict[str, float]:
     return {key: round(value, 1) for key, value in seconds.items()}
 
 
-def backfill(start: dt.date, days: int, root: Path) -> dict:
+def fresh_instance(root: Path) -> dict[str, str]:
+    """A new instance (the repository's dagster.yaml) and an empty landing zone and lake for
+    flights under `root` (dagster_home, landing, lake): the environment that serves them."""
     home, landing, lake = root / "dagster_home", root / "landing", root / "lake"
     for directory in (home, landing, lake):
         directory.mkdir()
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-    land(landing, start, days)
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
@@ -173,6 +174,12 @@ def backfill(start: dt.date, days: int, root: Path) -> dict:
     subprocess.run(
         [str(BIN / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True
     )
+    return env
+
+
+def backfill(start: dt.date, days: int, root: Path) -> dict:
+    env = fresh_instance(root)
+    land(root / "landing", start, days)
     stack = Stack(root, env)
     stack.start()
     try:
@@ -229,7 +236,9 @@ def backfill(start: dt.date, days: int, root: Path) -> dict:
         "seconds_to_first_run_start": round(started - launched_at, 1),
         "seconds_in_runs": round(ended - started, 1),
         "step_seconds": step_seconds(runs),
-        "evaluation_reports": len(list((lake / "flights" / "evaluation_report").glob("*.json"))),
+        "evaluation_reports": len(
+            list((root / "lake" / "flights" / "evaluation_report").glob("*.json"))
+        ),
     }
 
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from backfill_year import BIN, Stack, land
+from backfill_year import Stack, fresh_instance, land
 
 REPO = Path(__file__).resolve().parents[1]
 # A day far from the measured one: the warm-up run writes nothing the measured run reads.
@@ -132,24 +132,9 @@ def launched_day(day: dt.date) -> dict:
     """Seconds from launching the daily job for `day` to its end, on a running daemon."""
     with tempfile.TemporaryDirectory(prefix="one-day-launched-") as directory:
         root = Path(directory)
-        home, landing, lake = root / "dagster_home", root / "landing", root / "lake"
-        for path in (home, landing, lake):
-            path.mkdir()
-        (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-        land(landing, day, 1)
-        land(landing, day + WARM_UP_DAY, 1)
-        env = {
-            **os.environ,
-            "DAGSTER_HOME": str(home),
-            "ML_PLATFORM_DATASET": "flights",
-            "ML_PLATFORM_LANDING_DIR": str(landing),
-            "ML_PLATFORM_LAKE_DIR": str(lake),
-        }
-        # Create the SQLite storage first: the webserver, the daemon and the code server each
-        # creating it at once can race (alembic then finds two heads).
-        subprocess.run(
-            [str(BIN / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True
-        )
+        env = fresh_instance(root)
+        land(root / "landing", day, 1)
+        land(root / "landing", day + WARM_UP_DAY, 1)
         stack = Stack(root, env)
         stack.start()
         try:
@@ -161,7 +146,7 @@ def launched_day(day: dt.date) -> dict:
             run_id = launch(stack, "daily_pipeline_job", day)
             run = finished(stack, run_id)
             seconds = time.time() - launched_at
-            decision = verdict(lake, day)
+            decision = verdict(root / "lake", day)
         finally:
             stack.stop()
     failed_steps = [s["stepKey"] for s in run["stepStats"] if s["status"] == "FAILURE"]

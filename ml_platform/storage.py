@@ -259,17 +259,20 @@ class S3Storage(S3Prefix, LakeStorage):
         """One PUT: S3 makes the new object visible whole or not at all."""
         self.client().put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
 
-    def read_bytes(self, key: str) -> bytes:
-        """The object's bytes; FileNotFoundError naming its URI when there is none."""
+    def _get_object(self, key: str) -> Any:
+        """The object's GET response; FileNotFoundError naming its URI when there is none."""
         from botocore.exceptions import ClientError
 
         try:
-            response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + key)
+            return self.client().get_object(Bucket=self.bucket, Key=self.prefix + key)
         except ClientError as exc:
             if is_missing_key(exc):
                 raise FileNotFoundError(f"no object at {self.uri(key)}") from exc
             raise
-        return response["Body"].read()
+
+    def read_bytes(self, key: str) -> bytes:
+        """The object's bytes; FileNotFoundError naming its URI when there is none."""
+        return self._get_object(key)["Body"].read()
 
     def write_with(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
         """Spool what `write` writes to a local temporary file, then PUT it from there.
@@ -287,14 +290,7 @@ class S3Storage(S3Prefix, LakeStorage):
     @contextlib.contextmanager
     def open_read(self, key: str) -> Iterator[IO[bytes]]:
         """The object downloaded to a local temporary file (a parquet reader needs to seek)."""
-        from botocore.exceptions import ClientError
-
-        try:
-            response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + key)
-        except ClientError as exc:
-            if is_missing_key(exc):
-                raise FileNotFoundError(f"no object at {self.uri(key)}") from exc
-            raise
+        response = self._get_object(key)
         with tempfile.TemporaryFile() as spool:
             with contextlib.closing(response["Body"]) as body:
                 shutil.copyfileobj(body, spool, 1 << 20)

@@ -1,4 +1,4 @@
-"""Servers the integration tests start on 127.0.0.1: an S3 API (moto) and PostgreSQL.
+"""Servers the integration tests start on 127.0.0.1: an S3 API (moto), PostgreSQL, Dagster.
 
 Both are real servers that other processes (webserver, daemon, run workers) reach over the
 network, as in production; nothing is mocked in-process.
@@ -7,11 +7,14 @@ network, as in production; nothing is mocked in-process.
 import contextlib
 import dataclasses
 import glob
+import json
 import logging
 import secrets
 import shutil
 import subprocess
 import tempfile
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +184,48 @@ def postgres_server() -> Iterator[Postgres]:
         if server.running():
             server.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
+
+
+class DagsterProcesses:
+    """dagster-webserver and dagster-daemon (in `procs`) with their logs, seen over GraphQL.
+
+    Subclasses start them (webserver first) on `port`, logging to `logs`/<name>.log.
+    """
+
+    logs: Path
+    port: int
+    procs: list[subprocess.Popen]
+
+    def output(self) -> str:
+        """The last lines of each process's log, for a failure message."""
+        return "\n".join(
+            f"--- {name} (last lines)\n" + (self.logs / f"{name}.log").read_text()[-4000:]
+            for name in ("webserver", "daemon")
+        )
+
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        """The data of a GraphQL request to the webserver; errors fail the test."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/graphql",
+            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload = json.loads(response.read())
+        assert "errors" not in payload, payload["errors"]
+        return payload["data"]
+
+    def wait_for(self, predicate, timeout: float, what: str, daemon_alive: bool = True):
+        """The first truthy value of `predicate`, polled each second while the processes live."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs if daemon_alive else self.procs[:1]:
+                assert proc.poll() is None, f"a Dagster process exited\n{self.output()}"
+            try:
+                value = predicate()
+            except (urllib.error.URLError, ConnectionError):
+                value = None
+            if value:
+                return value
+            time.sleep(1)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.output()}")

@@ -8,15 +8,12 @@ dagster.yaml: never two training runs at once, never two runs of one day at once
 
 import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import boto3
@@ -27,6 +24,7 @@ from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform_tests.conftest import REPO, free_port
+from ml_platform_tests.services import DagsterProcesses
 from ml_platform_tests.test_integration import living_in_group
 
 pytestmark = pytest.mark.integration
@@ -54,7 +52,7 @@ def s3_endpoint():
     server.stop()
 
 
-class Stack:
+class Stack(DagsterProcesses):
     """dagster-webserver and dagster-daemon over a fresh instance, and a GraphQL client."""
 
     def __init__(self, tmp_path: Path, s3_endpoint: str):
@@ -133,37 +131,6 @@ class Stack:
         for proc in self.procs:
             if living_in_group(proc.pid):
                 os.killpg(proc.pid, signal.SIGKILL)
-
-    def output(self) -> str:
-        return "\n".join(
-            f"--- {name} (last lines)\n" + (self.logs / f"{name}.log").read_text()[-4000:]
-            for name in ("webserver", "daemon")
-        )
-
-    def graphql(self, query: str, variables: dict | None = None) -> dict:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/graphql",
-            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            payload = json.loads(response.read())
-        assert "errors" not in payload, payload["errors"]
-        return payload["data"]
-
-    def wait_for(self, predicate, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for proc in self.procs:
-                assert proc.poll() is None, f"a Dagster process exited\n{self.output()}"
-            try:
-                value = predicate()
-            except (urllib.error.URLError, ConnectionError):
-                value = None
-            if value:
-                return value
-            time.sleep(1)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.output()}")
 
     def land(self, partition: str, corrected: bool = False) -> None:
         frame = source_day(SYNTHETIC, dt.date.fromisoformat(partition))

@@ -8,7 +8,6 @@ Each test serves a copy of the code location, so changing its code touches nothi
 
 import contextlib
 import datetime as dt
-import json
 import os
 import re
 import shutil
@@ -16,8 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,6 +31,7 @@ from ml_platform.launcher import (
 )
 from ml_platform.warm_process import process_start_ticks
 from ml_platform_tests.conftest import REPO, free_port
+from ml_platform_tests.services import DagsterProcesses
 from ml_platform_tests.test_integration import living_in_group
 
 pytestmark = pytest.mark.integration
@@ -76,7 +74,7 @@ CODE_VERSION = "v1"
 """
 
 
-class Stack:
+class Stack(DagsterProcesses):
     """dagster-webserver and dagster-daemon serving a copy of the code with the launcher."""
 
     def __init__(self, tmp_path: Path, launcher_config: str = ""):
@@ -162,37 +160,6 @@ class Stack:
             for line in living_in_group(proc.pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(line.split()[0]), signal.SIGKILL)
-
-    def output(self) -> str:
-        return "\n".join(
-            f"--- {name} (last lines)\n" + (self.logs / f"{name}.log").read_text()[-4000:]
-            for name in ("webserver", "daemon")
-        )
-
-    def graphql(self, query: str, variables: dict | None = None) -> dict:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/graphql",
-            data=json.dumps({"query": query, "variables": variables or {}}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            payload = json.loads(response.read())
-        assert "errors" not in payload, payload["errors"]
-        return payload["data"]
-
-    def wait_for(self, predicate, timeout: float, what: str, daemon_alive: bool = True):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for proc in self.procs if daemon_alive else self.procs[:1]:
-                assert proc.poll() is None, f"a Dagster process exited\n{self.output()}"
-            try:
-                value = predicate()
-            except (urllib.error.URLError, ConnectionError):
-                value = None
-            if value:
-                return value
-            time.sleep(1)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.output()}")
 
     def land(self, days: int) -> None:
         dates = [FIRST_DAY + dt.timedelta(days=i) for i in range(days)]

@@ -22,6 +22,7 @@ from ml_platform.training.model import (
     TrainingState,
     data_version,
     data_versions,
+    loss_rows,
     sparse_rows,
     split_holdout,
     train_model,
@@ -374,3 +375,13 @@ def test_sparse_rows_equal_scipys_conversion(rows):
     np.testing.assert_array_equal(ours.indptr, scipys.indptr)
     np.testing.assert_array_equal(ours.indices, scipys.indices)
     np.testing.assert_array_equal(ours.data, scipys.data)
+
+
+def test_losses_use_sparse_rows_only_where_most_entries_are_zero():
+    from scipy.sparse import issparse
+
+    one_hot = np.eye(10)[np.arange(100) % 10]  # a tenth of the entries set
+    numeric = np.random.default_rng(0).normal(size=(100, 10))
+    assert issparse(loss_rows(one_hot))
+    np.testing.assert_array_equal(loss_rows(one_hot).toarray(), one_hot)
+    assert loss_rows(numeric) is numeric

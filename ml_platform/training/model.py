@@ -221,8 +221,7 @@ def _loss(estimator: Any, x: Any, y: np.ndarray, weights: np.ndarray | None, tas
 
     Written out in numpy on the linear score: it runs twice an epoch, and scikit-learn's
     predict and metric functions spend more time validating their inputs than computing.
-    `x` is sparse (one-hot rows are mostly zeros), which makes the product a fraction of the
-    dense one.
+    `x` comes from `loss_rows`: sparse where one-hot rows are mostly zeros.
     """
     score = x @ estimator.coef_.ravel() + estimator.intercept_[0]
     if task == "classification":
@@ -231,6 +230,18 @@ def _loss(estimator: Any, x: Any, y: np.ndarray, weights: np.ndarray | None, tas
         losses = np.logaddexp(0.0, score) - y * score
         return float(np.average(losses, weights=weights))
     return float(np.mean((y - score) ** 2))
+
+
+def loss_rows(x: Any) -> Any:
+    """The encoded rows the losses are computed on: sparse when mostly zeros, else as they are.
+
+    One-hot columns make most encoded rows zeros (flights: 116 columns), where the sparse
+    product costs a fraction of the dense one; rows of mostly numeric features would only
+    grow, by half, as a sparse copy.
+    """
+    x = np.asarray(x)
+    mostly_zeros = x.size > 0 and np.count_nonzero(x) < x.size / 2
+    return sparse_rows(x) if mostly_zeros else x
 
 
 def sparse_rows(x: np.ndarray, block_rows: int = 65_536) -> Any:
@@ -336,8 +347,8 @@ def train_model(
         x_fit = state.preprocess.transform(fit_part[features])
     # Float64 in C order is what partial_fit works on: it then checks the rows without copying.
     x_fit = np.ascontiguousarray(x_fit, dtype=np.float64)
-    sparse_fit = sparse_rows(x_fit)
-    sparse_val = sparse_rows(state.preprocess.transform(val_part[features]))
+    loss_fit = loss_rows(x_fit)
+    loss_val = loss_rows(state.preprocess.transform(val_part[features]))
     rng = np.random.default_rng()
     rng.bit_generator.state = state.rng_state
     classes = np.array([0, 1]) if classification else None
@@ -358,8 +369,8 @@ def train_model(
         state.epoch += 1
         record = {
             "epoch": state.epoch,
-            "train_loss": _loss(state.estimator, sparse_fit, y_fit, w_fit, contract.task),
-            "validation_loss": _loss(state.estimator, sparse_val, y_val, w_val, contract.task),
+            "train_loss": _loss(state.estimator, loss_fit, y_fit, w_fit, contract.task),
+            "validation_loss": _loss(state.estimator, loss_val, y_val, w_val, contract.task),
         }
         state.history.append(record)
         if record["validation_loss"] < state.best_loss - t.min_delta:
