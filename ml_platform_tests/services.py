@@ -12,6 +12,7 @@ import logging
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -189,12 +190,50 @@ def postgres_server() -> Iterator[Postgres]:
 class DagsterProcesses:
     """dagster-webserver and dagster-daemon (in `procs`) with their logs, seen over GraphQL.
 
-    Subclasses start them (webserver first) on `port`, logging to `logs`/<name>.log.
+    Subclasses set the environment (`env`, with DAGSTER_HOME), the directory the processes run
+    in (`cwd`, holding workspace.yaml), the webserver's `port` and the `logs` directory.
     """
 
+    env: dict[str, str]
+    cwd: Path
     logs: Path
     port: int
     procs: list[subprocess.Popen]
+
+    def start(self) -> None:
+        """The instance's storage, then the webserver and the daemon, each in its own group."""
+        bin_dir = Path(sys.executable).parent
+        # Create the SQLite storage first: the webserver, the daemon and their code servers
+        # creating it at once can race (alembic then finds two heads).
+        subprocess.run(
+            [str(bin_dir / "dagster"), "instance", "migrate"],
+            cwd=self.cwd,
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
+        self.spawn(
+            "webserver",
+            [
+                str(bin_dir / "dagster-webserver"),
+                *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
+            ],
+        )
+        self.spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        """Start a process in its own group (stop() ends the group), logging to <name>.log."""
+        with (self.logs / f"{name}.log").open("w") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    command,
+                    cwd=self.cwd,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
 
     def output(self) -> str:
         """The last lines of each process's log, for a failure message."""

@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +27,6 @@ from ml_platform_tests.services import DagsterProcesses
 from ml_platform_tests.test_integration import living_in_group
 
 pytestmark = pytest.mark.integration
-BIN = Path(sys.executable).parent
 SYNTHETIC = load_contract("synthetic")
 BUCKET = "landing"
 PREFIX = "incoming/"
@@ -83,41 +81,9 @@ class Stack(DagsterProcesses):
             aws_secret_access_key="testing",
         )
         self.s3.create_bucket(Bucket=BUCKET)
+        self.cwd = REPO
         self.logs = tmp_path
         self.procs: list[subprocess.Popen] = []
-
-    def start(self) -> None:
-        # Create the instance's SQLite storage first: the webserver, the daemon and their code
-        # servers creating it at once can race (alembic then finds two heads).
-        subprocess.run(
-            [str(BIN / "dagster"), "instance", "migrate"],
-            env=self.env,
-            check=True,
-            capture_output=True,
-        )
-        commands = {
-            "webserver": [
-                str(BIN / "dagster-webserver"),
-                *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
-            ],
-            "daemon": [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-        }
-        for name, command in commands.items():
-            self.spawn(name, command)
-
-    def spawn(self, name: str, command: list[str]) -> None:
-        """Start a process in its own group (stop() ends the group), logging to <name>.log."""
-        with (self.logs / f"{name}.log").open("w") as log:
-            self.procs.append(
-                subprocess.Popen(
-                    command,
-                    cwd=REPO,
-                    env=self.env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +34,6 @@ from ml_platform_tests.services import DagsterProcesses
 from ml_platform_tests.test_integration import living_in_group
 
 pytestmark = pytest.mark.integration
-BIN = Path(sys.executable).parent
 LOCATION = {"repositoryLocationName": "ml_platform", "repositoryName": "__repository__"}
 FIRST_DAY = dt.date(2024, 1, 1)
 LAUNCHER = """
@@ -117,36 +115,9 @@ class Stack(DagsterProcesses):
         }
         for variable in ("ML_PLATFORM_LANDING_URL", "ML_PLATFORM_LAKE_URL"):
             self.env.pop(variable, None)
+        self.cwd = self.code
         self.logs = tmp_path
         self.procs: list[subprocess.Popen] = []
-
-    def start(self) -> None:
-        # Create the instance's storage before the webserver and the daemon race to.
-        subprocess.run(
-            [str(BIN / "dagster"), "instance", "migrate"],
-            cwd=self.code,
-            env=self.env,
-            check=True,
-            capture_output=True,
-        )
-        for name, command in {
-            "webserver": [
-                str(BIN / "dagster-webserver"),
-                *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
-            ],
-            "daemon": [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-        }.items():
-            with (self.logs / f"{name}.log").open("w") as log:
-                self.procs.append(
-                    subprocess.Popen(
-                        command,
-                        cwd=self.code,
-                        env=self.env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
 
     def stop(self) -> None:
         for proc in self.procs:
