@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,14 +26,11 @@ from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform_tests.conftest import REPO, free_port
 from ml_platform_tests.services import moto_s3, s3_test_client
-from ml_platform_tests.test_automation_integration import (
-    BIN,
-    Stack,
-    created,
-)
+from ml_platform_tests.test_automation_integration import Stack, created
 from ml_platform_tests.test_security import secret_findings
 
 pytestmark = pytest.mark.integration
+BIN = Path(sys.executable).parent
 SYNTHETIC = load_contract("synthetic")
 BUCKET = "ml-platform-data"
 # The prefixes of deploy/iam-policy.json.
@@ -129,6 +127,7 @@ class ProductionStack(Stack):
         )
         self.s3 = s3_test_client(s3_endpoint)
         self.s3.create_bucket(Bucket=BUCKET)
+        self.cwd = REPO
         self.logs = tmp_path
         self.procs: list[subprocess.Popen] = []
 
