@@ -45,6 +45,18 @@ def test_quality_gates_block_downstream_assets_and_schema_change_only_warns():
     assert not checks["schema_change"].blocking
 
 
+@pytest.mark.parametrize("dataset", ["flights", "synthetic"])
+def test_every_check_of_a_daily_asset_has_a_result_per_day(monkeypatch, dataset):
+    monkeypatch.setenv("ML_PLATFORM_DATASET", dataset)
+    graph = defs().resolve_asset_graph()
+    unpartitioned = [
+        key.to_user_string()
+        for key in graph.asset_check_keys
+        if not isinstance(graph.get_check_spec(key).partitions_def, dg.DailyPartitionsDefinition)
+    ]
+    assert graph.asset_check_keys and unpartitioned == []
+
+
 def test_an_unknown_dataset_fails_with_the_bundled_names(monkeypatch):
     monkeypatch.setenv("ML_PLATFORM_DATASET", "weather")
     with pytest.raises(ValueError, match="bundled contracts are: flights, synthetic"):

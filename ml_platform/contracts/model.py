@@ -47,6 +47,9 @@ class ColumnSpec(_Strict):
     max: float | None = None
     allowed_values: list[str] | None = None
     unique: bool = False
+    # Every row of a day holds the same value (a holiday flag, the weekday): its distribution on
+    # one day is a single value, so drift never tests it or the features made from it.
+    constant_within_day: bool = False
     description: str = ""
 
 
@@ -91,6 +94,8 @@ class FeatureSpec(_Strict):
     kind: Literal["numeric", "categorical"]
     source: str
     transform: str = "identity"
+    # As for a column: the same value on every row of a day, never tested for drift.
+    constant_within_day: bool = False
 
 
 class LandingSpec(_Strict):
@@ -146,6 +151,9 @@ class TrainingSpec(_Strict):
     # model, trained in about a second, writes none: only long trainings (wide windows, big
     # days, a loaded machine) stop to write one.
     checkpoint_seconds: float = Field(default=5.0, ge=0.0)
+    # A model trains on the window's days that are stored (they passed their gates) when they
+    # are at least this share of the window's days; below it the step fails as a data failure.
+    min_window_coverage: float = Field(default=0.75, gt=0.0, le=1.0)
 
 
 class EvaluationSpec(_Strict):
@@ -158,7 +166,13 @@ class EvaluationSpec(_Strict):
 
     bootstrap_samples: int = Field(default=200, ge=10)
     value_thresholds: dict[str, float] = Field(default_factory=dict)
+    # Promotion needs the lower bound of the paired bootstrap interval of the improvement to be
+    # strictly above this least improvement, so a tie (or noise) never promotes.
     change_thresholds: dict[str, float] = Field(default_factory=dict)
+    # Alert when this many candidates in a row were rejected.
+    rejection_streak: int = Field(default=3, ge=1)
+    # Alert when the serving champion misses the value thresholds this many days in a row.
+    decay_days: int = Field(default=3, ge=1)
 
 
 class RowCountSpec(_Strict):
@@ -180,15 +194,6 @@ class BadRowsSpec(_Strict):
     max_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
-class QualitySpec(_Strict):
-    """Dataset-level expectations of every partition."""
-
-    row_count: RowCountSpec = RowCountSpec()
-    # Columns (event_time allowed) that together identify a row; duplicates fail the gate.
-    row_key: list[str] = Field(default_factory=list)
-    bad_rows: BadRowsSpec = BadRowsSpec()
-
-
 class DriftReferenceSpec(_Strict):
     """The partitions of `features` that day D is compared with; always days before D.
 
@@ -201,6 +206,64 @@ class DriftReferenceSpec(_Strict):
     days: int = Field(default=7, ge=1, le=366)
     start: dt.date | None = None
     same_weekday: bool = False
+
+
+HistoryStatistic = Literal[
+    "null_share", "labelled_share", "positive_rate", "row_count", "distinct_count"
+]
+
+
+class HistoryGateSpec(_Strict):
+    """The history gate: each day's statistics against those of its trailing reference days.
+
+    For each statistic (per-column null share, the label's labelled share and, for
+    classification, its positive rate, the row count, the distinct count of each categorical
+    column) the bounds are the history's range widened by `spread` robust standard deviations,
+    and by at least a floor: `share_floor` (absolute) for shares, `count_floor` (relative to
+    the history's median) for counts. With fewer than `min_days` reference days stored, the
+    gate says so and passes.
+    """
+
+    enabled: bool = True
+    # The days compared with; by default the drift check's reference.
+    reference: DriftReferenceSpec | None = None
+    statistics: list[HistoryStatistic] = Field(
+        default_factory=lambda: [
+            "null_share",
+            "labelled_share",
+            "positive_rate",
+            "row_count",
+            "distinct_count",
+        ]
+    )
+    min_days: int = Field(default=3, ge=1)
+    spread: float = Field(default=4.0, gt=0.0)
+    share_floor: float = Field(default=0.05, gt=0.0, le=1.0)
+    count_floor: float = Field(default=0.25, gt=0.0)
+
+
+class QualitySpec(_Strict):
+    """Dataset-level expectations of every partition."""
+
+    row_count: RowCountSpec = RowCountSpec()
+    # Columns (event_time allowed) that together identify a row; duplicates fail the gate.
+    row_key: list[str] = Field(default_factory=list)
+    bad_rows: BadRowsSpec = BadRowsSpec()
+    history: HistoryGateSpec = HistoryGateSpec()
+
+
+class DriftCalibrationSpec(_Strict):
+    """Drift relative to a feature's normal movement.
+
+    Besides the fixed effect-size gate, a feature drifts only when today's distance from the
+    reference exceeds the `quantile` of that feature's own day-to-day distances inside the
+    reference window (each reference day against the rest). With fewer than `min_days`
+    reference days, the fixed gate decides alone.
+    """
+
+    enabled: bool = True
+    quantile: float = Field(default=0.95, gt=0.0, lt=1.0)
+    min_days: int = Field(default=4, ge=2)
 
 
 class FeatureDriftSpec(_Strict):
@@ -224,6 +287,7 @@ class DriftSpec(_Strict):
     categorical_threshold: float = Field(default=0.1, gt=0.0, le=1.0)
     correction: Literal["holm", "benjamini_hochberg"] = "holm"
     alpha: float = Field(default=0.02, gt=0.0, lt=1.0)
+    calibration: DriftCalibrationSpec = DriftCalibrationSpec()
     features: dict[str, FeatureDriftSpec] = Field(default_factory=dict)
 
 
@@ -274,6 +338,11 @@ class Contract(_Strict):
     def task(self) -> str:
         """'classification' or 'regression'."""
         return self.label.task
+
+    @property
+    def history_reference(self) -> DriftReferenceSpec:
+        """The reference days of the history gate: its own, or the drift check's."""
+        return self.quality.history.reference or self.drift.reference
 
 
 def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:

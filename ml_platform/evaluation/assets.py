@@ -17,7 +17,7 @@ from ml_platform.evaluation.metrics import (
 )
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, each_day
+from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
@@ -46,9 +46,10 @@ def build_evaluation_report(
         retry_policy=STORAGE_RETRY_POLICY,
         ins={"model": dg.AssetIn(key=model_name), "features": window_input(days)},
         check_specs=[
-            dg.AssetCheckSpec(
+            daily_check_spec(
                 VERDICT_CHECK,
-                asset=name,
+                name,
+                partitions,
                 blocking=True,
                 description=check_description(
                     VERDICT_CHECK,

@@ -17,7 +17,7 @@ from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandingZone, MissingLandingFileError
 from ml_platform.observability import record_bytes_read, table_schema
 from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, each_day
+from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.storage import FORMAT_KEY
 from ml_platform.validation.schema import raw_schema
 
@@ -255,18 +255,20 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         kinds={"csv", "parquet"},
         metadata={FORMAT_KEY: "parquet", "dataset": contract.name},
         check_specs=[
-            dg.AssetCheckSpec(
+            daily_check_spec(
                 RAW_SCHEMA_CHECK,
-                asset="raw_data",
+                "raw_data",
+                partitions,
                 blocking=True,
                 description=check_description(
                     RAW_SCHEMA_CHECK,
                     "The landed file has the contract's columns, each of a castable type.",
                 ),
             ),
-            dg.AssetCheckSpec(
+            daily_check_spec(
                 SCHEMA_CHANGE_CHECK,
-                asset="raw_data",
+                "raw_data",
+                partitions,
                 description=check_description(
                     SCHEMA_CHANGE_CHECK,
                     "The file has the same columns and types as the previous day's.",

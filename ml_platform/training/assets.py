@@ -17,7 +17,7 @@ from ml_platform.contracts import Contract
 from ml_platform.observability import StepTelemetry
 from ml_platform.plots import GREY, Series, line_chart
 from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, each_day
+from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
 from ml_platform.training.model import (
     Checkpoints,
@@ -195,9 +195,10 @@ def build_model(
         retry_policy=STORAGE_RETRY_POLICY,
         ins={"features": window_input(days)},
         check_specs=[
-            dg.AssetCheckSpec(
+            daily_check_spec(
                 check,
-                asset=name,
+                name,
+                partitions,
                 description=check_description(check, text),
                 blocking=check == FINITE_WEIGHTS_CHECK,
             )

@@ -10,7 +10,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.observability import table_schema
 from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, each_day
+from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise
 from ml_platform.validation.expectations import (
     CHECKS,
@@ -99,9 +99,10 @@ def build_validated_data(
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
         check_specs=[
-            dg.AssetCheckSpec(
+            daily_check_spec(
                 name,
-                asset="validated_data",
+                "validated_data",
+                partitions,
                 blocking=True,
                 description=check_description(name, text),
             )
