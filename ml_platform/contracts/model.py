@@ -6,6 +6,7 @@ Loading a contract reports every mistake in it at once, each with its line and p
 """
 
 import datetime as dt
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -228,13 +229,7 @@ class HistoryGateSpec(_Strict):
     # The days compared with; by default the drift check's reference.
     reference: DriftReferenceSpec | None = None
     statistics: list[HistoryStatistic] = Field(
-        default_factory=lambda: [
-            "null_share",
-            "labelled_share",
-            "positive_rate",
-            "row_count",
-            "distinct_count",
-        ]
+        default_factory=lambda: list(typing.get_args(HistoryStatistic))
     )
     min_days: int = Field(default=3, ge=1)
     spread: float = Field(default=4.0, gt=0.0)
