@@ -96,20 +96,33 @@ def each_day(
 
 def _one_day(op_name: str, day: str, compute: Callable[..., Iterator], inputs: dict[str, Any]):
     telemetry = StepTelemetry(reset_peak=True).start()
-    for item in compute(day, **inputs):
-        if isinstance(item, dg.MaterializeResult):
-            # The result is the day's last item: measure up to it.
-            telemetry.stop()
-            metrics = day_metrics(op_name, telemetry, inputs, item.value)
-            item = dg.MaterializeResult(
-                asset_key=item.asset_key,
-                metadata={**metrics, **(item.metadata or {})},
-                check_results=item.check_results,
-                data_version=item.data_version,
-                tags=item.tags,
-                value=item.value,
-            )
-        yield item
+    # A check evaluated before its asset's materialisation targets no materialisation, and the
+    # UI counts its day as "Missing" rather than "Passed": the day's check results travel with
+    # its MaterializeResult, and are reported on their own only when the day fails.
+    checks: list[dg.AssetCheckResult] = []
+    try:
+        for item in compute(day, **inputs):
+            if isinstance(item, dg.AssetCheckResult):
+                checks.append(item)
+                continue
+            if isinstance(item, dg.MaterializeResult):
+                # The result is the day's last item: measure up to it.
+                telemetry.stop()
+                metrics = day_metrics(op_name, telemetry, inputs, item.value)
+                item = dg.MaterializeResult(
+                    asset_key=item.asset_key,
+                    metadata={**metrics, **(item.metadata or {})},
+                    check_results=[*checks, *(item.check_results or [])],
+                    data_version=item.data_version,
+                    tags=item.tags,
+                    value=item.value,
+                )
+                checks = []
+            yield item
+    except Exception:
+        yield from checks
+        raise
+    yield from checks
 
 
 @dataclasses.dataclass
@@ -175,6 +188,7 @@ def _range(
         raise dg.DagsterInvariantViolationError(f"{op_name} {day}: no MaterializeResult")
 
     failed: dict[str, str] = {}
+    evaluations: list[dg.AssetCheckEvaluation] = []
     if independent_days:
         workers = min(step_workers(), len(days))
         context.log.info(f"{op_name}: {len(days)} days in {workers} worker process(es)")
@@ -187,13 +201,14 @@ def _range(
             # A failed check of one day (a rejected model, say) must not make Dagster stop
             # the other days: a day a blocking check stops fails through dg.Failure instead.
             check_blocks = check["passed"] and blocking.get(check["check_name"], False)
-            yield partition_evaluation(check, asset_key, day, blocking=check_blocks)
+            evaluations.append(partition_evaluation(check, asset_key, day, blocking=check_blocks))
         if outcome.metadata is None:
             failed[day] = outcome.failure or "no result"
             context.log.error(f"{op_name} {day} failed: {failed[day]}")
         else:
             context.add_asset_metadata(outcome.metadata, partition_key=day)
     if failed:
+        yield from evaluations
         reasons = " ".join(f"{day}: {reason}" for day, reason in failed.items())
         raise dg.Failure(
             description=(
@@ -203,10 +218,12 @@ def _range(
             metadata={"failed_partitions": list(failed)},
             allow_retries=False,
         )
+    # The days' materialisations first, so that each day's check evaluations target them.
+    yield dg.MaterializeResult()
+    yield from evaluations
     # Every check of the asset has an output; its per-day evaluations were reported above.
     for check_key in context.selected_asset_check_keys:
         yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(check_key))
-    yield dg.MaterializeResult()
 
 
 def step_workers() -> int:

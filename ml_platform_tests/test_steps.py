@@ -1,12 +1,14 @@
-"""How a range step spreads independent days over worker processes (`steps.map_days`)."""
+"""How a daily step reports its days: worker processes for a range, checks that target the day."""
 
 import os
 import signal
 import time
 
+import dagster as dg
 import pytest
 
 from ml_platform.steps import WORKERS_ENV, map_days, step_workers
+from ml_platform_tests.conftest import Platform, contract_with
 
 DAYS = [f"2024-01-{d:02d}" for d in range(1, 31)]
 
@@ -72,3 +74,21 @@ def test_a_bad_worker_count_is_named(monkeypatch, value):
     monkeypatch.setenv(WORKERS_ENV, value)
     with pytest.raises(ValueError, match=WORKERS_ENV):
         step_workers()
+
+
+def test_a_passing_days_checks_target_its_materialisation(tmp_path):
+    # The UI counts a day's check as passed only when the evaluation targets the day's
+    # materialisation; an evaluation reported before it counts the day as "Missing".
+    contract = contract_with(tmp_path, "synthetic", max_epochs=3)
+    platform = Platform(contract, tmp_path / "p")
+    platform.land("2024-01-01", 1)
+    assert platform.materialize("2024-01-01", selection=["raw_data", "validated_data"]).success
+    for check in ("raw_schema", "gx_validity"):
+        asset = "raw_data" if check == "raw_schema" else "validated_data"
+        records = platform.instance.event_log_storage.get_asset_check_execution_history(
+            dg.AssetCheckKey(dg.AssetKey(asset), check), limit=5
+        )
+        assert records, check
+        evaluation = records[0].event.dagster_event.event_specific_data
+        assert evaluation.partition == "2024-01-01" and evaluation.passed
+        assert evaluation.target_materialization_data is not None, check
