@@ -2,8 +2,8 @@
 
 Two real flights days are landed and materialised with the CLI into a temporary instance, then a
 third whose file arrives damaged and fails its quality gate; the webserver serves them from
-workspace.yaml as a user runs it. Playwright drives the system's
-Chromium (no browser download). Screenshots land in test-output/screenshots/ for CI artifacts.
+workspace.yaml as a user runs it. Playwright drives the system's Chromium (no browser download).
+Screenshots land in test-output/screenshots/ for CI artifacts.
 """
 
 import csv
@@ -43,12 +43,13 @@ DAY = DAYS[-1]
 # The day after DAYS, delivered with carriers the contract does not know: it fails gx_validity.
 FAULTY_DAY = "2013-01-03"
 UNKNOWN_CARRIER = "ZZ"
+DAMAGED_ROWS = 5
 BIN = Path(sys.executable).parent
 # Pages query GraphQL on a shared 2-core machine: give them time before calling it a failure.
 expect.set_options(timeout=60_000)
 
 
-def damage_carriers(path: Path, rows: int = 5) -> None:
+def damage_carriers(path: Path, rows: int = DAMAGED_ROWS) -> None:
     """Rewrite a landed flights file with an unknown carrier code on its first rows.
 
     A broken upstream export as a user would receive it: every other field keeps its text.
@@ -190,11 +191,11 @@ def test_a_failed_days_check_shows_that_day_failed_with_its_reason(page):
     page.goto("/assets/validated_data?view=checks&checkDetail=gx_validity")
     reason = (
         f"flights_{FAULTY_DAY}.csv (partition {FAULTY_DAY}): expect_column_values_to_be_in_set "
-        f"failed on column carrier: 5 of"
+        f"failed on column carrier: {DAMAGED_ROWS} of"
     )
     advice = f"e.g. '{UNKNOWN_CARRIER}'. Fix the upstream file and re-land it"
-    # The check's overview names the day of its latest result; a check of the whole asset
-    # shows "Partition —" here.
+    # The check's overview names the day of its latest result (the faulty day, materialised
+    # last); a check of the whole asset shows "Partition —" here.
     expect(page.get_by_text(reason)).to_be_visible()
     expect(page.get_by_text("Partition", exact=True).locator("..")).to_have_text(
         f"Partition{FAULTY_DAY}"
