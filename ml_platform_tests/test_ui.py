@@ -1,10 +1,13 @@
 """What a person sees: headless Chromium against a real dagster-webserver over materialised days.
 
-Two real flights days are landed and materialised with the CLI into a temporary instance; the
-webserver serves them from workspace.yaml as a user runs it. Playwright drives the system's
-Chromium (no browser download). Screenshots land in test-output/screenshots/ for CI artifacts.
+Two real flights days are landed and materialised with the CLI into a temporary instance, then a
+third whose file arrives damaged and fails its quality gate; the webserver serves them from
+workspace.yaml as a user runs it. Playwright drives the system's Chromium (no browser download).
+Screenshots land in test-output/screenshots/ for CI artifacts.
 """
 
+import csv
+import io
 import os
 import signal
 import subprocess
@@ -37,9 +40,27 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = REPO / "test-output" / "screenshots"
 DAYS = ["2013-01-01", "2013-01-02"]
 DAY = DAYS[-1]
+# The day after DAYS, delivered with carriers the contract does not know: it fails gx_validity.
+FAULTY_DAY = "2013-01-03"
+UNKNOWN_CARRIER = "ZZ"
+DAMAGED_ROWS = 5
 BIN = Path(sys.executable).parent
 # Pages query GraphQL on a shared 2-core machine: give them time before calling it a failure.
 expect.set_options(timeout=60_000)
+
+
+def damage_carriers(path: Path, rows: int = DAMAGED_ROWS) -> None:
+    """Rewrite a landed flights file with an unknown carrier code on its first rows.
+
+    A broken upstream export as a user would receive it: every other field keeps its text.
+    """
+    table = list(csv.reader(io.StringIO(path.read_text())))
+    carrier = table[0].index("carrier")
+    for row in table[1 : rows + 1]:
+        row[carrier] = UNKNOWN_CARRIER
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(table)
+    path.write_text(out.getvalue())
 
 
 def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 240) -> None:
@@ -58,7 +79,7 @@ def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 240) -
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory) -> Iterator[str]:
-    """The URL of a webserver serving two materialised days of flights."""
+    """The URL of a webserver serving two materialised days of flights and one failed day."""
     root = tmp_path_factory.mktemp("ui")
     home = root / "dagster_home"
     home.mkdir()
@@ -74,10 +95,14 @@ def ui(tmp_path_factory) -> Iterator[str]:
             patch.setenv(name, value)
         assert cli.main(["land", "flights", "--start", DAYS[0], "--days", str(len(DAYS))]) == 0
         code = cli.main(["materialize", "--start", DAYS[0], "--days", str(len(DAYS))])
-    # The first day's one-day model may be rejected, which fails that day's run (exit 1); the
-    # pages below show what is stored either way.
-    rejected = rejected_days(load_contract("flights"), root / "lake", DAYS)
-    assert code == (1 if rejected else 0)
+        # The first day's one-day model may be rejected, which fails that day's run (exit 1);
+        # the pages below show what is stored either way.
+        rejected = rejected_days(load_contract("flights"), root / "lake", DAYS)
+        assert code == (1 if rejected else 0)
+        assert cli.main(["land", "flights", "--start", FAULTY_DAY, "--days", "1"]) == 0
+        damage_carriers(root / "landing" / f"flights_{FAULTY_DAY}.csv")
+        # The quality gate stops the day at validated_data (about 2 s): the run fails.
+        assert cli.main(["materialize", "--start", FAULTY_DAY, "--days", "1"]) == 1
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -160,6 +185,47 @@ def test_a_partitions_checks_are_visible_with_their_runbook_link(page):
     passed = f"flights_{DAY}.csv (partition {DAY}): all gx_validity expectations pass."
     expect(page.get_by_text(passed)).to_be_visible()
     page.screenshot(path=SCREENSHOTS / "partition-checks.png")
+
+
+def test_a_failed_days_check_shows_that_day_failed_with_its_reason(page):
+    page.goto("/assets/validated_data?view=checks&checkDetail=gx_validity")
+    reason = (
+        f"flights_{FAULTY_DAY}.csv (partition {FAULTY_DAY}): expect_column_values_to_be_in_set "
+        f"failed on column carrier: {DAMAGED_ROWS} of"
+    )
+    advice = f"e.g. '{UNKNOWN_CARRIER}'. Fix the upstream file and re-land it"
+    # The check's overview names the day of its latest result (the faulty day, materialised
+    # last); a check of the whole asset shows "Partition —" here.
+    expect(page.get_by_text(reason)).to_be_visible()
+    expect(page.get_by_text("Partition", exact=True).locator("..")).to_have_text(
+        f"Partition{FAULTY_DAY}"
+    )
+    # The asset has tabs of its own (one is also "Partitions"): these are the check's.
+    check_tabs = page.get_by_role("tablist").filter(
+        has=page.get_by_role("tab", name="Execution history")
+    )
+    check_tabs.get_by_role("tab", name="Execution history").click()
+    for day, status in [(FAULTY_DAY, "Failed"), (DAY, "Passed")]:
+        row = page.get_by_role("row").filter(has=page.get_by_role("cell", name=day, exact=True))
+        expect(row.get_by_role("cell").first).to_have_text(status)
+    expect(page.get_by_role("row").filter(has_text=reason)).to_contain_text(advice)
+
+    # The check's status per day of the year, then the failed day's own result.
+    check_tabs.get_by_role("tab", name="Partitions").click()
+    expect(page.get_by_text("Failed (1)", exact=True)).to_be_visible()
+    page.get_by_placeholder("Filter by partition").fill(FAULTY_DAY)
+    # Each day's name is drawn twice, once hidden to measure truncation: click the one shown.
+    page.get_by_text(FAULTY_DAY, exact=True).locator("visible=true").first.click()
+    detail = (
+        page.locator("div")
+        .filter(has=page.get_by_role("button", name="View all historical executions"))
+        .filter(has_text=reason)
+        .last
+    )
+    expect(detail).to_contain_text(FAULTY_DAY)
+    expect(detail).to_contain_text("Failed")
+    expect(detail).to_contain_text(advice)
+    page.screenshot(path=SCREENSHOTS / "failed-partition-check.png")
 
 
 def test_evaluation_report_renders_with_its_plots(page):
