@@ -131,6 +131,9 @@ def test_a_missing_partition_of_a_non_window_input_still_fails_named(tmp_path):
 
     assert not result.success
     assert "features partition 2024-01-02 is not in storage" in failure_message(result)
+    outcome = run_outcome(lake.instance, result.run_id, succeeded=False)
+    assert outcome is not None
+    assert classify_outcome(outcome).failure_class == DATA
 
     # In a range, that day fails alone and the others are stored.
     result = lake.run([day_read], "2024-01-01", last="2024-01-03")
