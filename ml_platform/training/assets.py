@@ -123,27 +123,28 @@ def require_coverage(coverage: WindowCoverage, min_coverage: float, name: str) -
     if not own_day and coverage.share >= min_coverage:
         return
     window = f"{coverage.expected[0]}..{day}"
+    # The IO manager's words for a partition that is not stored, for one day or several.
+    if len(missing) == 1:
+        absent = f"features partition {missing[0]} is not in storage"
+    else:
+        absent = f"features partitions {', '.join(missing)} are not in storage"
     if own_day:
-        why = (
-            f"features partition {day} is not in storage, and a model of a day trains and is "
-            "evaluated on that day's own rows"
-        )
+        why = f"and a model is trained and evaluated on the rows of its own day, {day}"
     else:
         why = (
-            f"only {len(coverage.stored)} of the {len(coverage.expected)} days of its feature "
+            f"so only {len(coverage.stored)} of the {len(coverage.expected)} days of its feature "
             f"window {window} are stored ({coverage.share:.0%}), below the contract's "
             f"training.min_window_coverage of {min_coverage:.0%}"
         )
     picked = ", ".join(dict.fromkeys([*missing, day]))
     raise WindowCoverageError(
         description=(
-            f"{name} {day} was not trained: {why}. Missing feature days: {', '.join(missing)} "
-            "(a day is missing when its data failed its gates or it was never materialised). "
-            "Fix or land those days' files, then run "
-            f"`{fill_command(missing[0], day)}` (it skips the days already materialised; add "
-            "--force for a day whose stored features were removed), or in the Dagster UI open "
-            "the global asset lineage, select the daily assets, click Materialize and pick the "
-            f"partitions {picked}."
+            f"{name} {day} was not trained: {absent} (a day is missing when its data failed "
+            f"its gates or it was never materialised), {why}. Fix or land those days' files, "
+            f"then run `{fill_command(missing[0], day)}` (it skips the days already "
+            "materialised; add --force for a day whose stored features were removed), or in "
+            "the Dagster UI open the global asset lineage, select the daily assets, click "
+            f"Materialize and pick the partitions {picked}."
         ),
         metadata={
             "missing_window_days": missing,
