@@ -143,8 +143,8 @@ def require_coverage(coverage: WindowCoverage, min_coverage: float, name: str) -
             f"its gates or it was never materialised), {why}. Fix or land those days' files, "
             f"then run `{fill_command(missing[0], day)}` (it skips the days already "
             "materialised; add --force for a day whose stored features were removed), or in "
-            "the Dagster UI open the global asset lineage, select the daily assets, click "
-            f"Materialize and pick the partitions {picked}."
+            "the Dagster UI under Assets select the daily assets (raw_data to registered_model), "
+            f"click Materialize and pick the partitions {picked}."
         ),
         metadata={
             "missing_window_days": missing,
