@@ -1,8 +1,9 @@
 """Windows with holes: a window input loads the stored days, a model trains over a hole or fails.
 
 The IO manager is tested on a tiny graph of its own (a `features` asset and readers of its
-window and of its day), in one-day and range runs; the model, its evaluation and registration
-on the synthetic dataset with a short window and few epochs.
+window and of its day), in one-day and range runs, and its listing of stored partitions on a
+directory and on a real S3 API server; the model, its evaluation and registration on the
+synthetic dataset with a short window and few epochs.
 """
 
 import json
@@ -17,7 +18,7 @@ from ml_platform.automation.alerts import classify_outcome
 from ml_platform.automation.classify import DATA, Classification
 from ml_platform.automation.sensors import run_outcome
 from ml_platform.steps import SINGLE_RUN, WORKERS_ENV, each_day
-from ml_platform.storage import FORMAT_KEY, LakeIOManager, LocalStorage
+from ml_platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage, LocalStorage, S3Storage
 from ml_platform.training.assets import (
     WindowCoverageError,
     fill_command,
@@ -26,6 +27,7 @@ from ml_platform.training.assets import (
     window_input,
 )
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
+from ml_platform_tests.services import FAKE_AWS, s3_test_client
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 DAYS = days_from("2024-01-01", 5)
@@ -145,12 +147,30 @@ def test_a_missing_partition_of_a_non_window_input_still_fails_named(tmp_path):
     assert lake.value("day_read", "2024-01-03") == {"day": "2024-01-03"}
 
 
-def test_stored_partitions_lists_the_asset_folder_once(tmp_path):
-    lake = TinyLake(tmp_path, ["2024-01-01", "2024-01-03"])
-    # A temporary file of a write in progress is not a stored partition.
-    (tmp_path / "tiny/features/.2024-01-02.json.tmp").write_text("{")
+@pytest.fixture(params=["local", "s3"])
+def storage(request, tmp_path, monkeypatch) -> LakeStorage:
+    if request.param == "local":
+        return LocalStorage(base_dir=str(tmp_path / "lake"))
+    for name, value in FAKE_AWS.items():
+        monkeypatch.setenv(name, value)
+    endpoint = request.getfixturevalue("s3_server")
+    s3_test_client(endpoint).create_bucket(Bucket="lake-bucket")
+    return S3Storage(url="s3://lake-bucket/prod/lake", endpoint_url=endpoint)
 
-    stored = lake.io_manager.stored_partitions(dg.AssetKey("features"), "json", DAYS)
+
+def test_stored_partitions_are_the_asset_folders_objects(storage):
+    for key in [
+        "tiny/features/2024-01-01.json",
+        "tiny/features/2024-01-03.json",
+        # A write in progress, another format and an asset whose name extends this one's.
+        "tiny/features/.2024-01-02.json.tmp",
+        "tiny/features/2024-01-04.parquet",
+        "tiny/features_v2/2024-01-05.json",
+    ]:
+        storage.write_bytes(key, b"{}")
+    io_manager = LakeIOManager(storage=storage, dataset="tiny")
+
+    stored = io_manager.stored_partitions(dg.AssetKey("features"), "json", DAYS)
 
     assert stored == ["2024-01-01", "2024-01-03"]
 
