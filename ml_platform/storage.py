@@ -29,7 +29,8 @@ from ml_platform.observability import record_bytes_read
 FORMAT_KEY = "ml_platform/format"
 # An input with this metadata (the window's length in days) receives its partitions as a dict,
 # even when the window holds a single partition (the first day), so the asset always sees one
-# type.
+# type. The dict holds only the window's partitions that are stored: a day rejected by its gates
+# (or not materialised yet) is a hole the asset judges (`training.assets.window_coverage`).
 WINDOW_KEY = "ml_platform/window"
 EXTENSIONS = {"parquet": "parquet", "joblib": "joblib", "json": "json"}
 
@@ -404,8 +405,9 @@ class DailyInput(Mapping[str, Any]):
     """An upstream asset's partitions for a range step, each loaded when a day first asks for it.
 
     `for_day(day)` is what a one-day step would have received: the day's value, or for a window
-    input (`window_days`) the dict of the window's partitions ending that day. The last few
-    loaded partitions are kept, so a sliding window reads each partition once.
+    input (`window_days`) the dict of the window's partitions ending that day (of a window input,
+    `keys` are only the stored partitions, so a hole is left out as in a one-day step). The last
+    few loaded partitions are kept, so a sliding window reads each partition once.
     """
 
     def __init__(
@@ -444,9 +446,11 @@ class DailyInput(Mapping[str, Any]):
 class LakeIOManager(dg.ConfigurableIOManager):
     """Stores each asset partition as `<dataset>/<asset>/<partition>.<ext>` in lake storage.
 
-    The format comes from the asset's `ml_platform/format` metadata. A range of upstream
-    partitions loads as a dict of partition key to value; a partition that was never
-    materialised raises an error that names it instead of being skipped.
+    The format comes from the asset's `ml_platform/format` metadata. A window input (declared
+    with `ml_platform/window` metadata) loads as a dict of partition key to value holding the
+    window's stored partitions only: a missing day is a hole in the window, which the asset
+    reading it judges. Any other input whose partition was never materialised raises
+    MissingPartitionError naming it instead of being skipped.
     """
 
     storage: LakeStorage
@@ -484,6 +488,8 @@ class LakeIOManager(dg.ConfigurableIOManager):
             return self._load(context.asset_key, "all", fmt, reader)
         keys = sorted(context.asset_partition_keys)
         window_days = context.definition_metadata.get(WINDOW_KEY)
+        if window_days:
+            keys = self.stored_partitions(context.asset_key, fmt, keys)
         if not context.has_partition_key:
             # A step of a range of days: each day loads what it reads when it reads it.
             return DailyInput(
@@ -498,6 +504,17 @@ class LakeIOManager(dg.ConfigurableIOManager):
                 f"{{'{WINDOW_KEY}': <days>}} to receive them as a dict"
             )
         return self._load(context.asset_key, keys[0], fmt, reader)
+
+    def stored_partitions(
+        self, asset_key: dg.AssetKey, fmt: str, partitions: Sequence[str]
+    ) -> list[str]:
+        """Those of `partitions` that are in storage, sorted: one listing of the asset's folder.
+
+        One listing request (a page per 1000 objects on S3) instead of one per partition.
+        """
+        folder = "/".join([self.dataset, *asset_key.path])
+        stored = set(self.storage.list_keys(folder))
+        return sorted(p for p in partitions if self.key(asset_key, p, fmt) in stored)
 
     def load_partition(self, asset_key: dg.AssetKey, partition: str, fmt: str) -> Any:
         """One stored partition; MissingPartitionError naming it if it was never stored.

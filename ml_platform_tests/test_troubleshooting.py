@@ -31,6 +31,8 @@ from ml_platform.automation.classify import (
     RESOURCE_EXHAUSTION,
     RUNBOOK_ANCHORS,
     TRANSIENT_INFRASTRUCTURE,
+    StepFailure,
+    classify_failure,
 )
 from ml_platform.automation.sensors import build_run_alerts_sensor
 from ml_platform.contracts import load_contract
@@ -353,3 +355,27 @@ def test_json_lines_redact_escaped_secrets_and_url_passwords(monkeypatch):
     )
     line = JsonFormatter().format(record)
     assert json.loads(line)["message"] == "login *** to postgresql://etl:***@db:587/runs"
+
+
+def test_missing_window_days_and_unstored_partitions_are_data_failures():
+    # A window's missing days: a deliberate stop, classed by its type whatever its message says.
+    coverage = StepFailure(
+        "model",
+        "WindowCoverageError",
+        "model 2024-01-05 was not trained: only 2 of the 4 days ... Connection refused",
+        user_failure=True,
+    )
+    # An input's partition that was never stored, raised while loading it and retried.
+    unstored = StepFailure(
+        "evaluation_report",
+        "MissingPartitionError",
+        "model partition 2024-01-05 is not in storage: materialise it first.",
+        user_failure=False,
+        chain=("MissingPartitionError: model partition 2024-01-05 is not in storage",),
+        attempts=4,
+    )
+
+    for failure in (coverage, unstored):
+        verdict = classify_failure([failure], [])
+        assert verdict.failure_class == DATA, verdict.reason
+        assert failure.error_class in verdict.reason

@@ -2,8 +2,9 @@
 
 Five classes, because each needs a different fix and a different person:
 
-- data: a blocking check failed, a landed file is missing or unreadable, or a step stopped on
-  purpose (`dg.Failure`). Waiting does not help; the upstream file or the contract must change.
+- data: a blocking check failed, a landed file is missing or unreadable, an upstream partition
+  is not stored, too few days of a model's window are stored, or a step stopped on purpose
+  (`dg.Failure`). Waiting does not help; the upstream file or the contract must change.
 - resource exhaustion: out of memory (MemoryError, an OOM kill) or out of disk (ENOSPC). The
   same input fails again until the container gets more (see `ml-platform health`).
 - dependency mismatch: a module is missing or an installed version does not fit the code
@@ -39,9 +40,19 @@ RUNBOOK_ANCHORS = {
     CODE_BUG: "code-bug",
 }
 
-# Errors that mean "the data is wrong or missing", whatever raised them.
+# Errors that mean "the data is wrong or missing", whatever raised them. Matched by class name,
+# as the event log records it, so a window's missing days (`WindowCoverageError`, a dg.Failure)
+# and a partition never stored (`MissingPartitionError`, raised while loading an input) stay
+# data failures whatever their message says.
 DATA_ERROR_CLASSES = frozenset(
-    {"MissingLandingFileError", "LandingFileError", "ContractViolationError", "TrainingDataError"}
+    {
+        "MissingLandingFileError",
+        "LandingFileError",
+        "ContractViolationError",
+        "TrainingDataError",
+        "WindowCoverageError",
+        "MissingPartitionError",
+    }
 )
 RESOURCE_ERROR_CLASSES = frozenset({"MemoryError", "OutOfMemoryError"})
 # Killed by the kernel's OOM killer (SIGKILL, exit 137) or out of disk space (errno 28, 122).
@@ -184,7 +195,9 @@ def classify_failure(
         return Classification(DATA, f"failed blocking check(s) {names}")
     for failure in step_failures:
         if failure.error_class in DATA_ERROR_CLASSES:
-            return Classification(DATA, f"{failure.step} raised {failure.error_class}")
+            return Classification(
+                DATA, f"{failure.step} raised {failure.error_class}: {failure.message}"
+            )
         if failure.user_failure:
             return Classification(DATA, f"{failure.step} stopped on a failed gate (dg.Failure)")
     for failure in step_failures:

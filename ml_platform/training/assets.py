@@ -1,11 +1,18 @@
 """model and full_model: pipelines trained in epochs on the feature window ending each day.
 
-The daily model reads W days; the weekly full retrain reads a longer window.
+The daily model reads W days; the weekly full retrain reads a longer window. A window may have
+holes: a day whose data failed its gates has no stored features (nor does a day not materialised
+yet). The model trains on the stored days when they cover at least the contract's
+`training.min_window_coverage` of the window, and lists the missing ones in its metadata; below
+that share it fails as a data failure, without retries, naming every missing day and the
+command that fills them.
 """
 
+import dataclasses
+import datetime as dt
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -54,6 +61,99 @@ def window_input(window_days: int) -> dg.AssetIn:
             allow_nonexistent_upstream_partitions=True,
         )
     return dg.AssetIn(key="features", partition_mapping=mapping, metadata={WINDOW_KEY: window_days})
+
+
+class WindowCoverageError(dg.Failure):
+    """Too few of a model's window days are stored to train on: a data failure, never retried.
+
+    Its class name is what `automation.classify` reads to class the run as a data failure.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowCoverage:
+    """Which days of the feature window ending `day` a model expects, and which are stored."""
+
+    day: str
+    expected: list[str]  # the window's days inside the partitions definition, oldest first
+    stored: list[str]  # the expected days whose features are in storage, oldest first
+
+    @property
+    def missing(self) -> list[str]:
+        """The expected days without stored features, oldest first."""
+        stored = set(self.stored)
+        return [d for d in self.expected if d not in stored]
+
+    @property
+    def share(self) -> float:
+        """Stored days over expected days (1.0 for a window without holes)."""
+        return len(self.stored) / len(self.expected)
+
+
+def window_coverage(
+    day: str, window_days: int, first_day: str, stored: Iterable[str]
+) -> WindowCoverage:
+    """The coverage of the window ending `day`, given the stored feature partitions.
+
+    The window's days before the dataset's first partition (`first_day`) are not expected: the
+    first days of a dataset are fully covered by the days that exist.
+    """
+    end = dt.date.fromisoformat(day)
+    start = max(end - dt.timedelta(days=window_days - 1), dt.date.fromisoformat(first_day))
+    expected = [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
+    have = set(stored)
+    return WindowCoverage(day, expected, [d for d in expected if d in have])
+
+
+def fill_command(first_missing: str, day: str) -> str:
+    """The command that materialises the missing days through `day` (done days are skipped)."""
+    days = (dt.date.fromisoformat(day) - dt.date.fromisoformat(first_missing)).days + 1
+    return f"ml-platform materialize --start {first_missing} --days {days}"
+
+
+def require_coverage(coverage: WindowCoverage, min_coverage: float, name: str) -> None:
+    """Raise WindowCoverageError unless the day's own features and enough of its window exist.
+
+    A model of day D holds out D's latest rows for its evaluation, so D itself must be stored;
+    the other days may have holes while they cover at least `min_coverage` of the window.
+    """
+    missing = coverage.missing
+    day = coverage.day
+    own_day = day in missing
+    if not own_day and coverage.share >= min_coverage:
+        return
+    window = f"{coverage.expected[0]}..{day}"
+    # The IO manager's words for a partition that is not stored, for one day or several.
+    if len(missing) == 1:
+        absent = f"features partition {missing[0]} is not in storage"
+    else:
+        absent = f"features partitions {', '.join(missing)} are not in storage"
+    if own_day:
+        why = f"and a model is trained and evaluated on the rows of its own day, {day}"
+    else:
+        why = (
+            f"so only {len(coverage.stored)} of the {len(coverage.expected)} days of its feature "
+            f"window {window} are stored ({coverage.share:.0%}), below the contract's "
+            f"training.min_window_coverage of {min_coverage:.0%}"
+        )
+    picked = ", ".join(dict.fromkeys([*missing, day]))
+    raise WindowCoverageError(
+        description=(
+            f"{name} {day} was not trained: {absent} (a day is missing when its data failed "
+            f"its gates or it was never materialised), {why}. Fix or land those days' files, "
+            f"then run `{fill_command(missing[0], day)}` (it skips the days already "
+            "materialised; add --force for a day whose stored features were removed), or in "
+            "the Dagster UI under Assets select the daily assets (raw_data to registered_model), "
+            f"click Materialize and pick the partitions {picked}."
+        ),
+        metadata={
+            "missing_window_days": missing,
+            "window_coverage": coverage.share,
+            "min_window_coverage": min_coverage,
+            "fill_command": fill_command(missing[0], day),
+        },
+        allow_retries=False,
+    )
 
 
 class LakeCheckpoints(Checkpoints):
@@ -212,10 +312,22 @@ def build_model(
         applies exactly what training did. An SGD estimator learns epoch by epoch with early
         stopping on a validation slice; after every epoch a checkpoint is stored, so a killed
         run resumes from the last epoch and ends with the same model. The latest rows of the
-        window (by event time) are held out for evaluation.
+        window (by event time) are held out for evaluation. Days of the window whose features
+        are not stored are left out while the stored ones cover the contract's
+        `min_window_coverage`; the metadata lists them (`missing_window_days`).
         """
+        first_day = partitions.get_first_partition_key() or context.partition_keys[0]
+        min_coverage = contract.training.min_window_coverage
 
         def day_of_model(day: str, features: dict[str, pd.DataFrame]) -> Iterator:
+            coverage = window_coverage(day, days, first_day, features)
+            require_coverage(coverage, min_coverage, name)
+            if coverage.missing and context.has_partition_key:
+                context.log.warning(
+                    f"{name} {day} trains on {len(coverage.stored)} of "
+                    f"{len(coverage.expected)} window days; missing: "
+                    f"{', '.join(coverage.missing)}"
+                )
             checkpoints = LakeCheckpoints(lake, f"{contract.name}/checkpoints/{name}/{day}.joblib")
 
             def log_epoch(record: dict) -> None:
@@ -249,6 +361,9 @@ def build_model(
                     "window_end": trained.window[-1],
                     "window_partitions": trained.window,
                     "window_days_read": len(trained.window),
+                    "window_days_expected": len(coverage.expected),
+                    "window_coverage": coverage.share,
+                    "missing_window_days": coverage.missing,
                     "input_data_versions": trained.data_versions,
                     "train_rows": trained.train_rows,
                     "holdout_rows": trained.holdout_rows,

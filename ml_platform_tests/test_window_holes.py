@@ -1,0 +1,332 @@
+"""Windows with holes: a window input loads the stored days, a model trains over a hole or fails.
+
+The IO manager is tested on a tiny graph of its own (a `features` asset and readers of its
+window and of its day), in one-day and range runs, and its listing of stored partitions on a
+directory and on a real S3 API server; the model, its evaluation and registration on the
+synthetic dataset with a short window and few epochs.
+"""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from ml_platform.automation.alerts import classify_outcome
+from ml_platform.automation.classify import DATA, Classification
+from ml_platform.automation.sensors import run_outcome
+from ml_platform.steps import SINGLE_RUN, WORKERS_ENV, each_day
+from ml_platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage, LocalStorage, S3Storage
+from ml_platform.training.assets import (
+    WindowCoverageError,
+    fill_command,
+    require_coverage,
+    window_coverage,
+    window_input,
+)
+from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
+from ml_platform_tests.services import FAKE_AWS, s3_test_client
+
+DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+DAYS = days_from("2024-01-01", 5)
+
+
+@dg.asset(name="features", partitions_def=DAILY, metadata={FORMAT_KEY: "json"})
+def tiny_features(context: dg.AssetExecutionContext) -> dict:
+    """The day's key, as a stand-in for its feature rows."""
+    return {"day": context.partition_key}
+
+
+@dg.asset(
+    partitions_def=DAILY,
+    backfill_policy=SINGLE_RUN,
+    metadata={FORMAT_KEY: "json"},
+    ins={"features": window_input(3)},
+)
+def window_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
+    """Which days of its 3-day window each day received."""
+
+    def day_of(day: str, features: dict[str, dict]) -> Iterator:
+        yield dg.MaterializeResult(value={"keys": sorted(features), "values": features})
+
+    yield from each_day(context, day_of, features=features)
+
+
+@dg.asset(partitions_def=DAILY, backfill_policy=SINGLE_RUN, metadata={FORMAT_KEY: "json"})
+def day_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
+    """The day's own features (not a window): a missing day must fail, named."""
+
+    def day_of(day: str, features: dict) -> Iterator:
+        yield dg.MaterializeResult(value=features)
+
+    yield from each_day(context, day_of, features=features)
+
+
+class TinyLake:
+    """The tiny graph over a temporary lake: `features` stored on some days only."""
+
+    def __init__(self, root: Path, stored_days: list[str]):
+        self.root = root
+        self.io_manager = LakeIOManager(storage=LocalStorage(base_dir=str(root)), dataset="tiny")
+        self.instance = dg.DagsterInstance.ephemeral()
+        for day in stored_days:
+            assert self.run([tiny_features], day).success
+
+    def run(self, assets: list, day: str | None = None, last: str | None = None):
+        tags = {}
+        if last is not None:
+            tags = {
+                "dagster/asset_partition_range_start": day,
+                "dagster/asset_partition_range_end": last,
+            }
+            day = None
+        return dg.materialize(
+            [tiny_features, window_read, day_read],
+            selection=assets,
+            partition_key=day,
+            tags=tags,
+            resources={"io_manager": self.io_manager},
+            instance=self.instance,
+            raise_on_error=False,
+        )
+
+    def value(self, asset: str, day: str) -> Any:
+        return self.io_manager.load_partition(dg.AssetKey(asset), day, "json")
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str:
+    failures = result.get_step_failure_events()
+    assert failures, "the run has no failed step"
+    return failures[0].event_specific_data.error.to_string()
+
+
+def test_a_one_day_window_loads_only_its_stored_days(tmp_path):
+    lake = TinyLake(tmp_path, ["2024-01-01", "2024-01-03", "2024-01-04"])
+
+    assert lake.run([window_read], "2024-01-04").success
+
+    read = lake.value("window_read", "2024-01-04")
+    assert read["keys"] == ["2024-01-03", "2024-01-04"]
+    assert read["values"]["2024-01-03"] == {"day": "2024-01-03"}
+
+
+def test_each_day_of_a_range_loads_only_its_stored_days(tmp_path):
+    lake = TinyLake(tmp_path, ["2024-01-01", "2024-01-03", "2024-01-04", "2024-01-05"])
+
+    assert lake.run([window_read], "2024-01-01", last="2024-01-05").success
+
+    assert {day: lake.value("window_read", day)["keys"] for day in DAYS} == {
+        "2024-01-01": ["2024-01-01"],
+        "2024-01-02": ["2024-01-01"],
+        "2024-01-03": ["2024-01-01", "2024-01-03"],
+        "2024-01-04": ["2024-01-03", "2024-01-04"],
+        "2024-01-05": ["2024-01-03", "2024-01-04", "2024-01-05"],
+    }
+
+
+def test_a_missing_partition_of_a_non_window_input_still_fails_named(tmp_path):
+    lake = TinyLake(tmp_path, ["2024-01-01", "2024-01-03"])
+
+    result = lake.run([day_read], "2024-01-02")
+
+    assert not result.success
+    assert "features partition 2024-01-02 is not in storage" in failure_message(result)
+    outcome = run_outcome(lake.instance, result.run_id, succeeded=False)
+    assert outcome is not None
+    assert classify_outcome(outcome).failure_class == DATA
+
+    # In a range, that day fails alone and the others are stored.
+    result = lake.run([day_read], "2024-01-01", last="2024-01-03")
+
+    assert not result.success
+    message = failure_message(result)
+    assert "day_read: 1 of 3 days failed" in message
+    assert "features partition 2024-01-02 is not in storage" in message
+    assert lake.value("day_read", "2024-01-03") == {"day": "2024-01-03"}
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request, tmp_path, monkeypatch) -> LakeStorage:
+    if request.param == "local":
+        return LocalStorage(base_dir=str(tmp_path / "lake"))
+    for name, value in FAKE_AWS.items():
+        monkeypatch.setenv(name, value)
+    endpoint = request.getfixturevalue("s3_server")
+    s3_test_client(endpoint).create_bucket(Bucket="lake-bucket")
+    return S3Storage(url="s3://lake-bucket/prod/lake", endpoint_url=endpoint)
+
+
+def test_stored_partitions_are_the_asset_folders_objects(storage):
+    for key in [
+        "tiny/features/2024-01-01.json",
+        "tiny/features/2024-01-03.json",
+        # A write in progress, another format and an asset whose name extends this one's.
+        "tiny/features/.2024-01-02.json.tmp",
+        "tiny/features/2024-01-04.parquet",
+        "tiny/features_v2/2024-01-05.json",
+    ]:
+        storage.write_bytes(key, b"{}")
+    io_manager = LakeIOManager(storage=storage, dataset="tiny")
+
+    stored = io_manager.stored_partitions(dg.AssetKey("features"), "json", DAYS)
+
+    assert stored == ["2024-01-01", "2024-01-03"]
+
+
+def test_the_first_days_of_a_dataset_are_fully_covered():
+    coverage = window_coverage("2024-01-02", 28, "2024-01-01", ["2024-01-01", "2024-01-02"])
+
+    assert coverage.expected == ["2024-01-01", "2024-01-02"]
+    assert coverage.share == 1.0
+    assert coverage.missing == []
+    require_coverage(coverage, 0.75, "model")
+
+
+def test_coverage_at_the_threshold_trains_and_names_the_hole():
+    stored = ["2024-01-02", "2024-01-03", "2024-01-05"]
+    coverage = window_coverage("2024-01-05", 4, "2024-01-01", stored)
+
+    assert coverage.missing == ["2024-01-04"]
+    assert coverage.share == 0.75
+    require_coverage(coverage, 0.75, "model")
+
+
+def test_coverage_below_the_threshold_fails_without_retry_naming_days_and_command():
+    coverage = window_coverage("2024-01-10", 7, "2024-01-01", ["2024-01-04", "2024-01-10"])
+
+    with pytest.raises(WindowCoverageError) as raised:
+        require_coverage(coverage, 0.75, "model")
+
+    failure = raised.value
+    assert failure.allow_retries is False
+    text = failure.description or ""
+    assert "only 2 of the 7 days of its feature window 2024-01-04..2024-01-10" in text
+    for day in days_from("2024-01-05", 5):
+        assert day in text
+    assert "`ml-platform materialize --start 2024-01-05 --days 6`" in text
+    assert "Materialize" in text
+    assert failure.metadata["missing_window_days"].value == days_from("2024-01-05", 5)
+
+
+def test_a_day_without_its_own_features_is_not_trained_however_full_its_window():
+    coverage = window_coverage("2024-01-28", 28, "2024-01-01", days_from("2024-01-01", 27))
+
+    assert coverage.share == 27 / 28
+    with pytest.raises(WindowCoverageError, match="features partition 2024-01-28 is not in"):
+        require_coverage(coverage, 0.75, "model")
+
+
+def test_the_fill_command_spans_the_first_missing_day_through_the_day():
+    assert fill_command("2024-01-30", "2024-02-02") == (
+        "ml-platform materialize --start 2024-01-30 --days 4"
+    )
+
+
+def materialize_range(platform: Platform, first: str, last: str, selection: list[str]):
+    return dg.materialize(
+        [*(platform.defs.assets or []), *(platform.defs.asset_checks or [])],
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=selection,
+        tags={
+            "dagster/asset_partition_range_start": first,
+            "dagster/asset_partition_range_end": last,
+        },
+        raise_on_error=False,
+    )
+
+
+def classification(platform: Platform, result: dg.ExecuteInProcessResult) -> Classification:
+    """The failure class the run alerts sensor gives a failed run, from its event log."""
+    outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
+    assert outcome is not None
+    return classify_outcome(outcome)
+
+
+def attempts(result: dg.ExecuteInProcessResult, step: str) -> int:
+    """How many times a step of the run started (1: it was not retried)."""
+    return sum(
+        1
+        for event in result.all_events
+        if event.step_key == step and event.event_type == dg.DagsterEventType.STEP_START
+    )
+
+
+@pytest.fixture(scope="module")
+def holed(tmp_path_factory) -> tuple[Platform, dg.ExecuteInProcessResult]:
+    """Synthetic days 01-01..01-05 with a 4-day window, 01-04 never landed; the run of 01-05."""
+    root = tmp_path_factory.mktemp("holed")
+    contract = contract_with(root, "synthetic", window_days=4, max_epochs=5)
+    platform = Platform(contract, root / "platform")
+    platform.land(DAYS[0], 3)
+    platform.land(DAYS[4], 1)
+    with pytest.MonkeyPatch.context() as patch:
+        # Three small days: forking workers (each importing Great Expectations) costs more.
+        patch.setenv(WORKERS_ENV, "1")
+        assert materialize_range(platform, DAYS[0], DAYS[2], DAILY_ASSETS).success
+    return platform, platform.materialize(DAYS[4])
+
+
+def test_a_model_over_a_hole_trains_on_the_rest_and_names_the_missing_day(holed):
+    platform, result = holed
+
+    assert result.success
+    (event,) = result.asset_materializations_for_node("model")
+    metadata = {key: value.value for key, value in event.metadata.items()}
+    assert metadata["missing_window_days"] == ["2024-01-04"]
+    assert metadata["window_coverage"] == 0.75
+    assert metadata["window_partitions"] == ["2024-01-02", "2024-01-03", "2024-01-05"]
+    # The evaluation of the day saw the model's window, and the day's model is registered.
+    report = json.loads(platform.stored("evaluation_report", DAYS[4], "json").read_text())
+    assert report["window"] == ["2024-01-02", "2024-01-03", "2024-01-05"]
+    assert DAYS[4] in platform.materialized("evaluation_report")
+    registered = json.loads(platform.stored("registered_model", DAYS[4], "json").read_text())
+    assert registered["version"] == "daily-2024-01-05"
+    assert registered["manifest"]["input_partitions"] == metadata["window_partitions"]
+    assert DAYS[4] in platform.materialized("registered_model")
+
+
+def test_below_coverage_the_model_fails_once_as_data_naming_the_days_and_command(holed):
+    platform, _ = holed
+    # A second day of the window goes missing: 2 of its 4 days are left.
+    platform.stored("features", DAYS[2], "parquet").unlink()
+
+    result = platform.materialize(DAYS[4], selection=["model", "evaluation_report"])
+
+    assert not result.success
+    message = failure_message(result)
+    assert "WindowCoverageError" in message
+    assert "only 2 of the 4 days of its feature window 2024-01-02..2024-01-05" in message
+    assert "features partitions 2024-01-03, 2024-01-04 are not in storage" in message
+    assert "`ml-platform materialize --start 2024-01-03 --days 3`" in message
+    assert attempts(result, "model") == 1
+    verdict = classification(platform, result)
+    assert verdict.failure_class == DATA, verdict.reason
+    assert "WindowCoverageError" in verdict.reason
+
+
+def test_in_a_range_a_day_below_coverage_fails_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    contract = contract_with(tmp_path, "synthetic", window_days=4, max_epochs=5)
+    platform = Platform(contract, tmp_path / "platform")
+    platform.land(DAYS[0], 5)
+    ingestion = ["raw_data", "validated_data", "features"]
+    assert materialize_range(platform, DAYS[0], DAYS[4], ingestion).success
+    platform.stored("features", DAYS[1], "parquet").unlink()
+
+    # 01-03 keeps 2 of its 3 days (67 %); 01-04 and 01-05 keep 3 of 4 (75 %).
+    result = materialize_range(platform, DAYS[2], DAYS[4], ["model"])
+
+    assert not result.success
+    message = failure_message(result)
+    assert "model: 1 of 3 days failed" in message
+    assert "model 2024-01-03 was not trained: features partition 2024-01-02 is not" in message
+    assert "only 2 of the 3 days of its feature window 2024-01-01..2024-01-03" in message
+    assert attempts(result, "model") == 1
+    assert not platform.stored("model", DAYS[2], "joblib").exists()
+    for day in DAYS[3:]:
+        assert platform.stored("model", day, "joblib").is_file()
+    verdict = classification(platform, result)
+    assert verdict.failure_class == DATA
