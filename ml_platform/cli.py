@@ -116,7 +116,7 @@ def score(args: argparse.Namespace) -> int:
     """Score a file of rows with a registered model, to see the model is real."""
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
-    from ml_platform.registry.store import ModelRegistry
+    from ml_platform.registry.store import ModelRegistry, RegistryError
     from ml_platform.storage import lake_from_env
     from ml_platform.validation.schema import type_rows
 
@@ -126,7 +126,12 @@ def score(args: argparse.Namespace) -> int:
     version = args.version or registry.alias(args.alias)
     if version is None:
         raise SystemExit(f"error: alias '{args.alias}' points to no version yet")
-    model = registry.load(version)
+    try:
+        # Only a whole version loads: one whose registration never finished is refused.
+        model = registry.load(version)
+    except RegistryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     text_columns = [c.name for c in contract.columns if c.dtype == "str"]
     raw = read_landed_file(args.file.read_bytes(), args.file.name, "scoring", text_columns)
     features = build_features(type_rows(raw, contract, where=str(args.file)), contract)
