@@ -163,12 +163,17 @@ def diagnose(args: argparse.Namespace) -> int:
     """Explain a failed run from the instance's event log: step, last lines, class, runbook."""
     import dagster as dg
 
-    from ml_platform.diagnose import RunNotFoundError, diagnose_run, tag_failure_class
+    from ml_platform.diagnose import (
+        AmbiguousRunIdError,
+        RunNotFoundError,
+        diagnose_run,
+        tag_failure_class,
+    )
 
     with dg.DagsterInstance.get() as instance:
         try:
             diagnosis = diagnose_run(instance, args.run_id, lines=args.lines)
-        except RunNotFoundError as exc:
+        except (RunNotFoundError, AmbiguousRunIdError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         tag_failure_class(instance, diagnosis)
@@ -263,7 +268,10 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=score)
 
     p = sub.add_parser("diagnose", help="explain a failed run: step, last log lines, class")
-    p.add_argument("run_id", help="the run's id (UI, alert, or `dagster run list`)")
+    p.add_argument(
+        "run_id",
+        help="the run's id or a unique prefix of it, e.g. the 8 characters `materialize` prints",
+    )
     p.add_argument("--lines", type=int, default=15, help="log lines to show before the failure")
     p.set_defaults(func=diagnose)
 
