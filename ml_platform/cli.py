@@ -153,6 +153,18 @@ def score(args: argparse.Namespace) -> int:
 _DELETE = object()  # a candidate repair: remove the key, so its default (if any) applies
 
 
+def _unwrap(annotation: Any) -> Any:
+    """The type inside `Annotated[T, ...]` and `T | None`."""
+    import typing
+
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    members = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
+        return _unwrap(members[0])
+    return annotation
+
+
 def _candidates(loc: tuple) -> list:
     """Values a broken field could be given so that the rest of the contract can be checked.
 
@@ -166,34 +178,24 @@ def _candidates(loc: tuple) -> list:
     from ml_platform.contracts.model import Contract
 
     annotation: Any = Contract
-    info = None
+    optional = False
     for part in loc:
-        while typing.get_origin(annotation) is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
-            annotation = members[0]
+        annotation = _unwrap(annotation)
         origin = typing.get_origin(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             info = annotation.model_fields.get(str(part))
             if info is None:
                 return []
-            annotation = info.annotation
+            annotation, optional = info.annotation, not info.is_required()
         elif origin is list and isinstance(part, int):
-            annotation, info = typing.get_args(annotation)[0], None
+            annotation, optional = typing.get_args(annotation)[0], False
         elif origin is dict:
             # A dict entry (a metric's threshold, a feature's drift setting) may be left out.
-            return [_DELETE]
+            annotation, optional = typing.get_args(annotation)[1], True
         else:
             return []
-    values: list = []
-    if info is not None and not info.is_required():
-        values.append(_DELETE)
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    members = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
-        annotation = members[0]
+    values: list = [_DELETE] if optional else []
+    annotation = _unwrap(annotation)
     if typing.get_origin(annotation) is typing.Literal:
         values += list(typing.get_args(annotation))
     elif annotation is bool:
