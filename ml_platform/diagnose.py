@@ -19,7 +19,36 @@ FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAIL
 
 
 class RunNotFoundError(LookupError):
-    """No run with this id in the instance."""
+    """No run with this id (or id prefix) in the instance."""
+
+
+class AmbiguousRunIdError(LookupError):
+    """More than one run's id starts with the prefix given."""
+
+
+def resolve_run_id(instance: dg.DagsterInstance, run_id: str) -> str:
+    """The full id of the one run whose id is or starts with `run_id`.
+
+    `ml-platform materialize` prints the first 8 characters, as `git` shows short commits; any
+    longer or shorter prefix works while it names one run.
+    """
+    wanted = run_id.strip().lower()
+    if wanted and instance.get_run_by_id(wanted) is not None:
+        return wanted
+    # Prefixes of a run id are not a filter of the run storage: scan the ids, a string each.
+    matches = [r for r in instance.get_run_ids() if wanted and r.startswith(wanted)]
+    if not matches:
+        raise RunNotFoundError(
+            f"no run {run_id} in the Dagster instance at {instance.root_directory}: "
+            "is DAGSTER_HOME the instance the run ran on?"
+        )
+    if len(matches) > 1:
+        shown = ", ".join(sorted(matches)[:5]) + (", ..." if len(matches) > 5 else "")
+        raise AmbiguousRunIdError(
+            f"run id prefix '{run_id}' matches {len(matches)} runs ({shown}): "
+            "give more characters of the id"
+        )
+    return matches[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,13 +115,14 @@ def last_lines_before_failure(entries: list[dg.EventLogEntry], count: int) -> li
 
 
 def diagnose_run(instance: dg.DagsterInstance, run_id: str, lines: int = 15) -> Diagnosis:
-    """Read the run's event log and explain its failure; RunNotFoundError if there is no run."""
+    """Read the run's event log and explain its failure.
+
+    `run_id` may be any prefix of one run's id; RunNotFoundError if no run has it,
+    AmbiguousRunIdError if several do.
+    """
+    run_id = resolve_run_id(instance, run_id)
     run = instance.get_run_by_id(run_id)
-    if run is None:
-        raise RunNotFoundError(
-            f"no run {run_id} in the Dagster instance at {instance.root_directory}: "
-            "is DAGSTER_HOME the instance the run ran on?"
-        )
+    assert run is not None  # resolved from the instance's own run ids
     failed = run.status == dg.DagsterRunStatus.FAILURE
     outcome = run_outcome(instance, run_id, succeeded=not failed)
     assert outcome is not None  # the run exists: checked above

@@ -253,6 +253,49 @@ def test_diagnose_names_a_run_that_is_not_in_the_instance(incidents, capsys):
     assert "no run 0000-no-such-run in the Dagster instance at" in err
 
 
+def test_diagnose_takes_the_short_run_id_that_materialize_prints(incidents, capsys):
+    run_id = incidents["runs"][DATA]
+    short = run_id[:8]  # what `ml-platform materialize` prints
+    assert [r for r in incidents["instance"].get_run_ids() if r.startswith(short)] == [run_id]
+
+    assert cli.main(["diagnose", short]) == 0
+
+    out = capsys.readouterr().out
+    assert f"run {run_id}: FAILURE" in out and "failed step: validated_data" in out
+
+
+@dg.asset
+def probe() -> None:
+    """Fails at once: a run to diagnose."""
+    raise ValueError("probe failed on purpose")
+
+
+def test_diagnose_refuses_an_ambiguous_or_unknown_run_id_prefix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    job = dg.Definitions(assets=[probe], jobs=[dg.define_asset_job("probe_job")]).resolve_job_def(
+        "probe_job"
+    )
+    # Two runs whose ids share their first 8 characters, as ids of a busy instance come to.
+    ids = ["0badc0de-1111-4000-8000-000000000001", "0badc0de-2222-4000-8000-000000000002"]
+    with dg.DagsterInstance.get() as instance:
+        for run_id in ids:
+            assert not job.execute_in_process(
+                instance=instance, run_id=run_id, raise_on_error=False
+            ).success
+
+    assert cli.main(["diagnose", "0badc0de"]) == 2
+    err = capsys.readouterr().err
+    assert "run id prefix '0badc0de' matches 2 runs" in err
+    assert all(run_id in err for run_id in ids) and "give more characters" in err
+
+    assert cli.main(["diagnose", "0badc0de-2"]) == 0
+    out = capsys.readouterr().out
+    assert f"run {ids[1]}: FAILURE" in out and "ValueError: probe failed on purpose" in out
+
+    assert cli.main(["diagnose", "0badc0de-3"]) == 2
+    assert f"no run 0badc0de-3 in the Dagster instance at {tmp_path}" in capsys.readouterr().err
+
+
 def test_every_line_of_the_json_log_is_json_with_run_step_and_partition(incidents):
     path = Path(incidents["home"]) / "logs" / LOG_FILE_NAME
     lines = path.read_text().splitlines()

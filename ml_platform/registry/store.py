@@ -1,10 +1,19 @@
 """The model registry, kept in the platform's lake storage next to the data it came from.
 
-Layout under `<dataset>/registry/`: `versions/<version>/model.joblib` and `manifest.json`,
-`aliases.json` (where each alias points now) and `alias_history.json` (every move of an alias,
-never rewritten, only extended), which answers "which version was champion on date X".
-Versions are named after what they are (`daily-2013-01-28`), so registering the model of a day
-again replaces that version instead of adding one.
+Layout under `<dataset>/registry/`: `versions/<version>/model-<sha256>.joblib` and
+`manifest.json`, `aliases.json` (where each alias points now) and `alias_history.json` (every
+move of an alias, never rewritten, only extended), which answers "which version was champion on
+date X". Versions are named after what they are (`daily-2013-01-28`), so registering the model
+of a day again replaces that version instead of adding one.
+
+A version is whole or absent. Its manifest is its commit record: written last, in one write
+(an atomic rename on a directory, one PUT on S3, neither of which has a multi-object commit),
+and it names the model object with its checksum. The model object is named by its content, so
+registering a version again never touches the bytes the committed manifest points to until the
+new manifest replaces it. A version without a manifest, or whose manifest names a model that is
+missing or does not match its checksum, is invisible to `versions()` and refused by `load` and
+`set_alias`. Versions written before this layout (`model.joblib` beside a manifest without a
+model entry) still load.
 """
 
 import datetime as dt
@@ -22,10 +31,28 @@ from ml_platform.training.model import TrainedModel
 
 ALIASES = ("champion", "challenger")
 KEY_PACKAGES = ("dagster", "pandas", "numpy", "scikit-learn", "great-expectations", "scipy")
+MANIFEST = "manifest.json"
+# The model object of versions registered before manifests named their model.
+LEGACY_MODEL = "model.joblib"
+# Manifest entries that make it the version's commit record.
+MODEL_OBJECT = "model_object"
+MODEL_SHA256 = "model_sha256"
 
 
 class RegistryError(LookupError):
-    """A version or alias asked for is not in the registry."""
+    """A version or alias asked for is not in the registry, or not whole."""
+
+
+class RegistryStorageError(OSError):
+    """The lake failed to read or write a registry object; the message names it and the version.
+
+    An OSError (with the cause's errno when it had one), so out-of-disk still reads as
+    `[Errno 28]` to the failure classifier, and the cause stays chained.
+    """
+
+
+def _is_model_object(name: str) -> bool:
+    return name == LEGACY_MODEL or (name.startswith("model-") and name.endswith(".joblib"))
 
 
 class ModelRegistry:
@@ -35,37 +62,157 @@ class ModelRegistry:
         self.storage = storage
         self.prefix = f"{dataset}/registry"
 
+    def _key(self, version: str, name: str) -> str:
+        return f"{self.prefix}/versions/{version}/{name}"
+
+    def _failed(self, doing: str, key: str, version: str | None, exc: Exception) -> OSError:
+        """The storage error of `exc`, naming the object and the version it belongs to."""
+        of = f" of version '{version}'" if version is not None else ""
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        message = f"{doing} {self.storage.uri(key)}{of} failed: {type(exc).__name__}: {reason}"
+        errno = exc.errno if isinstance(exc, OSError) else None
+        return RegistryStorageError(errno, message) if errno else RegistryStorageError(message)
+
+    def _read(self, key: str, version: str | None = None) -> bytes:
+        try:
+            return self.storage.read_bytes(key)
+        except Exception as exc:
+            raise self._failed("reading", key, version, exc) from exc
+
+    def _write(self, key: str, data: bytes, version: str | None = None) -> None:
+        try:
+            self.storage.write_bytes(key, data)
+        except Exception as exc:
+            raise self._failed("writing", key, version, exc) from exc
+
+    def _exists(self, key: str, version: str | None = None) -> bool:
+        try:
+            return self.storage.exists(key)
+        except Exception as exc:
+            raise self._failed("looking up", key, version, exc) from exc
+
     def _json(self, key: str, default: Any) -> Any:
         full = f"{self.prefix}/{key}"
-        return json.loads(self.storage.read_bytes(full)) if self.storage.exists(full) else default
+        return json.loads(self._read(full)) if self._exists(full) else default
 
     def _write_json(self, key: str, value: Any) -> None:
-        self.storage.write_bytes(f"{self.prefix}/{key}", serialise(value, "json"))
+        self._write(f"{self.prefix}/{key}", serialise(value, "json"))
+
+    def _objects(self, version: str) -> set[str]:
+        """Names of the objects stored under a version, whole or not."""
+        folder = f"{self.prefix}/versions/{version}"
+        try:
+            keys = self.storage.list_keys(folder)
+        except Exception as exc:
+            raise self._failed("listing", folder, version, exc) from exc
+        return {k.rsplit("/", 1)[-1] for k in keys}
 
     def versions(self) -> list[str]:
-        """Registered version names, sorted."""
-        keys = self.storage.list_keys(f"{self.prefix}/versions")
-        return sorted({k.split("/")[-2] for k in keys if k.endswith("/manifest.json")})
+        """Registered whole versions, sorted: a manifest and a model object (see the module)."""
+        folder = f"{self.prefix}/versions"
+        try:
+            keys = self.storage.list_keys(folder)
+        except Exception as exc:
+            raise self._failed("listing", folder, None, exc) from exc
+        names: dict[str, set[str]] = {}
+        for key in keys:
+            parts = key[len(folder) + 1 :].split("/")
+            if len(parts) == 2:
+                names.setdefault(parts[0], set()).add(parts[1])
+        return sorted(
+            v
+            for v, found in names.items()
+            if MANIFEST in found and any(map(_is_model_object, found))
+        )
 
     def upsert(self, version: str, model: TrainedModel, manifest: dict) -> None:
-        """Store a version, replacing a previous one of the same name (never a second copy)."""
-        base = f"versions/{version}"
-        self.storage.write_bytes(f"{self.prefix}/{base}/model.joblib", serialise(model, "joblib"))
-        self._write_json(f"{base}/manifest.json", {**manifest, "version": version})
+        """Store a version whole, replacing a previous one of the same name (never a second copy).
+
+        The model object first, under a name of its content, then the manifest naming it: until
+        the manifest is written the version is absent (or still the previous one). A failed
+        write removes what it wrote, and raises naming the object and the version.
+        """
+        data = serialise(model, "joblib")
+        digest = hashlib.sha256(data).hexdigest()
+        model_name = f"model-{digest[:16]}.joblib"
+        model_key = self._key(version, model_name)
+        before = self._objects(version)
+        record = {**manifest, "version": version, MODEL_OBJECT: model_name, MODEL_SHA256: digest}
+        try:
+            if model_name not in before:
+                self._write(model_key, data, version)
+            self._write(self._key(version, MANIFEST), serialise(record, "json"), version)
+        except BaseException as exc:
+            # The previous manifest, if any, still names its own (older) model object.
+            if model_name not in before:
+                self._discard(model_key, version, exc)
+            raise
+        # Model objects no manifest names any more: the replaced one, and leftovers of writes
+        # that were cut short (a killed process cannot clean up after itself).
+        for name in before - {model_name, MANIFEST}:
+            if _is_model_object(name):
+                self._discard(self._key(version, name), version, None)
+
+    def _discard(self, key: str, version: str, failure: BaseException | None) -> None:
+        try:
+            self.storage.delete(key)
+        except Exception as exc:
+            error = self._failed("removing", key, version, exc)
+            if failure is None:
+                raise error from exc
+            # The write's own error is the one to raise; the leftover is not a version (no
+            # manifest names it) and the next registration of the version removes it.
+            failure.add_note(f"also left behind: {error}")
 
     def manifest(self, version: str) -> dict:
-        """The lineage manifest of a version."""
-        found = self._json(f"versions/{version}/manifest.json", None)
-        if found is None:
-            raise RegistryError(f"no version '{version}' in {self.storage.uri(self.prefix)}")
-        return dict(found)
+        """The lineage manifest of a whole version; RegistryError if there is none."""
+        key = self._key(version, MANIFEST)
+        if not self._exists(key, version):
+            raise RegistryError(self._absent(version))
+        return dict(json.loads(self._read(key, version)))
+
+    def _absent(self, version: str) -> str:
+        """Why a version cannot be used: never registered, or a write of it never finished."""
+        where = self.storage.uri(f"{self.prefix}/versions/{version}")
+        known = ", ".join(self.versions()[-5:]) or "none"
+        if self._objects(version):
+            return (
+                f"version '{version}' is incomplete at {where}: its manifest was never written "
+                "(the registration failed midway), so it is not a registered version; rerun "
+                f"registered_model for its day. Latest registered versions: {known}"
+            )
+        return f"no version '{version}' in {self.storage.uri(self.prefix)}; latest: {known}"
+
+    def _model_key(self, version: str) -> tuple[str, str | None]:
+        """The key of a whole version's model object and its checksum (None: an old version)."""
+        manifest = self.manifest(version)
+        name = manifest.get(MODEL_OBJECT, LEGACY_MODEL)
+        key = self._key(version, name)
+        if not self._exists(key, version):
+            raise RegistryError(
+                f"version '{version}' is incomplete: its manifest names the model object "
+                f"{self.storage.uri(key)}, which is missing; rerun registered_model for its day"
+            )
+        return key, manifest.get(MODEL_SHA256)
+
+    def is_whole(self, version: str) -> bool:
+        """Whether a version is registered whole: a manifest and the model object it names."""
+        try:
+            self._model_key(version)
+        except RegistryError:
+            return False
+        return True
 
     def load(self, version: str) -> TrainedModel:
-        """The model of a version."""
-        key = f"{self.prefix}/versions/{version}/model.joblib"
-        if not self.storage.exists(key):
-            raise RegistryError(f"no version '{version}' in {self.storage.uri(self.prefix)}")
-        model: TrainedModel = deserialise(self.storage.read_bytes(key), "joblib")
+        """The model of a whole version; RegistryError saying why when it is absent or partial."""
+        key, digest = self._model_key(version)
+        data = self._read(key, version)
+        if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+            raise RegistryError(
+                f"version '{version}' is damaged: {self.storage.uri(key)} does not match the "
+                "checksum in its manifest; rerun registered_model for its day"
+            )
+        model: TrainedModel = deserialise(data, "joblib")
         return model
 
     def alias(self, name: str) -> str | None:
@@ -96,6 +243,10 @@ class ModelRegistry:
         """Point an alias at a version and record the move; a no-op if it already points there."""
         if name not in ALIASES:
             raise ValueError(f"unknown alias '{name}'; aliases are {', '.join(ALIASES)}")
+        try:
+            self._model_key(version)
+        except RegistryError as exc:
+            raise RegistryError(f"cannot point '{name}' at version '{version}': {exc}") from exc
         aliases = self._json("aliases.json", {})
         if aliases.get(name) == version:
             return
