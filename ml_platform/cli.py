@@ -153,18 +153,6 @@ def score(args: argparse.Namespace) -> int:
 _DELETE = object()  # a candidate repair: remove the key, so its default (if any) applies
 
 
-def _unwrap(annotation: Any) -> Any:
-    """The type inside `Annotated[T, ...]` and `T | None`."""
-    import typing
-
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    members = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
-        return _unwrap(members[0])
-    return annotation
-
-
 def _candidates(loc: tuple) -> list:
     """Values a broken field could be given so that the rest of the contract can be checked.
 
@@ -178,24 +166,34 @@ def _candidates(loc: tuple) -> list:
     from ml_platform.contracts.model import Contract
 
     annotation: Any = Contract
-    optional = False
+    info = None
     for part in loc:
-        annotation = _unwrap(annotation)
+        while typing.get_origin(annotation) is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
+            annotation = members[0]
         origin = typing.get_origin(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             info = annotation.model_fields.get(str(part))
             if info is None:
                 return []
-            annotation, optional = info.annotation, not info.is_required()
+            annotation = info.annotation
         elif origin is list and isinstance(part, int):
-            annotation, optional = typing.get_args(annotation)[0], False
+            annotation, info = typing.get_args(annotation)[0], None
         elif origin is dict:
             # A dict entry (a metric's threshold, a feature's drift setting) may be left out.
-            annotation, optional = typing.get_args(annotation)[1], True
+            return [_DELETE]
         else:
             return []
-    values: list = [_DELETE] if optional else []
-    annotation = _unwrap(annotation)
+    values: list = []
+    if info is not None and not info.is_required():
+        values.append(_DELETE)
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    members = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
+        annotation = members[0]
     if typing.get_origin(annotation) is typing.Literal:
         values += list(typing.get_args(annotation))
     elif annotation is bool:
