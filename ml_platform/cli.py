@@ -5,10 +5,8 @@ import datetime as dt
 import os
 import sys
 import time
-import types
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.ingestion.synthetic import BYTE_FAULTS, FAULTS, Drift
@@ -150,146 +148,9 @@ def score(args: argparse.Namespace) -> int:
     return 0
 
 
-_DELETE = object()  # a candidate repair: remove the key, so its default (if any) applies
-
-
-def _candidates(loc: tuple) -> list:
-    """Values a broken field could be given so that the rest of the contract can be checked.
-
-    Only values that leave no doubt: every value of a finite type (a Literal, a bool), and the
-    default of an optional field. Empty when no such value exists (a required text or number).
-    """
-    import typing
-
-    from pydantic import BaseModel
-
-    from ml_platform.contracts.model import Contract
-
-    annotation: Any = Contract
-    info = None
-    for part in loc:
-        while typing.get_origin(annotation) is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
-            annotation = members[0]
-        origin = typing.get_origin(annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            info = annotation.model_fields.get(str(part))
-            if info is None:
-                return []
-            annotation = info.annotation
-        elif origin is list and isinstance(part, int):
-            annotation, info = typing.get_args(annotation)[0], None
-        elif origin is dict:
-            # A dict entry (a metric's threshold, a feature's drift setting) may be left out.
-            return [_DELETE]
-        else:
-            return []
-    values: list = []
-    if info is not None and not info.is_required():
-        values.append(_DELETE)
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    members = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(members) == 1:
-        annotation = members[0]
-    if typing.get_origin(annotation) is typing.Literal:
-        values += list(typing.get_args(annotation))
-    elif annotation is bool:
-        values += [False, True]
-    return values
-
-
-def _with(document: Any, loc: tuple, value: Any) -> Any:
-    """A copy of the document with the value at `loc` replaced (or removed: `_DELETE`)."""
-    import copy
-
-    changed = copy.deepcopy(document)
-    parent = changed
-    for part in loc[:-1]:
-        parent = parent[part]
-    if value is _DELETE:
-        parent.pop(loc[-1], None)
-    else:
-        parent[loc[-1]] = value
-    return changed
-
-
-def _cross_field_problems(text: str, errors: Sequence[Any]) -> list[str] | None:
-    """The contract's cross-field mistakes that hold whatever its broken fields are fixed to.
-
-    Each broken field is given, in turn, every value it could take (`_candidates`) while the
-    others keep their first one; a mistake found in every such repair does not depend on how
-    the broken fields are fixed, so it is reported now. None when a broken field has no
-    candidate: the cross-field rules cannot run until it is fixed.
-    """
-    import yaml
-    from pydantic import ValidationError
-
-    # parse_contract stops at the first stage (field types) that fails; its cross-field rules
-    # and line lookup are reused as they are, on repaired documents.
-    from ml_platform.contracts.model import (
-        Contract,
-        _line_index,
-        _locate,
-        _semantic_problems,
-    )
-
-    document = yaml.safe_load(text)
-    broken = []
-    for error in errors:
-        loc = tuple(error["loc"])
-        values = [_DELETE] if error["type"] == "extra_forbidden" else _candidates(loc)
-        if not values:
-            return None
-        broken.append((loc, values))
-    base = document
-    for loc, values in broken:
-        base = _with(base, loc, values[0])
-    found: set[tuple] | None = None
-    for loc, values in broken:
-        for value in values:
-            try:
-                contract = Contract.model_validate(_with(base, loc, value))
-            except (ValidationError, KeyError, IndexError, TypeError):
-                return None
-            problems = set(
-                (tuple(path), reason)
-                for path, reason in _semantic_problems(contract)
-                # A mistake at a broken field is already reported as its type error.
-                if not any(tuple(path)[: len(b)] == b for b, _ in broken)
-            )
-            found = problems if found is None else found & problems
-    lines = _line_index(text)
-    return [_locate(lines, path, reason) for path, reason in found or ()]
-
-
-def _line_number(problem: str) -> int:
-    """N of a 'line N: path: reason' problem."""
-    return int(problem.split(":", 1)[0].removeprefix("line "))
-
-
 def check_contract(args: argparse.Namespace) -> int:
-    """Load a contract and report every problem in it, type errors and cross-field ones at once."""
-    from pydantic import ValidationError
-
-    try:
-        contract = load_contract(args.contract)
-    except ContractError as exc:
-        if not isinstance(exc.__cause__, ValidationError):
-            raise
-        text = Path(exc.source).read_text()
-        cross = _cross_field_problems(text, exc.__cause__.errors())
-        if cross is None:
-            print(f"error: {exc}", file=sys.stderr)
-            print(
-                "note: the cross-field checks (declared columns, label, features, metrics) run "
-                "once the problems above are fixed",
-                file=sys.stderr,
-            )
-            return 2
-        raise ContractError(exc.source, sorted([*exc.problems, *cross], key=_line_number)) from exc
+    """Load a contract and report every problem in it."""
+    contract = load_contract(args.contract)
     print(
         f"{args.contract}: contract '{contract.name}' is valid "
         f"({len(contract.columns)} columns, {len(contract.features)} features, "
