@@ -31,7 +31,12 @@ from ml_platform.automation.sensors import (
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.ingestion.assets import LandingFileError, read_landed_stream
-from ml_platform.ingestion.landing import LandingStore, LandingZone, S3LandingZone
+from ml_platform.ingestion.landing import (
+    LandingStore,
+    LandingZone,
+    RefusedLandingFileError,
+    S3LandingZone,
+)
 from ml_platform.partitions import daily_partitions
 
 SYNTHETIC = load_contract("synthetic")
@@ -452,6 +457,48 @@ def test_s3_landed_object_is_parsed_and_hashed_as_it_streams(s3_zone):
         s3_zone.open_file(synthetic_name("2024-01-09"), "2024-01-09"),
     ):
         pass
+
+
+def test_s3_keys_that_could_leave_the_prefix_are_refused_alerted_once_and_never_read(
+    s3_zone, monkeypatch, caplog, capsys
+):
+    put(s3_zone, synthetic_name("2024-01-01"))
+    tricks = {
+        "../synthetic_2024-01-02.csv": "'..' segment",
+        "./synthetic_2024-01-03.csv": "'.' or '..' segment",
+        "/etc/synthetic_2024-01-04.csv": "absolute path",  # incoming//etc/...
+    }
+    for name in tricks:
+        put(s3_zone, name, b"secret,line\n1,2\n")
+    listed = {o.name: o.refused for o in s3_zone.entries()}
+    assert set(listed) == {synthetic_name("2024-01-01"), *tricks}, listed
+    sensor = Sensor(s3_zone)
+
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        assert sensor.requested() == ["2024-01-01"]
+        assert sensor.requested() == []
+    [alert] = [r.getMessage() for r in caplog.records if r.name == "ml_platform.alerts"]
+    assert "3 landed file(s) of synthetic refused or fit no partition" in alert
+    for name, reason in tricks.items():
+        assert name in alert and reason in alert
+        assert listed[name] is not None and reason in listed[name]
+        with (
+            pytest.raises(RefusedLandingFileError, match="refused"),
+            s3_zone.open_file(name, "2024-01-02"),
+        ):
+            pass
+    assert "secret,line" not in caplog.text
+
+    from ml_platform.cli import main
+
+    monkeypatch.setenv("ML_PLATFORM_LANDING_URL", s3_zone.url)
+    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", s3_zone.endpoint_url or "")
+    assert main(["landing-status", "synthetic"]) == 1
+    out = capsys.readouterr()
+    assert "1 day file(s) of synthetic" in out.out
+    for name, reason in tricks.items():
+        assert f"{s3_zone.path_for(name)} is refused" in out.err and reason in out.err
+    assert "secret,line" not in out.out + out.err
 
 
 def test_ten_thousand_s3_objects_keep_each_tick_short(s3_zone, tmp_path):
