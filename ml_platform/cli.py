@@ -59,18 +59,36 @@ def land(args: argparse.Namespace) -> int:
 
 
 def landing_status(args: argparse.Namespace) -> int:
-    """Say which partition days have a landed file and which files fit no partition."""
-    from ml_platform.ingestion.landing import LandingZone, scan_landing
+    """Map landed files to days; name misfits and refused entries, each with the reason.
+
+    Refused: links, non-regular files and unsafe S3 keys, which nothing reads. The zone is the
+    local directory, or the S3 prefix of ML_PLATFORM_LANDING_URL when no --landing-dir is given.
+    """
+    from ml_platform.ingestion.landing import (
+        LANDING_URL_ENV,
+        LandingStore,
+        LandingZone,
+        landing_from_env,
+        scan_landing,
+    )
 
     contract = load_contract(args.dataset)
-    zone = LandingZone(base_dir=args.landing_dir or _require_env("ML_PLATFORM_LANDING_DIR"))
-    scan = scan_landing(contract, zone.file_names())
+    zone: LandingStore
+    if args.landing_dir or not os.environ.get(LANDING_URL_ENV):
+        zone = LandingZone(base_dir=args.landing_dir or _require_env("ML_PLATFORM_LANDING_DIR"))
+    else:
+        zone = landing_from_env().process_config_and_initialize()
+    entries = zone.entries()
+    refused = {e.name: e.refused for e in entries if e.refused is not None}
+    scan = scan_landing(contract, [e.name for e in entries if e.refused is None])
     days = sorted(scan.days)
     span = f" ({days[0]} to {days[-1]})" if days else ""
-    print(f"{zone.base_dir}: {len(days)} day file(s) of {contract.name}{span}")
+    print(f"{zone.path_for('')}: {len(days)} day file(s) of {contract.name}{span}")
     for name, reason in scan.problems.items():
         print(f"error: {zone.path_for(name)} belongs to no partition: {reason}", file=sys.stderr)
-    return 1 if scan.problems else 0
+    for name, reason in refused.items():
+        print(f"error: {zone.path_for(name)} is refused: {reason}", file=sys.stderr)
+    return 1 if scan.problems or refused else 0
 
 
 def materialize(args: argparse.Namespace) -> int:

@@ -4,12 +4,15 @@ Files landed in the bucket run their days through the running landing sensor, a 
 file reruns exactly its day, and a 7-day backfill launched through GraphQL completes while the
 sensor's runs train, under the run queue and concurrency limits of the repository's
 dagster.yaml: never two training runs at once, never two runs of one day at once, at most two.
+On a local landing zone, files moved or copied in with a week-old mtime run their days and a
+link to /etc/os-release runs nothing.
 """
 
 import contextlib
 import datetime as dt
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -95,8 +98,10 @@ class Stack(DagsterProcesses):
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         # Code servers and run workers share each process group: leave none of them behind.
         for proc in self.procs:
+            # The group can end between the look and the kill.
             if living_in_group(proc.pid):
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
 
     def land(self, partition: str, corrected: bool = False) -> None:
         frame = source_day(SYNTHETIC, dt.date.fromisoformat(partition))
@@ -337,3 +342,64 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
     for run in everything:
         at_once = [r for r in everything if r["startTime"] <= run["startTime"] < r["endTime"]]
         assert len(at_once) <= 2, "more than 2 runs at once"
+
+
+class LocalZoneStack(Stack):
+    """The same processes with the landing zone a local directory instead of the bucket."""
+
+    def __init__(self, tmp_path: Path, s3_endpoint: str):
+        super().__init__(tmp_path, s3_endpoint)
+        self.zone = tmp_path / "landing"
+        self.zone.mkdir()
+        self.env.pop("ML_PLATFORM_LANDING_URL")
+        self.env["ML_PLATFORM_LANDING_DIR"] = str(self.zone)
+
+
+def test_the_running_sensor_sees_files_moved_or_copied_in_with_an_old_mtime_not_links(
+    tmp_path, s3_endpoint
+):
+    stack = LocalZoneStack(tmp_path, s3_endpoint)
+    outbox = tmp_path / "outbox"
+    outbox.mkdir()
+    week_ago = time.time() - 7 * 86_400
+
+    def prepared(partition: str) -> Path:
+        """A day's file finished a week ago outside the zone, as an upstream job leaves it."""
+        path = outbox / SYNTHETIC.landing.file_name(partition)
+        path.write_bytes(file_bytes(source_day(SYNTHETIC, dt.date.fromisoformat(partition)), None))
+        os.utime(path, (week_ago, week_ago))
+        return path
+
+    def in_zone(partition: str) -> Path:
+        return stack.zone / SYNTHETIC.landing.file_name(partition)
+
+    stack.start()
+    try:
+        stack.wait_for(lambda: stack.graphql("{ version }"), 180, "the webserver")
+        shutil.copy(prepared(day(0)), in_zone(day(0)))
+        stack.sensor("start")
+        stack.wait_for(
+            lambda: created(stack.runs(pipelineName=DAILY_JOB), 1), 120, "the first request"
+        )
+
+        # The atomic way to land (rename a finished file into place) and `cp -p`: both keep
+        # the week-old mtime, older than anything the sensor has seen. A link is never read.
+        os.rename(prepared(day(1)), in_zone(day(1)))
+        shutil.copy2(prepared(day(2)), in_zone(day(2)))
+        in_zone(day(3)).symlink_to("/etc/os-release")
+        landed_at = time.time()
+        stack.wait_for(
+            lambda: created(stack.runs(pipelineName=DAILY_JOB), 3), 120, "2 more requests"
+        )
+        stack.wait_for(lambda: stack.sensor_ticks_since(landed_at) >= 3, 120, "3 more ticks")
+
+        runs = stack.runs(pipelineName=DAILY_JOB)
+        assert sorted(r["tags"]["dagster/partition"] for r in runs) == [day(0), day(1), day(2)]
+        for run in runs:
+            partition = run["tags"]["dagster/partition"]
+            assert run["tags"]["ml_platform/landed_file"] == str(in_zone(partition))
+    finally:
+        stack.stop()
+    first_line = Path("/etc/os-release").read_text().splitlines()[0]
+    logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*.log"))
+    assert first_line not in logs

@@ -1,9 +1,11 @@
-"""Landing day files: names from the contract, idempotent re-landing, replacement, missing days."""
+"""Landing day files: names from the contract, idempotent re-landing, replacement, missing days;
+links, folders, FIFOs and names leaving the zone refused without a byte read."""
 
 import datetime as dt
 import hashlib
 import io
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,8 +15,10 @@ from ml_platform.ingestion.assets import LandingFileError, read_landed_file, rea
 from ml_platform.ingestion.landing import (
     LandingZone,
     MissingLandingFileError,
+    RefusedLandingFileError,
     land_days,
     source_day,
+    unsafe_name_reason,
 )
 from ml_platform.ingestion.synthetic import Drift, generate_day
 
@@ -200,3 +204,74 @@ def test_no_temporary_files_are_left_behind(tmp_path):
 def test_drift_and_faults_are_refused_for_flights():
     with pytest.raises(ValueError, match="synthetic dataset only"):
         source_day(FLIGHTS, dt.date(2013, 1, 1), fault="null_burst")
+
+
+def zone_with_links(tmp_path):
+    """A zone holding a day file, links (out of the zone and into it), a folder and a FIFO."""
+    zone_dir = tmp_path / "landing"
+    zone_dir.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.csv").write_bytes(b"password,hunter2\n1,2\n")
+    (zone_dir / "synthetic_2024-01-01.csv").write_bytes(b"a,b\n1,2\n")
+    (zone_dir / "synthetic_2024-01-02.csv").symlink_to("/etc/os-release")
+    (zone_dir / "synthetic_2024-01-03.csv").symlink_to(outside / "secret.csv")
+    (zone_dir / "synthetic_2024-01-04.csv").symlink_to(zone_dir / "synthetic_2024-01-01.csv")
+    (zone_dir / "synthetic_2024-01-05.csv").mkdir()
+    os.mkfifo(zone_dir / "synthetic_2024-01-06.csv")
+    return LandingZone(base_dir=str(zone_dir))
+
+
+def test_links_folders_and_fifos_are_listed_as_refused_with_the_reason(tmp_path):
+    zone = zone_with_links(tmp_path)
+
+    entries = {entry.name: entry.refused for entry in zone.entries()}
+
+    assert entries.pop("synthetic_2024-01-01.csv") is None
+    for day in ["02", "03", "04"]:  # out of the zone, or into it: never followed
+        assert "symbolic link" in entries.pop(f"synthetic_2024-01-{day}.csv")
+    assert "directory" in entries.pop("synthetic_2024-01-05.csv")
+    assert "not a regular file" in entries.pop("synthetic_2024-01-06.csv")
+    assert entries == {}
+    assert zone.file_names() == ["synthetic_2024-01-01.csv"]
+
+
+def test_opening_a_refused_entry_names_file_partition_and_reason_and_reads_nothing(tmp_path):
+    zone = zone_with_links(tmp_path)
+    secrets = [Path("/etc/os-release").read_text().splitlines()[0], "password,hunter2"]
+    reasons = {"02": "symbolic link", "03": "symbolic link", "04": "symbolic link"}
+    reasons |= {"05": "directory", "06": "not a regular file"}  # a FIFO: must not block
+
+    for day, reason in reasons.items():
+        name, partition = f"synthetic_2024-01-{day}.csv", f"2024-01-{day}"
+        with pytest.raises(RefusedLandingFileError) as info, zone.open_file(name, partition):
+            pass
+        message = str(info.value)
+        assert str(zone.path_for(name)) in message and f"partition {partition}" in message
+        assert reason in message
+        assert not [secret for secret in secrets if secret in message]
+    with zone.open_file("synthetic_2024-01-01.csv", "2024-01-01") as stream:
+        assert stream.read() == b"a,b\n1,2\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("../elsewhere/secret.csv", "'..' segment"),
+        ("sub/../../secret.csv", "'..' segment"),
+        ("./synthetic_2024-01-01.csv", "'.' or '..' segment"),
+        ("/etc/os-release", "absolute path"),
+        ("C:\\secret.csv", "absolute path"),
+        ("synthetic_2024-01-01.csv\n", "control character"),
+    ],
+)
+def test_names_that_could_leave_the_zone_are_refused_before_any_read(tmp_path, name, reason):
+    zone_with_links(tmp_path)
+    zone = LandingZone(base_dir=str(tmp_path / "landing"))
+    assert reason in (unsafe_name_reason(name) or "")
+    with (
+        pytest.raises(RefusedLandingFileError, match="partition 2024-01-01.*refused"),
+        zone.open_file(name, "2024-01-01"),
+    ):
+        pass
+    assert unsafe_name_reason("synthetic_2024-01-01.csv") is None

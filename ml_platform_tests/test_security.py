@@ -1,12 +1,21 @@
 """No secret in the repository; the scanner that checks it (and the production test's logs)
-finds the kinds of secret it looks for; the webserver binds 127.0.0.1 unless configured.
+finds the kinds of secret it looks for; the webserver binds 127.0.0.1 unless configured; links
+in the landing zone (to /etc/os-release, to a valid file outside it) are refused by
+landing-status, the sensor and raw_data, and nothing of their targets shows anywhere.
 """
 
+import datetime as dt
+import logging
 import re
 import subprocess
+from pathlib import Path
 
+import dagster as dg
+import pytest
 import yaml
 
+from ml_platform.cli import main
+from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform_tests.conftest import REPO
 
 # A value after a $ { < is a placeholder (`${DAGSTER_PG_PASSWORD}`, `<password>`), not a secret.
@@ -84,3 +93,85 @@ def test_the_webserver_binds_loopback_unless_configured():
     for name, service in compose["services"].items():
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond this host"
+
+
+OS_RELEASE = Path("/etc/os-release")
+
+
+@pytest.fixture
+def linked_zone(platform_for, tmp_path):
+    """A synthetic platform whose zone holds a real day file and two links out of the zone.
+
+    2024-01-01 is a link to /etc/os-release; 2024-01-02 a link to a valid day file kept outside
+    the zone (what was once ingested and made champion). Returns the platform and the first
+    line of each link's target, which must never show anywhere.
+    """
+    platform = platform_for("synthetic")
+    outside = LandingZone(base_dir=str(tmp_path / "outside"))
+    list(land_days(platform.contract, outside, [dt.date(2024, 1, 2)]))
+    platform.land("2024-01-03", 1)
+    zone = platform.landing_dir
+    (zone / "synthetic_2024-01-01.csv").symlink_to(OS_RELEASE)
+    target = outside.path_for("synthetic_2024-01-02.csv")
+    (zone / "synthetic_2024-01-02.csv").symlink_to(target)
+    secrets = [
+        OS_RELEASE.read_text().splitlines()[0],
+        *target.read_text().splitlines()[:2],  # the valid file's header and first row
+    ]
+    return platform, secrets
+
+
+def test_landing_status_names_links_out_of_the_zone_with_the_reason(linked_zone, capsys):
+    platform, secrets = linked_zone
+
+    code = main(["landing-status", "synthetic", "--landing-dir", str(platform.landing_dir)])
+
+    out = capsys.readouterr()
+    assert code == 1
+    assert "1 day file(s) of synthetic (2024-01-03 to 2024-01-03)" in out.out
+    for day in ["2024-01-01", "2024-01-02"]:
+        path = platform.landing_dir / f"synthetic_{day}.csv"
+        assert f"error: {path} is refused: it is a symbolic link" in out.err
+    assert not [s for s in secrets if s in out.out + out.err]
+
+
+def test_the_sensor_alerts_once_on_links_and_requests_no_run_for_them(linked_zone, caplog):
+    from ml_platform_tests.test_sensors import Sensor
+
+    platform, secrets = linked_zone
+    sensor = Sensor(LandingZone(base_dir=str(platform.landing_dir)))
+
+    with caplog.at_level(logging.INFO):
+        assert sensor.requested() == ["2024-01-03"]
+        assert sensor.requested() == []
+        assert sensor.requested() == []
+
+    alerts = [r.getMessage() for r in caplog.records if r.name == "ml_platform.alerts"]
+    assert len(alerts) == 1
+    assert '"rule": "landing_misfit"' in alerts[0]
+    for day in ["2024-01-01", "2024-01-02"]:
+        assert f"synthetic_{day}.csv: it is a symbolic link" in alerts[0]
+    assert not [s for s in secrets if s in caplog.text]
+
+
+def test_raw_data_refuses_a_link_naming_file_partition_and_reason_and_reads_nothing(linked_zone):
+    platform, secrets = linked_zone
+
+    for day in ["2024-01-01", "2024-01-02"]:
+        result = platform.materialize(day, selection=["raw_data"])
+
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        message = failure.step_failure_data.user_failure_data.description
+        path = platform.landing_dir / f"synthetic_{day}.csv"
+        assert f"{path} (partition {day}) is refused: it is a symbolic link" in message
+        # Waiting does not turn a link into a file: no retry.
+        logs = platform.instance.all_logs(result.run_id)
+        assert not [
+            e for e in logs if e.dagster_event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY
+        ]
+        everything = "\n".join([*(str(e) for e in result.all_events), *(str(e) for e in logs)])
+        assert str(path) in everything
+        assert not [s for s in secrets if s in everything]
+    assert platform.materialized("raw_data") == set()
+    assert not platform.stored("raw_data", "2024-01-02", "parquet").exists()

@@ -1,14 +1,17 @@
 """The landing sensor's cursor, on a local directory and on a real S3 API server on 127.0.0.1.
 
-Edge cases: same modification time, overwrite, deletion, files that fit no partition, days that
-are not partitions yet, a zone of 10 000 files walked a page per tick, and a file first seen
-after someone already materialised its day.
+Edge cases: same modification time, overwrite, files moved or copied in with an older mtime, a
+same-size rewrite, deletion, files that fit no partition, days that are not partitions yet, a
+zone of 10 000 files walked a page per tick, a file first seen after someone already
+materialised its day, and a cursor of the former mtime-watermark kind.
 """
 
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -21,13 +24,19 @@ from ml_platform.automation.alerts import Notifier
 from ml_platform.automation.sensors import (
     LANDED_FILE_TAG,
     LANDED_VERSION_TAG,
+    SLACK_SECONDS,
     LandingCursor,
     build_landing_sensor,
 )
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.ingestion.assets import LandingFileError, read_landed_stream
-from ml_platform.ingestion.landing import LandingStore, LandingZone, S3LandingZone
+from ml_platform.ingestion.landing import (
+    LandingStore,
+    LandingZone,
+    RefusedLandingFileError,
+    S3LandingZone,
+)
 from ml_platform.partitions import daily_partitions
 
 SYNTHETIC = load_contract("synthetic")
@@ -90,8 +99,8 @@ def test_new_files_run_their_days_once(local):
     requests = result.run_requests or []
     assert [r.partition_key for r in requests] == ["2024-01-01", "2024-01-02", "2024-01-03"]
     first = requests[0]
-    stat = (directory / synthetic_name("2024-01-01")).stat()
-    version = f"{stat.st_mtime_ns}-{stat.st_size}"
+    stat = (directory / synthetic_name("2024-01-01")).lstat()
+    version = f"{stat.st_ino}-{stat.st_size}-{stat.st_ctime_ns}"
     assert first.run_key == f"2024-01-01|synthetic_2024-01-01.csv|{version}"
     assert first.tags[LANDED_FILE_TAG] == str(directory / "synthetic_2024-01-01.csv")
     assert first.tags[LANDED_VERSION_TAG] == version
@@ -130,16 +139,93 @@ def test_files_sharing_one_modification_time_are_each_handled_once(local):
     assert sensor.requested() == []
 
 
-def test_a_file_older_than_the_watermark_and_unchanged_is_never_rerun(local):
+def test_an_unchanged_file_is_never_rerun_however_old(local):
     directory, sensor = local
     write(directory, synthetic_name("2024-01-01"), mtime=DAY_AGO)
     assert sensor.requested() == ["2024-01-01"]
-    cursor = LandingCursor.loads(sensor.cursor)
-    assert cursor.watermark is not None
-    # Remembered only while it could still look new; the watermark covers it after that.
-    assert cursor.seen == {}
+    assert set(LandingCursor.loads(sensor.cursor).seen) == {synthetic_name("2024-01-01")}
     for _ in range(3):
         assert sensor.requested() == []
+
+
+def prepared_elsewhere(tmp_path: Path, name: str, data: bytes, mtime: float) -> Path:
+    """A finished file outside the zone, last modified long ago, ready to move in."""
+    outside = tmp_path / "outbox"
+    outside.mkdir(exist_ok=True)
+    return write(outside, name, data, mtime=mtime)
+
+
+def test_a_file_moved_in_with_an_older_mtime_runs_its_day(local, tmp_path):
+    directory, sensor = local
+    write(directory, synthetic_name("2024-01-01"))
+    assert sensor.requested() == ["2024-01-01"]
+
+    # Prepared a week ago and renamed into place: the standard atomic landing, which keeps the
+    # old mtime. Once as a new day, once replacing a day already run.
+    week_ago = time.time() - 7 * 86_400
+    for day in ["2024-01-02", "2024-01-01"]:
+        path = prepared_elsewhere(tmp_path, synthetic_name(day), b"a,b\n9,9\n", week_ago)
+        os.rename(path, directory / synthetic_name(day))
+        assert (directory / synthetic_name(day)).stat().st_mtime == pytest.approx(week_ago)
+        assert sensor.requested() == [day]
+        assert sensor.requested() == []
+
+
+def test_a_copy_keeping_its_mtime_runs_its_day(local, tmp_path):
+    directory, sensor = local
+    write(directory, synthetic_name("2024-01-01"), mtime=DAY_AGO)
+    assert sensor.requested() == ["2024-01-01"]
+    week_ago = time.time() - 7 * 86_400
+
+    # `cp -p`, as shutil.copy2 does: the copy carries the source's week-old mtime, over a file
+    # the sensor has seen and as a new day.
+    for day in ["2024-01-01", "2024-01-03"]:
+        source = prepared_elsewhere(tmp_path, synthetic_name(day), b"a,b\n4,4\n", week_ago)
+        shutil.copy2(source, directory / synthetic_name(day))
+        assert sensor.requested() == [day]
+    assert sensor.requested() == []
+
+
+def test_a_same_size_rewrite_with_the_same_mtime_runs_its_day_again(local):
+    directory, sensor = local
+    path = write(directory, synthetic_name("2024-01-01"), b"a,b\n1,2\n", mtime=DAY_AGO)
+    before = path.stat()
+    assert sensor.requested() == ["2024-01-01"]
+
+    # Rewritten in place (same inode), same size, its mtime put back: only its ctime moved.
+    path.write_bytes(b"a,b\n3,4\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    assert sensor.requested() == ["2024-01-01"]
+    assert sensor.requested() == []
+
+
+def test_a_cursor_of_the_mtime_watermark_kind_is_taken_over_without_rerunning_the_zone(
+    local, tmp_path
+):
+    directory, sensor = local
+    write(directory, synthetic_name("2024-01-01"), mtime=DAY_AGO)
+    write(directory, synthetic_name("2024-01-02"), mtime=DAY_AGO)
+    # What the sensor stored before it kept a version per file: a walk that began after both
+    # files landed (a ctime cannot be set back, so the watermark is put after the files).
+    watermark = time.time() + SLACK_SECONDS + 60
+    sensor.cursor = json.dumps(
+        {"v": 1, "watermark": watermark, "seen": {}, "walk": None, "pending": {}}
+    )
+
+    assert sensor.requested() == []
+    cursor = LandingCursor.loads(sensor.cursor)
+    assert cursor.walked and cursor.legacy_watermark is None
+    assert set(cursor.seen) == {synthetic_name("2024-01-01"), synthetic_name("2024-01-02")}
+    # From now on a version decides, not the watermark: a file moved in with an old mtime runs.
+    path = prepared_elsewhere(tmp_path, synthetic_name("2024-01-02"), b"a,b\n0,0\n", DAY_AGO)
+    os.rename(path, directory / synthetic_name("2024-01-02"))
+    assert sensor.requested() == ["2024-01-02"]
 
 
 def test_deleted_files_do_nothing(local):
@@ -151,6 +237,7 @@ def test_deleted_files_do_nothing(local):
     (directory / synthetic_name("2024-01-01")).unlink()
 
     assert sensor.requested() == []
+    assert set(LandingCursor.loads(sensor.cursor).seen) == {synthetic_name("2024-01-02")}
     # Landing it again is a new delivery.
     write(directory, synthetic_name("2024-01-01"), b"a,b\n5,6\n")
     assert sensor.requested() == ["2024-01-01"]
@@ -209,16 +296,13 @@ def test_turning_the_sensor_on_does_not_rerun_days_already_materialised(local):
     directory, sensor = local
     write(directory, synthetic_name("2024-01-01"), mtime=DAY_AGO)
     write(directory, synthetic_name("2024-01-02"), mtime=DAY_AGO)
-    sensor.instance.report_runless_asset_event(
-        dg.AssetMaterialization(asset_key="raw_data", partition="2024-01-01")
-    )
-
-    # As `make run` does: land a day and materialise it at once.
+    # As `make run` does: land days and materialise them at once.
     write(directory, synthetic_name("2024-01-03"))
     time.sleep(1.1)  # the local zone's mtime slack
-    sensor.instance.report_runless_asset_event(
-        dg.AssetMaterialization(asset_key="raw_data", partition="2024-01-03")
-    )
+    for day in ["2024-01-01", "2024-01-03"]:
+        sensor.instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key="raw_data", partition=day)
+        )
 
     assert sensor.requested() == ["2024-01-02"]
     # A corrected file for a materialised day still reruns it.
@@ -258,11 +342,15 @@ def test_ten_thousand_local_files_are_walked_a_page_per_tick(tmp_path):
     assert requested == days
     assert max(durations) < 2.0, durations
     cursor = LandingCursor.loads(sensor.cursor)
-    assert cursor.walk is None and cursor.watermark is not None
-    # A second walk finds nothing new, still a page per tick, and the cursor stays small.
+    assert cursor.walk is None and cursor.walked and len(cursor.seen) == 10_000
+    # A second walk finds nothing new, still a page per tick, and the cursor stays compact:
+    # a version per file, compressed.
     for _ in range(10):
+        started = time.perf_counter()
         assert sensor.requested() == []
-    assert len(sensor.cursor or "") < 2_000
+        durations.append(time.perf_counter() - started)
+    assert max(durations) < 2.0, durations
+    assert len(sensor.cursor or "") < 150_000
 
 
 def test_a_tick_requests_at_most_its_limit_and_the_walk_resumes_mid_page(tmp_path):
@@ -369,6 +457,48 @@ def test_s3_landed_object_is_parsed_and_hashed_as_it_streams(s3_zone):
         s3_zone.open_file(synthetic_name("2024-01-09"), "2024-01-09"),
     ):
         pass
+
+
+def test_s3_keys_that_could_leave_the_prefix_are_refused_alerted_once_and_never_read(
+    s3_zone, monkeypatch, caplog, capsys
+):
+    put(s3_zone, synthetic_name("2024-01-01"))
+    tricks = {
+        "../synthetic_2024-01-02.csv": "'..' segment",
+        "./synthetic_2024-01-03.csv": "'.' or '..' segment",
+        "/etc/synthetic_2024-01-04.csv": "absolute path",  # incoming//etc/...
+    }
+    for name in tricks:
+        put(s3_zone, name, b"secret,line\n1,2\n")
+    listed = {o.name: o.refused for o in s3_zone.entries()}
+    assert set(listed) == {synthetic_name("2024-01-01"), *tricks}, listed
+    sensor = Sensor(s3_zone)
+
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        assert sensor.requested() == ["2024-01-01"]
+        assert sensor.requested() == []
+    [alert] = [r.getMessage() for r in caplog.records if r.name == "ml_platform.alerts"]
+    assert "3 landed file(s) of synthetic refused or fit no partition" in alert
+    for name, reason in tricks.items():
+        assert name in alert and reason in alert
+        assert listed[name] is not None and reason in listed[name]
+        with (
+            pytest.raises(RefusedLandingFileError, match="refused"),
+            s3_zone.open_file(name, "2024-01-02"),
+        ):
+            pass
+    assert "secret,line" not in caplog.text
+
+    from ml_platform.cli import main
+
+    monkeypatch.setenv("ML_PLATFORM_LANDING_URL", s3_zone.url)
+    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", s3_zone.endpoint_url or "")
+    assert main(["landing-status", "synthetic"]) == 1
+    out = capsys.readouterr()
+    assert "1 day file(s) of synthetic" in out.out
+    for name, reason in tricks.items():
+        assert f"{s3_zone.path_for(name)} is refused" in out.err and reason in out.err
+    assert "secret,line" not in out.out + out.err
 
 
 def test_ten_thousand_s3_objects_keep_each_tick_short(s3_zone, tmp_path):

@@ -4,28 +4,35 @@ The landing sensor walks the zone (a local directory or an S3 prefix) a page at 
 ticks, and requests at most MAX_REQUESTS_PER_TICK runs a tick, so a tick stays short however
 many files have landed, and remembers in its cursor what it has already handled:
 
-- `watermark`: when the last complete walk began. A file last modified before it (less a
-  slack for clock skew and for S3 stamping an upload with its start time) was handled by an
-  earlier walk.
-- `seen`: file -> version for the files modified since `watermark - slack`, so a file is
-  handled once per version even when many share a modification time (S3 has 1 s resolution).
-- `walk`: where the current walk is (the name to list after) and when it began. Files changed
-  behind the walk's position are picked up by the next walk, because the next watermark is
-  this walk's start.
+- `seen`: entry -> version digest for every entry of the zone at its last listing. A file is
+  new when its version differs from the one seen, whatever its modification time: a file
+  prepared elsewhere and moved in (`mv`, `cp -p`, `rsync -t`) keeps an older mtime, so no
+  watermark on mtime can see it. Versions are S3 ETags, or locally inode, size and ctime,
+  which a rename, a copy and an in-place rewrite each change. The map is stored compressed,
+  with 6-byte digests of the versions (about 11 bytes a file: 10,000 files, about 110 kB).
+- `walk`: where the current walk is (the name to list after). Entries of `seen` in a listed
+  range that the listing no longer holds were deleted and are forgotten.
+- `walked`: a complete walk has been made. During the first walk after the sensor is turned
+  on, a file whose day was materialised after the file became readable is not rerun.
 - `pending`: files of days that are not partitions yet (today's file, landed early).
 
 So a re-landed (changed) file runs its day again, an unchanged file never does, and a deleted
-file does nothing. Each request's run_key names the day, the file and its version (S3 ETag, or
-local mtime and size): the daemon never launches the same request twice, and a corrected file
-gets a new run. A file whose name carries no valid date is logged and alerted, never skipped in
-silence. Dagster's `get_objects` is not used: it lists the whole bucket on every call and
-its `since_key` misses overwritten files (dagster-io/dagster#22892).
+file does nothing. Each request's run_key names the day, the file and its version: the daemon
+never launches the same request twice, and a corrected file gets a new run. A file whose name
+carries no valid date, and an entry the zone refuses to read (a symbolic link, a directory, a
+FIFO or device, an S3 key with `..` segments or an absolute-looking name), is logged and alerted
+once per version, and runs nothing. Dagster's `get_objects` is not used: it lists the whole
+bucket on every call and its `since_key` misses overwritten files (dagster-io/dagster#22892).
 """
 
+import base64
+import bisect
 import dataclasses
+import hashlib
 import json
 import os
 import time
+import zlib
 from typing import Any, Literal
 
 import dagster as dg
@@ -55,7 +62,8 @@ RUN_ALERTS_SENSOR = "run_alerts_sensor"
 LANDED_FILE_TAG = "ml_platform/landed_file"
 LANDED_VERSION_TAG = "ml_platform/landed_version"
 
-# Clock skew between this host and the storage, plus S3 stamping an upload with its start.
+# Clock skew between this host and the storage, plus S3 stamping an upload with its start: what
+# a cursor written before versions were kept per file allowed for.
 SLACK_SECONDS = 300.0
 PAGE_SIZE = 1000
 PAGES_PER_TICK = 5
@@ -63,28 +71,64 @@ PAGES_PER_TICK = 5
 # cores, more than the sensor's own work): 5,000 requests made a 6-9 s tick, 2,000 stay near 2 s.
 MAX_REQUESTS_PER_TICK = 2000
 TICK_BUDGET_SECONDS = 15.0
+# 48 bits: two versions of one file share a digest once in 10^14 replacements.
+DIGEST_BYTES = 6
+
+
+def version_digest(version: str) -> bytes:
+    """A short fixed-size stand-in for a file version, to keep the cursor compact."""
+    data = version.encode("utf-8", "surrogateescape")
+    return hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
+
+
+def pack_seen(seen: dict[str, bytes]) -> str:
+    """The name -> digest map, compressed: the sorted names as JSON, a line break, the digests.
+
+    Day file names share most of their characters and compress to 2-3 bytes each; the digests
+    do not compress. 10,000 files pack into about 110 kB (base85).
+    """
+    names = sorted(seen)
+    # JSON escapes line breaks inside names, so the first line break ends the names.
+    data = json.dumps(names, separators=(",", ":")).encode("ascii") + b"\n"
+    data += b"".join(seen[name] for name in names)
+    return base64.b85encode(zlib.compress(data, 6)).decode("ascii")
+
+
+def unpack_seen(packed: str) -> dict[str, bytes]:
+    """The map `pack_seen` packed."""
+    data = zlib.decompress(base64.b85decode(packed))
+    cut = data.index(b"\n")
+    names = json.loads(data[:cut])
+    digests = data[cut + 1 :]
+    return {
+        name: digests[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES] for i, name in enumerate(names)
+    }
 
 
 @dataclasses.dataclass
 class LandingCursor:
     """The landing sensor's memory between ticks (see the module docstring)."""
 
-    watermark: float | None = None
-    seen: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # name -> [ver, mtime]
-    walk: dict[str, Any] | None = None  # {"after": name | None, "started": time}
+    walked: bool = False  # a complete walk has been made
+    seen: dict[str, bytes] = dataclasses.field(default_factory=dict)  # name -> version digest
+    walk: dict[str, Any] | None = None  # {"after": name | None}
     pending: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # name -> [ver, day]
     delivery: DeliveryState = dataclasses.field(default_factory=DeliveryState)
+    # From a cursor of the mtime-watermark kind: the walk that replaces it takes files last
+    # modified well before it as handled, as that cursor did, instead of rerunning the zone.
+    legacy_watermark: float | None = None
 
     def dumps(self) -> str:
         """The cursor string stored by Dagster."""
         return json.dumps(
             {
-                "v": 1,
-                "watermark": self.watermark,
-                "seen": self.seen,
+                "v": 2,
+                "walked": self.walked,
+                "seen": pack_seen(self.seen),
                 "walk": self.walk,
                 "pending": self.pending,
                 "delivery": self.delivery.to_json(),
+                "legacy_watermark": self.legacy_watermark,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -96,50 +140,72 @@ class LandingCursor:
         if not cursor:
             return cls()
         data = json.loads(cursor)
+        delivery = DeliveryState.from_json(data.get("delivery"))
+        if data.get("v", 1) == 1:
+            # Its versions were mtime and size: the next walk records versions afresh, with
+            # the first walk's rule for days already materialised.
+            return cls(
+                pending=data["pending"], delivery=delivery, legacy_watermark=data["watermark"]
+            )
         return cls(
-            watermark=data["watermark"],
-            seen=data["seen"],
+            walked=data["walked"],
+            seen=unpack_seen(data["seen"]),
             walk=data["walk"],
             pending=data["pending"],
-            delivery=DeliveryState.from_json(data.get("delivery")),
+            delivery=delivery,
+            legacy_watermark=data.get("legacy_watermark"),
         )
 
-    def is_new(self, obj: LandedObject) -> bool:
-        """Whether this version of the file has not been handled yet."""
-        if self.watermark is not None and obj.modified < self.watermark - SLACK_SECONDS:
-            return False
+    def is_new(self, obj: LandedObject, digest: bytes) -> bool:
+        """Whether this version of the entry has not been handled yet."""
         known = self.seen.get(obj.name)
-        return known is None or known[0] != obj.version
+        if known is not None:
+            return known != digest
+        return not (
+            self.legacy_watermark is not None
+            and obj.modified < self.legacy_watermark - SLACK_SECONDS
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class WalkStep:
     """What one tick of the walk found."""
 
-    changed: list[LandedObject]  # new or changed files, in name order
-    listed: int  # files listed in this tick
+    changed: list[LandedObject]  # new or changed entries (refused ones included), in name order
+    listed: int  # entries listed in this tick
     pages: int
     completed: bool  # the walk reached the end of the zone
+
+
+def forget_deleted(
+    cursor: LandingCursor, known: list[str], after: str | None, end: str | None, listed: set[str]
+) -> None:
+    """Forget the entries named in (after, end] (to the zone's end if None) no longer listed."""
+    low = bisect.bisect_right(known, after) if after is not None else 0
+    high = bisect.bisect_right(known, end) if end is not None else len(known)
+    for name in known[low:high]:
+        if name not in listed:
+            cursor.seen.pop(name, None)
+            cursor.pending.pop(name, None)
 
 
 def walk_landing(
     zone: LandingStore,
     cursor: LandingCursor,
-    now: float,
     *,
     page_size: int = PAGE_SIZE,
     max_pages: int = PAGES_PER_TICK,
     max_changed: int = MAX_REQUESTS_PER_TICK,
     budget_seconds: float = TICK_BUDGET_SECONDS,
 ) -> WalkStep:
-    """List the next pages of the zone and return the files not handled yet; updates `cursor`.
+    """List the next pages of the zone and return the entries not handled yet; updates `cursor`.
 
-    Stops after `max_changed` such files, mid-page if need be: the walk goes on after the last
-    file it handled.
+    Stops after `max_changed` such entries, mid-page if need be: the walk goes on after the
+    last entry it handled.
     """
     if cursor.walk is None:
-        cursor.walk = {"after": None, "started": now}
-    started = float(cursor.walk["started"])
+        cursor.walk = {"after": None}
+    known = sorted(cursor.seen)
     changed: list[LandedObject] = []
     listed = pages = 0
     completed = False
@@ -149,31 +215,29 @@ def walk_landing(
         and len(changed) < max_changed
         and time.monotonic() - clock < budget_seconds
     ):
-        objects, after = zone.list_page(cursor.walk["after"], page_size)
+        before = cursor.walk["after"]
+        objects, after = zone.list_page(before, page_size)
         pages += 1
+        handled: set[str] = set()
         for i, obj in enumerate(objects):
             if len(changed) == max_changed:
                 after = objects[i - 1].name
                 break
             listed += 1
-            if cursor.is_new(obj):
+            handled.add(obj.name)
+            digest = version_digest(obj.version)
+            if cursor.is_new(obj, digest):
                 changed.append(obj)
-            # Files that the next walk could see as new (changed since its watermark, this
-            # walk's start, less the slack) are remembered with their version.
-            if obj.modified >= started - SLACK_SECONDS:
-                cursor.seen[obj.name] = [obj.version, obj.modified]
+            cursor.seen[obj.name] = digest
+        forget_deleted(cursor, known, before, after, handled)
         cursor.walk["after"] = after
         if after is None:
             completed = True
             break
     if completed:
-        cursor.watermark = started
+        cursor.walked = True
         cursor.walk = None
-        cursor.seen = {
-            name: entry
-            for name, entry in cursor.seen.items()
-            if entry[1] >= started - SLACK_SECONDS
-        }
+        cursor.legacy_watermark = None
     return WalkStep(changed=changed, listed=listed, pages=pages, completed=completed)
 
 
@@ -216,7 +280,8 @@ def build_landing_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         description=(
             "Runs the day of every new or corrected file in the landing zone (local directory "
-            "or S3 prefix); alerts on files that fit no partition."
+            "or S3 prefix), whatever its modification time; alerts on files that fit no "
+            "partition and on entries it never reads (links, non-regular files, unsafe keys)."
         ),
     )
     def landing_sensor(
@@ -224,16 +289,18 @@ def build_landing_sensor(
     ) -> dg.SensorResult:
         now = time.time()
         cursor = LandingCursor.loads(context.cursor)
-        first_walk = cursor.watermark is None
+        first_walk = not cursor.walked
         step = walk_landing(
             landing,
             cursor,
-            now,
             page_size=page_size,
             max_pages=pages_per_tick,
             max_changed=max_requests_per_tick,
         )
-        scan = scan_landing(contract, [obj.name for obj in step.changed])
+        refused = {obj.name: obj.refused for obj in step.changed if obj.refused is not None}
+        scan = scan_landing(contract, [obj.name for obj in step.changed if obj.refused is None])
+        for name in refused:
+            cursor.pending.pop(name, None)
         by_name = {obj.name: obj for obj in step.changed}
         # Daily keys are ISO dates, so "is a partition" is a range test, once per tick instead
         # of a partition-set computation per file.
@@ -278,17 +345,26 @@ def build_landing_sensor(
             )
 
         alerts = []
-        if scan.problems:
+        problems = {**scan.problems, **refused}
+        if problems:
             for name, reason in scan.problems.items():
                 context.log.warning(f"{landing.path_for(name)} belongs to no partition: {reason}")
-            names = sorted(scan.problems)
-            shown = "; ".join(f"{n}: {scan.problems[n]}" for n in names[:5])
+            for name, reason in refused.items():
+                # The reason only: nothing behind a refused entry is read, so none of it shows.
+                context.log.warning(f"{landing.path_for(name)} is refused: {reason}")
+            names = sorted(problems)
+            shown = "; ".join(f"{n}: {problems[n]}" for n in names[:5])
             more = f" (and {len(names) - 5} more)" if len(names) > 5 else ""
+            title = (
+                f"{len(names)} landed file(s) of {contract.name} refused or fit no partition"
+                if refused
+                else f"{len(names)} landed file(s) fit no partition of {contract.name}"
+            )
             alerts.append(
                 Alert(
                     severity=WARNING,
                     rule="landing_misfit",
-                    title=f"{len(names)} landed file(s) fit no partition of {contract.name}",
+                    title=title,
                     cause=one_line(shown + more, limit=1000),
                     subject=", ".join(names[:5]) + more,
                     failure_class="data",
@@ -302,10 +378,12 @@ def build_landing_sensor(
             )
         cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)
 
-        walk = "walk complete" if step.completed else f"walk continues after {cursor.walk}"
+        position = (cursor.walk or {}).get("after")
+        walk = "walk complete" if step.completed else f"walk continues after {position}"
         summary = (
             f"listed {step.listed} file(s) in {step.pages} page(s); {len(step.changed)} new or "
-            f"changed; {len(requests)} run(s) requested; {len(scan.problems)} misfit(s); {walk}"
+            f"changed; {len(requests)} run(s) requested; {len(scan.problems)} misfit(s); "
+            f"{len(refused)} refused; {walk}"
         )
         context.log.info(summary)
         return dg.SensorResult(

@@ -14,7 +14,11 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.ingestion.landing import LandingZone, MissingLandingFileError
+from ml_platform.ingestion.landing import (
+    LandingZone,
+    MissingLandingFileError,
+    RefusedLandingFileError,
+)
 from ml_platform.observability import record_bytes_read, table_schema
 from ml_platform.runbook import check_description
 from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
@@ -295,10 +299,11 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             try:
                 with landing.open_file(file_name, day) as stream:
                     landed = read_landed_stream(stream, file_name, day, text_columns)
-            except (MissingLandingFileError, LandingFileError) as exc:
-                # Retrying will not land a file nor repair one: fail now (the landing sensor
-                # runs the day when a corrected file lands) instead of after the retry
-                # policy's backoff.
+            except (MissingLandingFileError, RefusedLandingFileError, LandingFileError) as exc:
+                # Retrying will not land a file, repair one nor turn a link into a file: fail
+                # now (the landing sensor runs the day when a corrected file lands) instead of
+                # after the retry policy's backoff. A refused entry was never opened, so the
+                # message holds its name and the reason, nothing of what it points at.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             # The landed file is this step's input; the lake IO manager counts the others'.
             record_bytes_read("raw_data", landed.size)

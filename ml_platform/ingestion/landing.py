@@ -2,6 +2,12 @@
 
 Files are written the way a careful upstream system writes them: to a temporary name first,
 then renamed, so a reader never sees half a file.
+
+Only regular files directly in the zone are read. A symbolic link (even one pointing inside
+the zone), a directory, a FIFO or a device, and an S3 key with `.` or `..` segments or an
+absolute-looking name are refused with the reason: listings report them (`refused`), and
+opening one raises `RefusedLandingFileError` before a byte behind it is read, so a link to
+`/etc/...` or to a file outside the zone can neither be ingested nor quoted in an error.
 """
 
 import bisect
@@ -10,6 +16,7 @@ import dataclasses
 import datetime as dt
 import os
 import re
+import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -33,13 +40,52 @@ class MissingLandingFileError(FileNotFoundError):
     """No file has landed for a partition day."""
 
 
+class RefusedLandingFileError(ValueError):
+    """A landing zone entry that is not read: a link, not a regular file, or an unsafe name."""
+
+
 @dataclasses.dataclass(frozen=True)
 class LandedObject:
-    """One file in the landing zone as a listing sees it."""
+    """One entry of the landing zone as a listing sees it."""
 
     name: str  # file name relative to the zone (the key below the S3 prefix)
-    modified: float  # last-modified time, seconds since the epoch
-    version: str  # changes whenever the content is replaced: S3 ETag, or local mtime and size
+    # When the content became readable here, seconds since the epoch: S3 LastModified; locally
+    # the later of mtime and ctime, since a file moved in (`mv`, `cp -p`, `rsync -t`) keeps an
+    # older mtime but gets a new ctime.
+    modified: float
+    # Changes whenever the content is replaced, whatever its mtime: S3 ETag; locally inode,
+    # size and ctime (a rename, a copy and an in-place rewrite each change one of them).
+    version: str
+    refused: str | None = None  # why the entry is never read (a link, not a regular file...)
+
+
+LINK_REASON = (
+    "it is a symbolic link, and links in the landing zone are never followed: put the file "
+    "itself in the zone (mv or cp it there)"
+)
+DIRECTORY_REASON = "it is a directory: the landing zone's day files are read from the zone only"
+SPECIAL_REASON = (
+    "it is not a regular file (a FIFO, socket or device): land the day's data as a plain file"
+)
+
+
+def unsafe_name_reason(name: str) -> str | None:
+    """Why a name below the zone could address something outside it, or None if it cannot.
+
+    S3 does not resolve `..`, but anything that maps keys to paths (a sync to disk, a proxy, a
+    later copy of the zone) would; an absolute-looking key (`/etc/passwd` below an empty
+    prefix, or `//x` below `incoming/`) reads as a path from the root.
+    """
+    if not name:
+        return "its name is empty"
+    if name.startswith("/") or name.startswith("\\") or re.match(r"^[A-Za-z]:[\\/]", name):
+        return "its name is an absolute path: day files are named relative to the zone"
+    segments = re.split(r"[\\/]", name)
+    if any(segment in {".", ".."} for segment in segments):
+        return "its name has a '.' or '..' segment, which could address files outside the zone"
+    if any(ord(char) < 32 for char in name):
+        return "its name holds a control character"
+    return None
 
 
 class LandingStore(dg.ConfigurableResource):
@@ -69,14 +115,25 @@ class LandingStore(dg.ConfigurableResource):
             return handle.read()
 
     def file_names(self) -> list[str]:
-        """Names of all the files in the zone, sorted."""
-        raise NotImplementedError
+        """Names of all the files in the zone that can be read, sorted (refused ones left out)."""
+        return [entry.name for entry in self.entries() if entry.refused is None]
+
+    def entries(self) -> list[LandedObject]:
+        """Every entry of the zone, readable or refused, in name order (all pages)."""
+        found: list[LandedObject] = []
+        after: str | None = None
+        while True:
+            page, after = self.list_page(after, 1000)
+            found.extend(page)
+            if after is None:
+                return found
 
     def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
-        """Up to `limit` files whose names sort after `after`, in name order.
+        """Up to `limit` entries whose names sort after `after`, in name order.
 
-        Returns the files and the name to continue after, or None when the listing is complete.
-        A sensor walks a large zone a page per tick with this instead of listing it whole.
+        Returns the entries and the name to continue after, or None when the listing is
+        complete. A sensor walks a large zone a page per tick with this instead of listing it
+        whole. Entries that are never read carry the reason in `refused`.
         """
         raise NotImplementedError
 
@@ -95,6 +152,13 @@ class LandingStore(dg.ConfigurableResource):
             "or check the upstream delivery."
         )
 
+    def refused(self, file_name: str, partition: str, reason: str) -> RefusedLandingFileError:
+        """The error for a day whose landed entry is not read, naming file, partition, reason."""
+        return RefusedLandingFileError(
+            f"{self.path_for(file_name)} (partition {partition}) is refused: {reason}. Nothing "
+            "was read from it; replace it with the day's file and the sensor runs the day."
+        )
+
 
 class LandingZone(LandingStore):
     """A local directory where day files land (the embedded default)."""
@@ -107,55 +171,110 @@ class LandingZone(LandingStore):
 
     @contextlib.contextmanager
     def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
-        """The landed file opened for reading; a clear error naming file and partition if absent."""
+        """The landed file opened for reading; a clear error naming file and partition if absent.
+
+        Refuses, before reading a byte, a name that leaves the zone, a symbolic link (even to a
+        file inside the zone), and anything that is not a regular file: the file is opened with
+        O_NOFOLLOW and checked on the open descriptor, so swapping it for a link between the
+        check and the read does not help either.
+        """
+        reason = unsafe_name_reason(file_name)
+        if reason is not None:
+            raise self.refused(file_name, partition, reason)
         path = self.path_for(file_name)
-        if not path.is_file():
-            raise self.missing(file_name, partition)
+        zone = Path(self.base_dir).resolve()
+        if not path.parent.resolve().is_relative_to(zone):
+            raise self.refused(file_name, partition, "its folder resolves outside the zone")
         try:
-            handle = path.open("rb")
+            # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused right after.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError as exc:
-            # Removed between the check and the open: still "not landed", not a crash.
             raise self.missing(file_name, partition) from exc
+        except OSError:
+            # ELOOP is O_NOFOLLOW meeting a link, ENXIO a socket; lstat says which without
+            # touching what a link points at.
+            reason = local_object(file_name, os.lstat(path)).refused
+            if reason is not None:
+                raise self.refused(file_name, partition, reason) from None
+            raise
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat_module.S_ISREG(mode):
+                reason = DIRECTORY_REASON if stat_module.S_ISDIR(mode) else SPECIAL_REASON
+                raise self.refused(file_name, partition, reason)
+            os.set_blocking(fd, True)
+            handle = os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
         with handle:
             yield handle
 
+    def _entry_names(self) -> list[str]:
+        """Names of every entry in the zone but dot-files (files still being written), sorted."""
+        if not os.path.isdir(self.base_dir):
+            return []
+        with os.scandir(self.base_dir) as entries:
+            return sorted(e.name for e in entries if not e.name.startswith("."))
+
     def file_names(self) -> list[str]:
-        """Names of the files in the zone, skipping files still being written (dot-files)."""
+        """Names of the regular files in the zone, skipping dot-files, links and the rest."""
         if not os.path.isdir(self.base_dir):
             return []
         # scandir's entries know their type from the directory read itself: no stat per file,
-        # which made each page of a 10,000-file zone cost a quarter of a second.
+        # which made each page of a 10,000-file zone cost a quarter of a second. Links are not
+        # followed to learn what they point at.
         with os.scandir(self.base_dir) as entries:
-            return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
+            return sorted(
+                e.name
+                for e in entries
+                if not e.name.startswith(".") and e.is_file(follow_symlinks=False)
+            )
 
     def modified_slack_seconds(self) -> float:
-        """One second: files are renamed into place, so their mtime is their last write."""
+        """One second: `modified` is the later of mtime and ctime, which a rename also sets."""
         return 1.0
 
     def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
-        """Up to `limit` files after `after` in name order, each with its mtime and size.
+        """Up to `limit` entries after `after` in name order, each with its version.
 
-        Names come from one directory read (cheap even for 100 000 entries); only the files of
-        the page are stat-ed. A file removed between the read and the stat is left out.
+        Names come from one directory read (cheap even for 100 000 entries); only the entries
+        of the page are lstat-ed, never followed. A file removed between the read and the
+        lstat is left out. Links, directories, FIFOs and devices are listed as refused.
         """
-        names = self.file_names()
+        names = self._entry_names()
         start = bisect.bisect_right(names, after) if after is not None else 0
         page = names[start : start + limit]
         objects = []
         for name in page:
             try:
-                stat = os.stat(os.path.join(self.base_dir, name))
+                found = os.lstat(os.path.join(self.base_dir, name))
             except FileNotFoundError:
                 continue  # deleted since the directory was read: deleted files do nothing
-            objects.append(
-                LandedObject(
-                    name=name,
-                    modified=stat.st_mtime,
-                    version=f"{stat.st_mtime_ns}-{stat.st_size}",
-                )
-            )
+            objects.append(local_object(name, found))
         more = start + limit < len(names)
         return objects, (page[-1] if more and page else None)
+
+
+def local_object(name: str, found: os.stat_result) -> LandedObject:
+    """A local entry as the listing reports it, from its lstat."""
+    mode = found.st_mode
+    if stat_module.S_ISREG(mode):
+        refused = unsafe_name_reason(name)
+    elif stat_module.S_ISLNK(mode):
+        refused = LINK_REASON
+    elif stat_module.S_ISDIR(mode):
+        refused = DIRECTORY_REASON
+    else:
+        refused = SPECIAL_REASON
+    return LandedObject(
+        name=name,
+        modified=max(found.st_mtime, found.st_ctime),
+        # Not the mtime: a file moved in with `mv`, `cp -p` or `rsync -t` keeps an old one.
+        # A rename or a copy gives a new inode or ctime, an in-place rewrite a new ctime.
+        version=f"{found.st_ino}-{found.st_size}-{found.st_ctime_ns}",
+        refused=refused,
+    )
 
 
 class S3LandingZone(S3Prefix, LandingStore):
@@ -175,9 +294,15 @@ class S3LandingZone(S3Prefix, LandingStore):
 
     @contextlib.contextmanager
     def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
-        """The landed object's body, streamed as it is read; MissingLandingFileError if gone."""
+        """The landed object's body, streamed as it is read; MissingLandingFileError if gone.
+
+        A name with `.`/`..` segments or an absolute-looking one is refused before any request.
+        """
         from botocore.exceptions import ClientError
 
+        reason = unsafe_name_reason(file_name)
+        if reason is not None:
+            raise self.refused(file_name, partition, reason)
         try:
             response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + file_name)
         except ClientError as exc:
@@ -191,16 +316,6 @@ class S3LandingZone(S3Prefix, LandingStore):
             # Releases the connection to the pool even when the reader stopped early.
             body.close()
 
-    def file_names(self) -> list[str]:
-        """Names of all the objects below the prefix (the whole listing, page by page)."""
-        names: list[str] = []
-        after: str | None = None
-        while True:
-            page, after = self.list_page(after, 1000)
-            names.extend(o.name for o in page)
-            if after is None:
-                return names
-
     def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
         """One ListObjectsV2 call: up to `limit` objects whose keys sort after `after`."""
         request: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "MaxKeys": limit}
@@ -212,6 +327,7 @@ class S3LandingZone(S3Prefix, LandingStore):
                 name=item["Key"][len(self.prefix) :],
                 modified=item["LastModified"].timestamp(),
                 version=str(item["ETag"]).strip('"'),
+                refused=unsafe_name_reason(item["Key"][len(self.prefix) :]),
             )
             for item in response.get("Contents", [])
             # Names below the prefix only; "folders" created by consoles are empty keys.
