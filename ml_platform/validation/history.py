@@ -51,6 +51,23 @@ class Statistic:
         """Shares lie in [0, 1] and take an absolute floor; counts take a relative one."""
         return self.kind in SHARES
 
+    def parameter(self, side: str) -> str:
+        """The name of the GE suite parameter holding this statistic's `min` or `max` bound.
+
+        GE reads a parameter name as an expression, so it holds no column name.
+        """
+        return (
+            f"history_{self.kind}_{side}"
+            if self.column is None
+            else (f"history_{self.kind}_{_ordinal(self.column)}_{side}")
+        )
+
+    def from_ge(self, observed: float | None) -> float | None:
+        """Today's value from GE's observed value (GE measures a null share as present share)."""
+        if observed is None or math.isnan(observed):
+            return None
+        return 1.0 - observed if self.kind == "null_share" else observed
+
     def describe(self) -> str:
         """The statistic in words."""
         words = {
@@ -69,6 +86,12 @@ class Statistic:
         return f"{value:.1%}" if self.is_share else f"{value:,.0f}"
 
 
+def _ordinal(column: str) -> str:
+    """A column name as letters, digits and underscores only, still telling columns apart."""
+    safe = "".join(ch if ch.isalnum() else "_" for ch in column)
+    return safe if safe == column else f"{safe}_{column.encode().hex()}"
+
+
 def statistics_of(contract: Contract) -> list[Statistic]:
     """Every statistic a profile of the contract's days holds, in a fixed order."""
     stats = [Statistic("null_share", c.name) for c in contract.columns]
@@ -81,9 +104,20 @@ def statistics_of(contract: Contract) -> list[Statistic]:
 
 
 def gated_statistics(contract: Contract) -> list[Statistic]:
-    """The statistics the contract's history gate judges (`quality.history.statistics`)."""
+    """The statistics the contract's history gate judges (`quality.history.statistics`).
+
+    Null shares are judged for the columns that may hold nulls.
+    """
     wanted = set(contract.quality.history.statistics)
-    return [s for s in statistics_of(contract) if s.kind in wanted]
+    # A column that must be full is already held to that by gx_completeness: only columns that
+    # may hold nulls have a null share worth comparing with history (and each expectation
+    # costs GE several milliseconds of its own bookkeeping).
+    may_be_null = {c.name for c in contract.columns if c.nullable or c.max_null_fraction}
+    return [
+        s
+        for s in statistics_of(contract)
+        if s.kind in wanted and (s.kind != "null_share" or s.column in may_be_null)
+    ]
 
 
 def day_profile(typed: pd.DataFrame, contract: Contract) -> dict[str, float | None]:
@@ -123,13 +157,13 @@ class Bound:
     history_min: float
     history_max: float
     low: float
-    high: float | None  # None: no upper bound
+    high: float
 
     def holds(self, value: float | None) -> bool:
         """Whether a value is inside the bounds (an undefined value never is)."""
         if value is None or math.isnan(value):
             return False
-        return self.low <= value and (self.high is None or value <= self.high)
+        return self.low <= value <= self.high
 
 
 def share_bound(history: Sequence[float], spread: float, floor: float) -> Bound:
@@ -184,6 +218,7 @@ class HistoryWindow:
     stored: list[str]
     needed: int
     bounds: dict[str, Bound]
+    statistics: dict[str, Statistic]
 
     @property
     def too_short(self) -> bool:
@@ -223,7 +258,54 @@ def window_from_profiles(
         stored=stored,
         needed=needed,
         bounds=bounds,
+        statistics={s.key: s for s in gated_statistics(contract)},
     )
+
+
+def history_parameters(
+    stats: Sequence[Statistic], window: HistoryWindow | None
+) -> dict[str, float | None]:
+    """GE suite parameters of the history expectations: each statistic's bounds.
+
+    A statistic without bounds (no window, too short a history) gets None on both sides, which
+    GE reads as unbounded: the expectation passes.
+    """
+    parameters: dict[str, float | None] = {}
+    for stat in stats:
+        bound = window.bounds.get(stat.key) if window is not None else None
+        low = None if bound is None else bound.low
+        high = None if bound is None else bound.high
+        if stat.kind == "null_share":
+            # GE checks the share of present values: 1 - null share, bounds turned around.
+            low, high = (None if high is None else 1.0 - high), (None if low is None else 1.0 - low)
+        parameters[stat.parameter("min")] = low
+        parameters[stat.parameter("max")] = high
+    return parameters
+
+
+def history_sentence(
+    window: HistoryWindow, key: str, observed: float | None
+) -> tuple[str, dict[str, Any]]:
+    """A failed history statistic in words and numbers; `observed` is GE's observed value."""
+    stat = window.statistics[key]
+    bound = window.bounds[key]
+    today = stat.from_ge(observed)
+    sentence = (
+        f"{stat.describe()} is {stat.show(today)} today; over {window.note()} it ranged "
+        f"{stat.show(bound.history_min)} to {stat.show(bound.history_max)}, so the gate "
+        f"allowed {stat.show(bound.low)} to {stat.show(bound.high)}."
+    )
+    details = {
+        "statistic": key,
+        "column": stat.column,
+        "today": today,
+        "history_min": bound.history_min,
+        "history_max": bound.history_max,
+        "low": bound.low,
+        "high": bound.high,
+        "reference_days": window.stored,
+    }
+    return sentence, details
 
 
 def profile_key(contract: Contract, day: str) -> str:
