@@ -208,3 +208,39 @@ def test_a_nullable_column_empty_on_half_the_rows_fails_naming_it(platform):
     # The other checks of the day pass: only its history says it is broken.
     others = [c for c in result.get_asset_check_evaluations() if c.check_name != HISTORY]
     assert others and all(c.passed for c in others)
+
+
+def test_a_range_judges_each_day_against_the_days_before_it_that_passed(tmp_path):
+    contract = flights_with_history(
+        tmp_path, reference={"mode": "previous_days", "days": 7}, min_days=3
+    )
+    platform = Platform(contract, tmp_path / "platform")
+    days = days_from("2013-01-01", 6)
+    platform.land(days[0], len(days))
+
+    def empty_half_the_tailnums(frame: pd.DataFrame) -> None:
+        frame.loc[frame.index % 2 == 0, "tailnum"] = ""
+
+    land_edited(platform, days[4], empty_half_the_tailnums)
+    # One run over the six days, as a backfill runs them.
+    result = dg.materialize(
+        list(platform.defs.assets or []),
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=["raw_data", "validated_data"],
+        tags={
+            "dagster/asset_partition_range_start": days[0],
+            "dagster/asset_partition_range_end": days[-1],
+        },
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    checks = {
+        c.partition: c for c in result.get_asset_check_evaluations() if c.check_name == HISTORY
+    }
+    assert [day for day, check in sorted(checks.items()) if not check.passed] == [days[4]]
+    # The broken day never became history: the day after it is judged against the four before.
+    assert checks[days[5]].metadata["history_reference_days"].value == days[:4]
+    assert checks[days[3]].metadata["history_reference_days"].value == days[:3]
+    assert not platform.stored("validated_data", days[4], "parquet").exists()
