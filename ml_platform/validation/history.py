@@ -337,14 +337,15 @@ def stored_profile(
 
     A day stored before profiles existed is profiled from its parquet, and the profile kept.
     """
+    parquet = partition_key(contract, day)
+    # History is what is stored: a profile whose partition was removed is not history.
+    if not lake.exists(parquet):
+        return None
     key = profile_key(contract, day)
     if lake.exists(key):
         document: dict[str, Any] = json.loads(lake.read_bytes(key))
         statistics: dict[str, float | None] = document["statistics"]
         return statistics
-    parquet = partition_key(contract, day)
-    if not lake.exists(parquet):
-        return None
     with lake.open_read(parquet) as handle:
         frame = deserialise_from(io.BytesIO(handle.read()), "parquet")
     profile = day_profile(frame, contract)
