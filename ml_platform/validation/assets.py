@@ -1,6 +1,7 @@
 """validated_data: typed rows of each day behind the blocking Great Expectations gate."""
 
-from collections.abc import Iterator
+import datetime as dt
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
@@ -8,6 +9,7 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.drift.reference import reference_days
 from ml_platform.observability import table_schema
 from ml_platform.runbook import check_description
 from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
@@ -38,6 +40,19 @@ def quarantine_allowed(contract: Contract, report: GateReport) -> bool:
     policy = contract.quality.bad_rows
     share = len(report.quarantine_reasons()) / max(report.rows, 1)
     return policy.policy == "quarantine" and share <= policy.max_fraction
+
+
+def days_depend_on_each_other(contract: Contract, days: Sequence[str]) -> bool:
+    """Whether a day among `days` has another of them among its history's reference days."""
+    within = set(days)
+    first = contract.partitions.start_date
+    return any(
+        reference.isoformat() in within
+        for day in days
+        for reference in reference_days(
+            contract.history_reference, dt.date.fromisoformat(day), first
+        )
+    )
 
 
 def history_description(
@@ -242,10 +257,13 @@ def build_validated_data(
                 },
             )
 
-        # With the history gate, a day's verdict depends on which days before it passed, so
-        # the days of a range are validated in order, as one-day runs would validate them.
+        # With the history gate, a day's verdict depends on which of its reference days passed:
+        # when some are in the range, its days are validated in order, as one-day runs would.
+        independent = not history_on or context.has_partition_key
+        if not independent:
+            independent = not days_depend_on_each_other(contract, context.partition_keys)
         yield from each_day(
-            context, day_of_validated_data, independent_days=not history_on, raw_data=raw_data
+            context, day_of_validated_data, independent_days=independent, raw_data=raw_data
         )
 
     return validated_data
