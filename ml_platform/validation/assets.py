@@ -94,7 +94,12 @@ def history_metadata(report: GateReport, history: HistoryWindow | None) -> dict[
         "history_missing_days": [d for d in history.wanted if d not in history.stored],
         "history_days_needed": history.needed,
         "history_statistics_judged": len(history.bounds),
-        "history_failures": {f.details["statistic"]: f.details for f in report.of(HISTORY)},
+        # An expectation GE could not evaluate has no numbers, only its error.
+        "history_failures": {
+            f.details.get("statistic", f"{f.expectation}({f.column})"): f.details
+            or {"error": f.sentence}
+            for f in report.of(HISTORY)
+        },
     }
 
 

@@ -316,13 +316,14 @@ def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> F
     check = (config.meta or {}).get("check", SCHEMA)
     column = kwargs.get("column") or ", ".join(kwargs.get("column_list", []) or []) or None
     info = result.result or {}
-    if check == HISTORY and history is not None:
+    raised = bool(result.exception_info and result.exception_info.get("raised_exception"))
+    if check == HISTORY and history is not None and not raised:
         observed = info.get("observed_value")
         sentence, details = history_sentence(
             history, config.meta["statistic"], None if observed is None else float(observed)
         )
         return Failure(check, kind, column, sentence, 0, False, [], [], details)
-    if result.exception_info and result.exception_info.get("raised_exception"):
+    if raised:
         message = result.exception_info.get("exception_message")
         return Failure(
             check,
