@@ -54,13 +54,12 @@ class Statistic:
     def parameter(self, side: str) -> str:
         """The name of the GE suite parameter holding this statistic's `min` or `max` bound.
 
-        GE reads a parameter name as an expression, so it holds no column name.
+        GE reads a parameter name as an expression, so the column's name appears in it with
+        letters, digits and underscores only.
         """
-        return (
-            f"history_{self.kind}_{side}"
-            if self.column is None
-            else (f"history_{self.kind}_{_ordinal(self.column)}_{side}")
-        )
+        if self.column is None:
+            return f"history_{self.kind}_{side}"
+        return f"history_{self.kind}_{_identifier(self.column)}_{side}"
 
     def from_ge(self, observed: float | None) -> float | None:
         """Today's value from GE's observed value (GE measures a null share as present share)."""
@@ -86,7 +85,7 @@ class Statistic:
         return f"{value:.1%}" if self.is_share else f"{value:,.0f}"
 
 
-def _ordinal(column: str) -> str:
+def _identifier(column: str) -> str:
     """A column name as letters, digits and underscores only, still telling columns apart."""
     safe = "".join(ch if ch.isalnum() else "_" for ch in column)
     return safe if safe == column else f"{safe}_{column.encode().hex()}"
