@@ -8,6 +8,7 @@ from ml_platform.contracts import load_contract
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.landing import LandingZone, land_days, scan_landing, source_day
 from ml_platform.validation.expectations import quality_gate
+from ml_platform.validation.history import day_profile, window_from_profiles
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import ALL_ASSETS, Platform, days_from
 
@@ -191,9 +192,18 @@ def test_a_clean_real_month_of_flights_passes_every_gate():
     contract = load_contract("flights")
     gate = quality_gate(contract)
     text = [c.name for c in contract.columns if c.dtype == "str"]
+    profiles: dict = {}
+    judged = []
     for day in days_from("2013-01-01", 31):
         csv = source_day(contract, pd.Timestamp(day).date()).to_csv(index=False).encode()
         typed = type_rows(read_landed_file(csv, "f", day, text), contract, day)
-        report, _ = gate.validate(typed, day)
+        # Each day against the days before it, with the contract's history settings.
+        history = window_from_profiles(contract, day, profiles)
+        report, _ = gate.validate(typed, day, history)
         assert report.failures == [], f"{day}: {[f.sentence for f in report.failures]}"
+        profiles[day] = day_profile(typed, contract)
+        if not history.too_short:
+            judged.append(day)
     assert gate.expectation_count >= 50
+    # Same-weekday history: from the fourth week on, every day is judged.
+    assert judged == days_from("2013-01-22", 10)

@@ -1,6 +1,7 @@
 """validated_data: typed rows of each day behind the blocking Great Expectations gate."""
 
-from collections.abc import Iterator
+import datetime as dt
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
@@ -8,17 +9,26 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.drift.reference import reference_days
 from ml_platform.observability import table_schema
 from ml_platform.runbook import check_description
 from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise
 from ml_platform.validation.expectations import (
     CHECKS,
+    HISTORY,
     SAMPLE_ROWS,
     GateReport,
     quality_gate,
     render_data_docs,
     result_bytes,
+)
+from ml_platform.validation.history import (
+    HistoryWindow,
+    day_profile,
+    gated_statistics,
+    history_window,
+    write_profile,
 )
 from ml_platform.validation.schema import type_rows
 
@@ -32,12 +42,74 @@ def quarantine_allowed(contract: Contract, report: GateReport) -> bool:
     return policy.policy == "quarantine" and share <= policy.max_fraction
 
 
+def days_depend_on_each_other(contract: Contract, days: Sequence[str]) -> bool:
+    """Whether a day among `days` has another of them among its history's reference days."""
+    within = set(days)
+    first = contract.partitions.start_date
+    return any(
+        reference.isoformat() in within
+        for day in days
+        for reference in reference_days(
+            contract.history_reference, dt.date.fromisoformat(day), first
+        )
+    )
+
+
+def history_description(
+    contract: Contract, report: GateReport, where: str, history: HistoryWindow | None
+) -> str:
+    """What the history check found, and what to do when it failed."""
+    failures = report.of(HISTORY)
+    if history is None:
+        return (
+            f"{where}: the history gate is off in the contract (quality.history.enabled is "
+            "false, or its statistics are empty); nothing was compared with the days before."
+        )
+    if not failures:
+        if history.too_short:
+            return f"{where}: passes, as {history.note()}."
+        judged = len(history.bounds)
+        return (
+            f"{where}: all {judged} history statistics are within their bounds from "
+            f"{history.note()}."
+        )
+    sentences = " ".join(f.sentence for f in failures)
+    return (
+        f"{where}: {sentences} If the file is broken or incomplete, fix it upstream and re-land "
+        "it. If the change is real and lasting, tune quality.history in the contract: raise "
+        f"`spread` (now {contract.quality.history.spread}), `share_floor` (now "
+        f"{contract.quality.history.share_floor}) or `count_floor` (now "
+        f"{contract.quality.history.count_floor}), or leave the statistic out of `statistics`. "
+        "A failed day never becomes history, so until then every later day is judged against "
+        "the old normal."
+    )
+
+
+def history_metadata(report: GateReport, history: HistoryWindow | None) -> dict[str, Any]:
+    """The numbers behind the history check: reference days and each failed statistic's."""
+    if history is None:
+        return {}
+    return {
+        "history_reference_days": history.stored,
+        "history_missing_days": [d for d in history.wanted if d not in history.stored],
+        "history_days_needed": history.needed,
+        "history_statistics_judged": len(history.bounds),
+        # An expectation GE could not evaluate has no numbers, only its error.
+        "history_failures": {
+            f.details.get("statistic", f"{f.expectation}({f.column})"): f.details
+            or {"error": f.sentence}
+            for f in report.of(HISTORY)
+        },
+    }
+
+
 def check_results(
     contract: Contract,
     report: GateReport,
     typed: pd.DataFrame,
     where: str,
     links: dict[str, dg.MetadataValue],
+    history: HistoryWindow | None = None,
 ) -> list[dg.AssetCheckResult]:
     """One blocking check per family of expectations, each saying what failed and where."""
     quarantining = quarantine_allowed(contract, report)
@@ -48,7 +120,10 @@ def check_results(
         passed = not failures or (row_level_only and quarantining)
         rows = sorted({row for f in failures for row in f.rows})
         sentences = " ".join(f.sentence for f in failures)
-        if not failures:
+        extra = history_metadata(report, history) if name == HISTORY else {}
+        if name == HISTORY:
+            description = history_description(contract, report, where, history)
+        elif not failures:
             description = f"{where}: all {name} expectations pass."
         elif passed:
             description = (
@@ -78,6 +153,7 @@ def check_results(
                     "offending_rows": dg.MetadataValue.md(
                         sample.to_markdown(index=True) if len(sample) else "none"
                     ),
+                    **extra,
                     **links,
                 },
             )
@@ -89,6 +165,7 @@ def build_validated_data(
     contract: Contract, partitions: dg.PartitionsDefinition
 ) -> dg.AssetsDefinition:
     """The validated_data asset of a dataset."""
+    history_on = contract.quality.history.enabled and bool(gated_statistics(contract))
 
     @dg.asset(
         name="validated_data",
@@ -116,7 +193,9 @@ def build_validated_data(
 
         Each row gets its local event time and its label. The gate is generated from the
         contract and checks columns and types, missing values, ranges and allowed values,
-        duplicates, row count and that every row falls on day D. When it fails, the step
+        duplicates, row count and that every row falls on day D, and compares the day's null
+        shares, labelled share, positive rate, row count and distinct counts with those of its
+        reference days that are stored (the history gate). When it fails, the step
         fails and the partition keeps its previous, good version; the GE result and a Data
         Docs page are stored either way. Under the `quarantine` policy, rows failing a
         row-level expectation are set aside with their reasons and the day passes if they are
@@ -133,7 +212,8 @@ def build_validated_data(
             for column in list(raw_data.columns):
                 del raw_data[column]
             gate = quality_gate(contract)
-            report, result = gate.validate(typed, day)
+            history = history_window(lake, contract, day) if history_on else None
+            report, result = gate.validate(typed, day, history)
 
             prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
             lake.write_bytes(f"{prefix}.json", result_bytes(report))
@@ -152,7 +232,7 @@ def build_validated_data(
                 lake.write_bytes(key, serialise(quarantined, "parquet"))
                 links["quarantine"] = dg.MetadataValue.path(lake.uri(key))
 
-            checks = check_results(contract, report, typed, where, links)
+            checks = check_results(contract, report, typed, where, links, history)
             yield from checks
             failed = [c for c in checks if not c.passed]
             if failed:
@@ -167,6 +247,9 @@ def build_validated_data(
                     allow_retries=False,
                 )
             kept = typed.drop(index=sorted(reasons)).reset_index(drop=True) if reasons else typed
+            if history_on:
+                # Only a day that passed becomes history for the days after it.
+                write_profile(lake, contract, day, day_profile(kept, contract))
             yield dg.MaterializeResult(
                 value=kept,
                 metadata={
@@ -179,8 +262,13 @@ def build_validated_data(
                 },
             )
 
+        # With the history gate, a day's verdict depends on which of its reference days passed:
+        # when some are in the range, its days are validated in order, as one-day runs would.
+        independent = not history_on or context.has_partition_key
+        if not independent:
+            independent = not days_depend_on_each_other(contract, context.partition_keys)
         yield from each_day(
-            context, day_of_validated_data, independent_days=True, raw_data=raw_data
+            context, day_of_validated_data, independent_days=independent, raw_data=raw_data
         )
 
     return validated_data

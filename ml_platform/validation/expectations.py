@@ -18,16 +18,24 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.validation.history import (
+    HistoryWindow,
+    Statistic,
+    gated_statistics,
+    history_parameters,
+    history_sentence,
+)
 from ml_platform.validation.schema import expected_typed_dtypes
 
 # Dagster check names, one per family of expectations.
-SCHEMA, COMPLETENESS, VALIDITY, UNIQUENESS, VOLUME, PARTITION_DAY = (
+SCHEMA, COMPLETENESS, VALIDITY, UNIQUENESS, VOLUME, PARTITION_DAY, HISTORY = (
     "gx_schema",
     "gx_completeness",
     "gx_validity",
     "gx_uniqueness",
     "gx_volume",
     "gx_partition_day",
+    "gx_history",
 )
 CHECKS = {
     SCHEMA: "Columns, their order and their types are those of the contract.",
@@ -36,6 +44,10 @@ CHECKS = {
     UNIQUENESS: "Unique columns and the row key hold no duplicates.",
     VOLUME: "The day holds a plausible number of rows.",
     PARTITION_DAY: "Every row's event time falls on the partition's day.",
+    HISTORY: (
+        "Null shares, the label's labelled share and positive rate, the row count and distinct "
+        "counts are within what the day's reference days show."
+    ),
 }
 # GE's pandas engine compares a column's scalar type with the type named here, so the nullable
 # Int64 dtype is checked as int64 and boolean as bool.
@@ -62,6 +74,8 @@ class Failure:
     row_level: bool
     rows: list[int]  # positions of offending rows (row-level expectations)
     unexpected_values: list[Any]
+    # The numbers behind a history failure: today's value, the history's range, the bounds.
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +157,32 @@ def _expectations(contract: Contract) -> list[Any]:
                 column_list=contract.quality.row_key, meta={"check": UNIQUENESS}
             )
         )
+    if contract.quality.history.enabled:
+        suite += [_history_expectation(stat) for stat in gated_statistics(contract)]
     return suite
+
+
+def _history_expectation(stat: Statistic) -> Any:
+    """The GE expectation of one history statistic; its bounds arrive as suite parameters."""
+    import great_expectations as gx
+
+    e = gx.expectations
+    bounds: dict[str, Any] = {
+        "min_value": {"$PARAMETER": stat.parameter("min")},
+        "max_value": {"$PARAMETER": stat.parameter("max")},
+        "meta": {"check": HISTORY, "statistic": stat.key},
+    }
+    if stat.kind == "row_count":
+        return e.ExpectTableRowCountToBeBetween(**bounds)
+    column = stat.column
+    assert column is not None, "every other statistic is of one column"
+    if stat.kind in ("null_share", "labelled_share"):
+        # GE measures the share of values present; a null share's bounds are turned around.
+        return e.ExpectColumnProportionOfNonNullValuesToBeBetween(column=column, **bounds)
+    if stat.kind == "positive_rate":
+        # The label is 0/1 with nulls for unlabelled rows, which the mean leaves out.
+        return e.ExpectColumnMeanToBeBetween(column=column, **bounds)
+    return e.ExpectColumnUniqueValueCountToBeBetween(column=column, **bounds)
 
 
 class QualityGate:
@@ -173,8 +212,13 @@ class QualityGate:
         """Number of expectations in the suite."""
         return len(self.suite.expectations)
 
-    def validate(self, typed: pd.DataFrame, day: str) -> tuple[GateReport, Any]:
+    def validate(
+        self, typed: pd.DataFrame, day: str, history: HistoryWindow | None = None
+    ) -> tuple[GateReport, Any]:
         """Validate one day's typed rows; return the report and GE's own result object.
+
+        `history` holds the bounds of the history expectations; without it (or with too short
+        a history) they are unbounded and pass.
 
         A first pass asks GE only whether each expectation holds (BOOLEAN_ONLY), which skips
         the unexpected-value lists, counts and row indexes of every expectation: a third to
@@ -189,12 +233,14 @@ class QualityGate:
             "day_start": start,
             "day_end": start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
         }
+        if self.contract.quality.history.enabled:
+            parameters.update(history_parameters(gated_statistics(self.contract), history))
         batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
         result = batch.validate(
             self.suite, expectation_parameters=parameters, result_format="BOOLEAN_ONLY"
         )
         self._detail(batch, result, parameters)
-        failures = [_failure(r, len(frame)) for r in result.results if not r.success]
+        failures = [_failure(r, len(frame), history) for r in result.results if not r.success]
         report = GateReport(
             rows=len(frame),
             failures=failures,
@@ -224,6 +270,11 @@ class QualityGate:
             complete[_identity(r.expectation_config)] if _needs_detail(r) else r
             for r in result.results
         ]
+        for r in result.results:
+            # GE's Data Docs renderer parses repr() of an observed number, which for a numpy
+            # scalar under numpy 2 ("np.float64(0.5)") is no number: it would drop the row.
+            if r.result and "observed_value" in r.result:
+                r.result["observed_value"] = _plain(r.result["observed_value"])
 
 
 def _needs_detail(result: Any) -> bool:
@@ -259,13 +310,20 @@ def _what(kind: str, kwargs: dict) -> str:
     return "fail the expectation"
 
 
-def _failure(result: Any, total: int) -> Failure:
+def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> Failure:
     config = result.expectation_config
     kind, kwargs = config.type, dict(config.kwargs)
     check = (config.meta or {}).get("check", SCHEMA)
     column = kwargs.get("column") or ", ".join(kwargs.get("column_list", []) or []) or None
     info = result.result or {}
-    if result.exception_info and result.exception_info.get("raised_exception"):
+    raised = bool(result.exception_info and result.exception_info.get("raised_exception"))
+    if check == HISTORY and history is not None and not raised:
+        observed = info.get("observed_value")
+        sentence, details = history_sentence(
+            history, config.meta["statistic"], None if observed is None else float(observed)
+        )
+        return Failure(check, kind, column, sentence, 0, False, [], [], details)
+    if raised:
         message = result.exception_info.get("exception_message")
         return Failure(
             check,

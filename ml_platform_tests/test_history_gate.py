@@ -1,0 +1,256 @@
+"""The history gate: bounds from a day's reference days, and broken real days it stops."""
+
+import math
+
+import dagster as dg
+import pandas as pd
+import pytest
+import yaml
+
+from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.model import bundled_contracts
+from ml_platform.registry.store import ModelRegistry
+from ml_platform.storage import LocalStorage
+from ml_platform.validation.assets import days_depend_on_each_other
+from ml_platform.validation.expectations import HISTORY
+from ml_platform.validation.history import (
+    Bound,
+    bounds_of,
+    count_bound,
+    gated_statistics,
+    history_parameters,
+    judge,
+    profile_key,
+    robust_sd,
+    share_bound,
+    window_from_profiles,
+)
+from ml_platform_tests.conftest import Platform, days_from
+
+GOOD_DAYS = days_from("2013-01-01", 4)
+EMPTIED_LABEL_DAY = "2013-01-05"
+HALF_EMPTY_DAY = "2013-01-06"
+
+
+def test_robust_sd_is_the_scaled_median_absolute_deviation_and_ignores_one_outlier():
+    assert robust_sd([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(1.4826)
+    assert robust_sd([1.0, 2.0, 3.0, 4.0, 500.0]) == pytest.approx(1.4826)
+    assert robust_sd([0.2, 0.2, 0.2]) == 0.0
+
+
+def test_a_stable_share_is_widened_by_the_floor_and_clipped_to_zero_and_one():
+    assert share_bound([0.01, 0.01, 0.01], spread=4.0, floor=0.05) == Bound(
+        0.01, 0.01, 0.0, pytest.approx(0.06)
+    )
+    high = share_bound([0.98, 0.99, 0.99], spread=4.0, floor=0.05)
+    assert high.high == 1.0 and high.low == pytest.approx(0.93)
+
+
+def test_a_noisy_share_is_widened_by_spread_robust_sds():
+    history = [0.1, 0.2, 0.3, 0.4, 0.5]
+    bound = share_bound(history, spread=2.0, floor=0.01)
+    margin = 2.0 * robust_sd(history)
+    assert margin == pytest.approx(0.29652)
+    assert (bound.low, bound.high) == (0.0, pytest.approx(0.5 + margin))
+    assert bound.holds(0.79) and not bound.holds(0.8)
+
+
+def test_a_count_floor_is_relative_to_the_median_and_counts_stay_non_negative():
+    bound = count_bound([1000.0, 1000.0, 1000.0], spread=4.0, floor=0.25)
+    assert (bound.low, bound.high) == (750.0, 1250.0)
+    assert bound.holds(750) and not bound.holds(749) and not bound.holds(1251)
+    assert count_bound([1.0, 2.0, 40.0], spread=4.0, floor=0.25).low == 0.0
+
+
+def test_an_undefined_value_is_never_within_bounds():
+    bound = Bound(0.1, 0.2, 0.0, 0.5)
+    assert not bound.holds(None) and not bound.holds(math.nan)
+
+
+def test_a_range_is_validated_in_order_only_when_its_days_are_each_others_history():
+    synthetic = load_contract("synthetic")  # a fixed baseline: January 2024's first 28 days
+    assert days_depend_on_each_other(synthetic, days_from("2024-01-02", 3))
+    assert not days_depend_on_each_other(synthetic, days_from("2024-02-01", 30))
+    flights = load_contract("flights")  # the same weekday among the 28 days before
+    assert not days_depend_on_each_other(flights, days_from("2013-03-01", 7))
+    assert days_depend_on_each_other(flights, days_from("2013-03-01", 8))
+
+
+def flights_with_history(tmp_path, **history) -> Contract:
+    """The bundled flights contract with `quality.history` settings, written to tmp_path."""
+    document = yaml.safe_load(bundled_contracts()["flights"].read_text())
+    document["quality"]["history"] = history
+    path = tmp_path / "flights.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_contract(path)
+
+
+def test_statistics_with_too_few_days_get_no_bounds(tmp_path):
+    contract = flights_with_history(tmp_path, min_days=3)
+    keys = [s.key for s in gated_statistics(contract)]
+    # Null shares only of columns that may hold nulls: the others are gx_completeness's.
+    assert "null_share(tailnum)" in keys and "null_share(carrier)" not in keys
+    assert {"labelled_share(delayed)", "positive_rate(delayed)", "row_count"} <= set(keys)
+    profiles = [{"row_count": 900.0, "positive_rate(delayed)": None} for _ in range(3)]
+    profiles[0]["positive_rate(delayed)"] = 0.2
+    bounds = bounds_of(gated_statistics(contract), profiles, contract)
+    assert set(bounds) == {"row_count"}
+
+
+def test_a_short_history_is_unbounded_in_the_suite_parameters(tmp_path):
+    contract = flights_with_history(
+        tmp_path, reference={"mode": "previous_days", "days": 7}, min_days=3
+    )
+    stats = gated_statistics(contract)
+    profile = {"null_share(tailnum)": 0.01, "row_count": 1000.0}
+    short = window_from_profiles(contract, "2013-01-05", {"2013-01-03": profile})
+    assert short.too_short and short.bounds == {}
+    assert "the history is too short yet: 1 of the 3 reference days" in short.note()
+    assert set(history_parameters(stats, short).values()) == {None}
+
+    window = window_from_profiles(contract, "2013-01-05", {d: profile for d in GOOD_DAYS})
+    assert window.stored == GOOD_DAYS and not window.too_short
+    parameters = history_parameters(stats, window)
+    # GE checks the present share: a null share of 0 to 0.26 is a present share of 0.74 to 1.
+    tailnum = next(s for s in stats if s.key == "null_share(tailnum)")
+    assert parameters[tailnum.parameter("min")] == pytest.approx(0.74)
+    assert parameters[tailnum.parameter("max")] == pytest.approx(1.0)
+    assert judge({"null_share(tailnum)": 0.5, "row_count": 1000.0}, window.bounds) == [
+        "null_share(tailnum)"
+    ]
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory) -> Platform:
+    """Four real flights days through the daily graph, judged against the previous 7 days."""
+    root = tmp_path_factory.mktemp("history")
+    contract = flights_with_history(
+        root, reference={"mode": "previous_days", "days": 7}, min_days=3
+    )
+    platform = Platform(contract, root / "platform")
+    platform.land(GOOD_DAYS[0], len(GOOD_DAYS))
+    platform.results = {day: platform.materialize(day) for day in GOOD_DAYS}
+    # A small day's model may be rejected (and fail its run) by the value thresholds; every day
+    # passes its data gates either way.
+    assert platform.materialized("validated_data") == set(GOOD_DAYS)
+    return platform
+
+
+def history_check(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
+    return next(c for c in result.get_asset_check_evaluations() if c.check_name == HISTORY)
+
+
+def land_edited(platform: Platform, day: str, edit) -> None:
+    """Land `day` as the source delivers it, then rewrite its file with `edit(frame)` applied."""
+    platform.land(day, 1)
+    path = platform.landing_dir / platform.contract.landing.file_name(day)
+    # As text, so every other value is written back exactly as it was landed.
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    edit(frame)
+    path.write_text(frame.to_csv(index=False))
+
+
+def test_a_first_day_passes_with_a_note_that_the_history_is_too_short(platform):
+    first = history_check(platform.results[GOOD_DAYS[0]])
+    assert first.passed
+    assert "the history is too short yet: 0 of the 3 reference days needed are stored" in (
+        first.description
+    )
+    fourth = history_check(platform.results[GOOD_DAYS[3]])
+    assert fourth.passed and "within their bounds from 3 reference days" in fourth.description
+    assert fourth.metadata["history_reference_days"].value == GOOD_DAYS[:3]
+    assert platform.stored("validated_data", GOOD_DAYS[3], "parquet").exists()
+
+
+def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(platform):
+    registry_dir = platform.lake_dir / "flights" / "registry"
+    champion = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "flights").alias(
+        "champion"
+    )
+    assert champion is not None, "the good days produced a champion"
+    champion_model = registry_dir / "versions" / champion / "model.joblib"
+    before = {p: p.read_bytes() for p in (registry_dir / "aliases.json", champion_model)}
+    # A day stored before profiles existed is profiled from its parquet.
+    profile = platform.lake_dir / profile_key(platform.contract, GOOD_DAYS[1])
+    profile.unlink()
+
+    def empty_arr_delay(frame: pd.DataFrame) -> None:
+        frame["arr_delay"] = ""
+
+    land_edited(platform, EMPTIED_LABEL_DAY, empty_arr_delay)
+    result = platform.materialize(EMPTIED_LABEL_DAY)
+
+    assert not result.success
+    check = history_check(result)
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert "the share of rows with a label (delayed) is 0.0% today" in check.description
+    assert "the share of missing values of column arr_delay is 100.0% today" in check.description
+    assert "fix it upstream and re-land it" in check.description
+    assert "tune quality.history in the contract" in check.description
+    failures = check.metadata["history_failures"].value
+    assert failures["labelled_share(delayed)"]["today"] == 0.0
+    assert failures["labelled_share(delayed)"]["history_min"] > 0.95
+    assert failures["labelled_share(delayed)"]["reference_days"] == GOOD_DAYS
+    assert profile.exists()
+    # The day stops at its gate: nothing stored for it, no model, and the champion unchanged.
+    materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert materialised == {"raw_data"}
+    assert not platform.stored("validated_data", EMPTIED_LABEL_DAY, "parquet").exists()
+    assert not platform.stored("model", EMPTIED_LABEL_DAY, "joblib").exists()
+    assert not (platform.lake_dir / profile_key(platform.contract, EMPTIED_LABEL_DAY)).exists()
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_nullable_column_empty_on_half_the_rows_fails_naming_it(platform):
+    def empty_half_the_tailnums(frame: pd.DataFrame) -> None:
+        frame.loc[frame.index % 2 == 0, "tailnum"] = ""
+
+    land_edited(platform, HALF_EMPTY_DAY, empty_half_the_tailnums)
+    result = platform.materialize(HALF_EMPTY_DAY, selection=["raw_data", "validated_data"])
+
+    assert not result.success
+    check = history_check(result)
+    assert not check.passed
+    assert "the share of missing values of column tailnum is 50." in check.description
+    failures = check.metadata["history_failures"].value
+    assert failures["null_share(tailnum)"]["column"] == "tailnum"
+    assert failures["null_share(tailnum)"]["today"] >= 0.5 > failures["null_share(tailnum)"]["high"]
+    # The other checks of the day pass: only its history says it is broken.
+    others = [c for c in result.get_asset_check_evaluations() if c.check_name != HISTORY]
+    assert others and all(c.passed for c in others)
+
+
+def test_a_range_judges_each_day_against_the_days_before_it_that_passed(tmp_path):
+    contract = flights_with_history(
+        tmp_path, reference={"mode": "previous_days", "days": 7}, min_days=3
+    )
+    platform = Platform(contract, tmp_path / "platform")
+    days = days_from("2013-01-01", 6)
+    platform.land(days[0], len(days))
+
+    def empty_half_the_tailnums(frame: pd.DataFrame) -> None:
+        frame.loc[frame.index % 2 == 0, "tailnum"] = ""
+
+    land_edited(platform, days[4], empty_half_the_tailnums)
+    # One run over the six days, as a backfill runs them.
+    result = dg.materialize(
+        list(platform.defs.assets or []),
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=["raw_data", "validated_data"],
+        tags={
+            "dagster/asset_partition_range_start": days[0],
+            "dagster/asset_partition_range_end": days[-1],
+        },
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    checks = {
+        c.partition: c for c in result.get_asset_check_evaluations() if c.check_name == HISTORY
+    }
+    assert [day for day, check in sorted(checks.items()) if not check.passed] == [days[4]]
+    # The broken day never became history: the day after it is judged against the four before.
+    assert checks[days[5]].metadata["history_reference_days"].value == days[:4]
+    assert checks[days[3]].metadata["history_reference_days"].value == days[:3]
+    assert not platform.stored("validated_data", days[4], "parquet").exists()
