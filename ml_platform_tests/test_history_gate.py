@@ -168,8 +168,10 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
         "champion"
     )
     assert champion is not None, "the good days produced a champion"
-    champion_model = registry_dir / "versions" / champion / "model.joblib"
-    before = {p: p.read_bytes() for p in (registry_dir / "aliases.json", champion_model)}
+    # The champion's version folder, its model and manifest, and where the aliases point.
+    champion_files = sorted((registry_dir / "versions" / champion).iterdir())
+    assert any(p.suffix == ".joblib" for p in champion_files)
+    before = {p: p.read_bytes() for p in (registry_dir / "aliases.json", *champion_files)}
     # A day stored before profiles existed is profiled from its parquet.
     profile = platform.lake_dir / profile_key(platform.contract, GOOD_DAYS[1])
     profile.unlink()
@@ -198,6 +200,7 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     assert not platform.stored("validated_data", EMPTIED_LABEL_DAY, "parquet").exists()
     assert not platform.stored("model", EMPTIED_LABEL_DAY, "joblib").exists()
     assert not (platform.lake_dir / profile_key(platform.contract, EMPTIED_LABEL_DAY)).exists()
+    assert sorted((registry_dir / "versions" / champion).iterdir()) == champion_files
     assert {p: p.read_bytes() for p in before} == before
 
 

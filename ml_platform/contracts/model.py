@@ -234,12 +234,15 @@ class HistoryGateSpec(_Strict):
     # Measured on the 365 days of real 2013 flights (benchmarks/history_gate_flights.py): four
     # same-weekday reference days give a rough robust sd, and weather moves cancellations (up
     # to a quarter of a day's flights) and the delay rate (7 % to 77 %) far from one week to
-    # the next. With these values only five clearly abnormal days fail (two blizzard days, a
-    # storm with 79 % of flights delayed, Thanksgiving and the day after), while an emptied
-    # label source, a column emptied on half the rows and 97 % of half-delivered days fail.
+    # the next. With these values three days of the year fail, each clearly abnormal (two
+    # blizzard days with half the flights cancelled, a storm with 79 % of flights delayed),
+    # while an emptied label source, a column emptied on half the rows and 91 % of
+    # half-delivered days fail. Thanksgiving (634 flights against 922 to 1,000) and the day
+    # after pass the counts (0.25 would fail them): a holiday is real traffic, which the drift
+    # check reports as a warning, not a broken delivery that must stop the day.
     spread: float = Field(default=12.0, gt=0.0)
     share_floor: float = Field(default=0.25, gt=0.0, le=1.0)
-    count_floor: float = Field(default=0.25, gt=0.0)
+    count_floor: float = Field(default=0.35, gt=0.0)
 
 
 class QualitySpec(_Strict):
