@@ -12,8 +12,6 @@ import pytest
 import yaml
 
 from ml_platform import cli
-from ml_platform.automation.alerts import Notifier, RunOutcome, evaluate_run
-from ml_platform.automation.classify import FailedCheck
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.evaluation.metrics import (
@@ -279,41 +277,6 @@ def test_a_day_whose_evaluation_is_missing_or_accepted_ends_the_streak(tmp_path)
         "2024-01-01",
         "2024-01-08",
     ]
-
-
-def test_only_the_rejection_streak_pages_a_rejected_candidate_is_logged():
-    outcome = RunOutcome(
-        run_id="run-3",
-        root_run_id="run-3",
-        job_name="daily_pipeline_job",
-        partition="2024-01-03",
-        succeeded=True,
-        step_failures=[],
-        succeeded_steps=["evaluation_report", "registered_model"],
-        failed_checks=[
-            FailedCheck("evaluation_report", "promotion_verdict", "WARN", "reject: r2 0.9 misses"),
-            FailedCheck(
-                "registered_model",
-                "rejection_streak",
-                "WARN",
-                "3 candidates in a row were rejected (2024-01-01 to 2024-01-03)",
-            ),
-        ],
-        run_message="",
-    )
-
-    alerts = evaluate_run(outcome, {}, Notifier(), now=0.0)
-
-    by_check = {a.subject: a for a in alerts}
-    assert set(by_check) == {
-        "evaluation_report:promotion_verdict",
-        "registered_model:rejection_streak",
-    }
-    streak = by_check["registered_model:rejection_streak"]
-    assert (streak.rule, streak.severity, streak.page) == ("check_failed", "WARNING", True)
-    assert streak.runbook == "docs/runbook.md#check-rejection_streak"
-    assert streak.cause.startswith("3 candidates in a row were rejected")
-    assert by_check["evaluation_report:promotion_verdict"].page is False
 
 
 def test_materialize_prints_what_each_day_did_and_fails_only_on_a_real_failure(
