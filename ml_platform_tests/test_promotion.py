@@ -191,6 +191,20 @@ def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_pat
     assert not checks["promotion_verdict"].passed
     assert checks["promotion_verdict"].severity == dg.AssetCheckSeverity.WARN
     assert checks["rejection_streak"].passed  # one rejection in a row
+    # The report carries the improvement over the champion and its paired interval.
+    report = result.asset_materializations_for_node("evaluation_report")[0].metadata
+    gain, low, high = (report[f"improvement_rmse{end}"].value for end in ("", "_low", "_high"))
+    assert gain == pytest.approx(report["champion_rmse"].value - report["rmse"].value)
+    assert low <= gain <= high
+    stored = json.loads(strict.stored("evaluation_report", DAYS[1], "json").read_text())
+    assert stored["improvements"]["rmse"] == {
+        "improvement": gain,
+        "low": low,
+        "high": high,
+        "threshold": 0.0,
+    }
+    assert "| rmse | " in stored["report_markdown"]
+    assert f"{gain:+.4f} ({low:+.4f} – {high:+.4f}) |" in stored["report_markdown"]
     registered = json.loads(strict.stored("registered_model", DAYS[1], "json").read_text())
     assert registered["registered"] is False and registered["version"] is None
     assert re.fullmatch(r"r2 0\.\d{4} misses the bound \(at least 0\.9999\)", registered["reason"])
@@ -243,7 +257,7 @@ def test_the_rejection_streak_fails_on_the_nth_rejected_day_of_one_day_runs(tmp_
     assert streaks[1].severity == dg.AssetCheckSeverity.WARN
     description = streaks[1].description or ""
     assert f"2 candidates in a row were rejected ({DAYS[0]} to {DAYS[1]})" in description
-    assert "champion none has served all along" in description
+    assert "so there is no champion; the last one: r2 " in description
     assert "retrain on a longer window" in description
     assert streaks[1].metadata["rejected_in_a_row"].value == 2
 

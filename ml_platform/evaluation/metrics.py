@@ -164,10 +164,14 @@ def score_model(model: TrainedModel, holdout: pd.DataFrame, samples: int, seed: 
 
 
 def pairing_of(y: np.ndarray, samples: int, seed: int) -> str:
-    """What fixes the bootstrap samples: the seed, their number and the hold-out's labels."""
-    digest = hashlib.sha256(f"{seed}/{samples}/{len(y)}/{y.dtype}/".encode())
+    """What fixes the bootstrap samples: the seed, their number and the hold-out's labels.
+
+    Equal for two models scored on the same hold-out; the labels guard against pairing scores
+    of different hold-outs (they cannot prove two hold-outs with equal labels are the same rows).
+    """
+    digest = hashlib.blake2b(f"{seed}/{samples}/{len(y)}/{y.dtype}/".encode(), digest_size=8)
     digest.update(np.ascontiguousarray(y).tobytes())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
 
 
 def score_predictions(

@@ -79,13 +79,14 @@ def streak_check(
             description=f"{len(streak)} candidate(s) rejected in a row; the alert is at {limit}.",
             metadata=metadata,
         )
+    serving = f"champion {champion} has served all along" if champion else "there is no champion"
     return dg.AssetCheckResult(
         check_name=REJECTION_STREAK_CHECK,
         passed=False,
         severity=dg.AssetCheckSeverity.WARN,
         description=(
             f"{len(streak)} candidates in a row were rejected ({streak[0]} to {streak[-1]}), so "
-            f"champion {champion or 'none'} has served all along; the last one: {cause}. Read "
+            f"{serving}; the last one: {cause}. Read "
             "these days' data checks and evaluation reports: if their data is sound, the model no "
             "longer meets the contract's value thresholds; retrain on a longer window "
             "(weekly_retrain_job), revisit the features, or revise the thresholds."
