@@ -63,8 +63,17 @@ def test_an_identical_champion_is_a_tie_and_never_promotes(flights_case):
     assert verdict.improvements == {"roc_auc": (0.0, 0.0, 0.0)}
     assert verdict.decision == "challenger"
     assert "improvement +0.0000 (95 % interval +0.0000 to +0.0000)" in verdict.cause
-    assert "does not clear the least of +0.0" in verdict.cause
-    # A negative threshold tolerates a loss: then the tie clears it.
+    assert "does not clear the least of +0.01" in verdict.cause
+    # Even at a threshold of 0 a tie does not promote; a negative one tolerates a loss, and
+    # then the tie clears it.
+    at_zero = FLIGHTS.model_copy(
+        update={
+            "evaluation": FLIGHTS.evaluation.model_copy(
+                update={"change_thresholds": {"roc_auc": 0.0}}
+            )
+        }
+    )
+    assert judge(at_zero, candidate, champion).decision == "challenger"
     tolerant = FLIGHTS.model_copy(
         update={
             "evaluation": FLIGHTS.evaluation.model_copy(
