@@ -7,9 +7,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.ingestion.synthetic import BYTE_FAULTS, FAULTS, Drift
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 # Step events go to the instance (and the UI); the terminal shows one line a day and errors.
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -91,8 +95,42 @@ def landing_status(args: argparse.Namespace) -> int:
     return 1 if scan.problems or refused else 0
 
 
+def day_outcome(result: "dg.ExecuteInProcessResult") -> str:
+    """What a successful day's run did to the registry, as registered_model recorded it.
+
+    `promoted`, `kept champion (challenger)` or `rejected: <reason>`.
+    """
+    for event in result.asset_materializations_for_node("registered_model"):
+        outcome = event.metadata.get("outcome")
+        if outcome is not None:
+            return str(outcome.value)
+    return "materialised"
+
+
+def run_errors(result: "dg.ExecuteInProcessResult") -> list[str]:
+    """Each failed step of a run and the first line of its error."""
+    from ml_platform.automation.classify import user_error
+
+    errors = []
+    for event in result.get_step_failure_events():
+        data = event.event_specific_data
+        user = getattr(data, "user_failure_data", None)
+        error = user_error(getattr(data, "error", None))
+        message = (user.description if user and user.description else None) or (
+            error.message.split(": ", 1)[-1] if error else "unknown error"
+        )
+        first = next((line for line in message.strip().splitlines() if line.strip()), message)
+        errors.append(f"{event.step_key}: {first.strip()}")
+    return errors
+
+
 def materialize(args: argparse.Namespace) -> int:
-    """Run the daily job for each day in this process, recording runs in the Dagster instance."""
+    """Run the daily job for each day in this process, recording runs in the Dagster instance.
+
+    One line a day says what the day did to the registry: `promoted`, `kept champion
+    (challenger)` or `rejected: <reason>` (a rejected candidate is an outcome, not a failure).
+    A day whose run failed prints its error and makes the exit code 1.
+    """
     import dagster as dg
 
     from ml_platform.definitions import DAILY_JOB, build_definitions
@@ -114,17 +152,21 @@ def materialize(args: argparse.Namespace) -> int:
             )
             seconds = time.perf_counter() - started
             if not result.success:
-                # Later days may still succeed (a rejected model does not spoil tomorrow's data),
-                # so go on and report every failed day at the end.
+                # Later days may still succeed (a bad day does not spoil tomorrow's data), so go
+                # on and report every failed day at the end.
                 failed.append(day)
+                errors = "; ".join(run_errors(result)) or "the run failed outside any step"
                 print(
-                    f"{prefix} FAILED in {seconds:.1f}s: run {result.run_id}; open it in the "
-                    "Dagster UI (Runs) for the failed step and its logs",
+                    f"{prefix} FAILED in {seconds:.1f}s: {errors} (run {result.run_id}; open it "
+                    "in the Dagster UI, Runs, or `ml-platform diagnose RUN_ID`)",
                     file=sys.stderr,
                     flush=True,
                 )
                 continue
-            print(f"{prefix} materialised in {seconds:.1f}s (run {result.run_id[:8]})", flush=True)
+            print(
+                f"{prefix} {day_outcome(result)} ({seconds:.1f}s, run {result.run_id[:8]})",
+                flush=True,
+            )
     if failed:
         print(f"{len(failed)} of {len(days)} day(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

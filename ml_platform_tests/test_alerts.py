@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import dagster as dg
 import pytest
 
-from ml_platform.automation.alerts import Notifier, notifier_from_env
+from ml_platform.automation.alerts import Notifier, RunOutcome, evaluate_run, notifier_from_env
 from ml_platform.automation.classify import (
     CODE_BUG,
     DATA,
@@ -396,3 +396,38 @@ def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_pat
         "rerun-failed-days",
     ]:
         assert anchor in headings, anchor
+
+
+def test_only_the_rejection_streak_pages_a_rejected_candidate_is_logged():
+    outcome = RunOutcome(
+        run_id="run-3",
+        root_run_id="run-3",
+        job_name="daily_pipeline_job",
+        partition="2024-01-03",
+        succeeded=True,
+        step_failures=[],
+        succeeded_steps=["evaluation_report", "registered_model"],
+        failed_checks=[
+            FailedCheck("evaluation_report", "promotion_verdict", "WARN", "reject: r2 0.9 misses"),
+            FailedCheck(
+                "registered_model",
+                "rejection_streak",
+                "WARN",
+                "3 candidates in a row were rejected (2024-01-01 to 2024-01-03)",
+            ),
+        ],
+        run_message="",
+    )
+
+    alerts = evaluate_run(outcome, {}, Notifier(), now=0.0)
+
+    by_check = {a.subject: a for a in alerts}
+    assert set(by_check) == {
+        "evaluation_report:promotion_verdict",
+        "registered_model:rejection_streak",
+    }
+    streak = by_check["registered_model:rejection_streak"]
+    assert (streak.rule, streak.severity, streak.page) == ("check_failed", "WARNING", True)
+    assert streak.runbook == "docs/runbook.md#check-rejection_streak"
+    assert streak.cause.startswith("3 candidates in a row were rejected")
+    assert by_check["evaluation_report:promotion_verdict"].page is False

@@ -144,7 +144,10 @@ def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(
     assert not (platform.lake_dir / "synthetic/registry/aliases.json").exists()
     for day in DAYS[:2]:
         registered = json.loads(platform.stored("registered_model", day, "json").read_text())
-        assert registered == {"version": None, "alias": None, "decision": "reject"}
+        assert registered["version"] is None and registered["registered"] is False
+        assert registered["decision"] == "reject"
+        assert registered["outcome"] == f"rejected: {registered['reason']}"
+        assert "misses the bound (at least 0.9999)" in registered["reason"]
 
 
 def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import dagster as dg
 import pandas as pd
 import yaml
 
@@ -163,18 +164,24 @@ def test_a_worse_candidate_stays_challenger_and_a_better_one_is_promoted(tmp_pat
     assert registry.alias_at("champion", moved_at) == f"daily-{DAYS[1]}"
 
 
-def test_a_candidate_below_the_value_thresholds_is_not_registered(tmp_path):
+def test_a_candidate_below_the_value_thresholds_is_rejected_and_the_run_succeeds(tmp_path):
     strict = {"value_thresholds": {"r2": 0.999}}
     platform = Platform(
         load_contract(write_contract(tmp_path, "strict", evaluation=strict)), tmp_path
     )
     platform.land(DAYS[0], 1)
     result = platform.materialize(DAYS[0])
-    assert not result.success
+    # A rejection is an outcome: the run succeeds, and the day is recorded as not registered.
+    assert result.success
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-    assert not checks["promotion_verdict"].passed
-    assert "reject" in checks["promotion_verdict"].description
+    verdict = checks["promotion_verdict"]
+    assert not verdict.passed and verdict.severity == dg.AssetCheckSeverity.WARN
+    assert verdict.description.startswith("reject: r2 ")
+    assert "misses the bound (at least 0.999)" in verdict.description
     assert registry_of(platform).versions() == []
+    registered = result.asset_materializations_for_node("registered_model")[0].metadata
+    assert registered["version"].value == "none: rejected, not registered"
+    assert registered["outcome"].value.startswith("rejected: r2 ")
 
 
 def test_rerunning_a_day_keeps_one_version_whose_manifest_names_its_inputs(tmp_path):

@@ -22,8 +22,7 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from ml_platform import cli
-from ml_platform.contracts import load_contract
-from ml_platform_tests.conftest import ALL_ASSETS, REPO, free_port, rejected_days
+from ml_platform_tests.conftest import ALL_ASSETS, REPO, free_port
 
 pytestmark = pytest.mark.integration
 CHROMIUM = Path("/usr/bin/chromium")
@@ -95,10 +94,8 @@ def ui(tmp_path_factory) -> Iterator[str]:
             patch.setenv(name, value)
         assert cli.main(["land", "flights", "--start", DAYS[0], "--days", str(len(DAYS))]) == 0
         code = cli.main(["materialize", "--start", DAYS[0], "--days", str(len(DAYS))])
-        # The first day's one-day model may be rejected, which fails that day's run (exit 1);
-        # the pages below show what is stored either way.
-        rejected = rejected_days(load_contract("flights"), root / "lake", DAYS)
-        assert code == (1 if rejected else 0)
+        # The first day's one-day model may be rejected: an outcome, not a failed run.
+        assert code == 0
         assert cli.main(["land", "flights", "--start", FAULTY_DAY, "--days", "1"]) == 0
         damage_carriers(root / "landing" / f"flights_{FAULTY_DAY}.csv")
         # The quality gate stops the day at validated_data (about 2 s): the run fails.

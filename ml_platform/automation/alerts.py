@@ -6,6 +6,8 @@ Rules (see docs/runbook.md for what to do about each):
   success. Retries of a run (same root run) count once.
 - A failed check of WARN severity (drift, loss plateau, low utilisation, schema change...) ->
   WARNING. A failed ERROR check in a run that still succeeded (non-blocking) -> ERROR.
+- A rejected candidate (`promotion_verdict`) is logged but pages nobody: one rejection is an
+  outcome of the day. `rejection_streak` (N rejected candidates in a row) pages.
 - A landed file that fits no partition -> WARNING.
 - Every failed run is logged as a JSON line (level ERROR) but pages nobody on its own: alert
   fatigue makes people ignore the alerts that matter.
@@ -48,6 +50,9 @@ LEVELS = {CRITICAL: logging.CRITICAL, ERROR: logging.ERROR, WARNING: logging.WAR
 MAX_DELIVERY_ATTEMPTS = 5
 
 python_logger = logging.getLogger("ml_platform.alerts")
+# Failed checks that are logged as alerts but page nobody: a single rejected candidate is an
+# outcome the registry records; the rejection_streak check pages when they pile up.
+LOGGED_ONLY_CHECKS = frozenset({"promotion_verdict"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,7 +343,7 @@ def evaluate_run(
                 subject=f"{check.asset}:{check.check}",
                 failure_class=None,
                 runbook=notifier.runbook(check_anchor(check.check)),
-                page=True,
+                page=check.check not in LOGGED_ONLY_CHECKS,
             )
         )
 

@@ -9,6 +9,7 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
+    Verdict,
     holdout_of,
     judge,
     plots,
@@ -46,15 +47,17 @@ def build_evaluation_report(
         retry_policy=STORAGE_RETRY_POLICY,
         ins={"model": dg.AssetIn(key=model_name), "features": window_input(days)},
         check_specs=[
+            # A rejected candidate is an outcome, not a failure: the run goes on, registered_model
+            # records the day as not registered and the champion stays.
             daily_check_spec(
                 VERDICT_CHECK,
                 name,
                 partitions,
-                blocking=True,
+                blocking=False,
                 description=check_description(
                     VERDICT_CHECK,
-                    "The candidate meets the contract's value thresholds; otherwise it is not "
-                    "registered.",
+                    "The candidate meets the contract's value thresholds; otherwise it is "
+                    "rejected, not registered, and the champion stays.",
                 ),
             )
         ],
@@ -66,9 +69,13 @@ def build_evaluation_report(
 
         The rows are the latest of the model's window, never trained on. Each metric has a
         bootstrap 95 % interval; ROC and precision-recall curves and the confusion matrix (or
-        residuals) are embedded in the report. The verdict applies the contract's value and
-        change thresholds: `promote`, `challenger` or `reject`. Classification: precision,
-        recall, F1, accuracy, ROC AUC. Regression: MAE, RMSE, R².
+        residuals) are embedded in the report. The verdict applies the contract's value
+        thresholds, then its change thresholds to the improvement over the champion, whose 95 %
+        interval comes from scoring both models on the same bootstrap samples: `promote` only
+        when the interval's lower bound clears the threshold, `challenger` when the candidate is
+        good but not shown better, `reject` when it misses a value threshold (a WARN outcome:
+        the run succeeds and the champion stays). Classification: precision, recall, F1,
+        accuracy, ROC AUC. Regression: MAE, RMSE, R².
 
         In a range of days the champion of a day is the registry's, or the last model promoted
         by an earlier day of the range (registered_model registers it right after), so a range
@@ -115,13 +122,16 @@ def build_evaluation_report(
                 verdict,
                 plots(model, holdout, candidate),
             )
-            yield dg.AssetCheckResult(
-                check_name=VERDICT_CHECK,
-                passed=verdict.decision != "reject",
-                severity=dg.AssetCheckSeverity.ERROR,
-                description=f"{verdict.decision}: " + "; ".join(verdict.reasons) + ".",
-                metadata={"decision": verdict.decision, "champion": champion_version or "none"},
-            )
+            yield verdict_check(verdict, champion_version)
+            improvements = {
+                metric: {
+                    "improvement": gain,
+                    "low": low,
+                    "high": high,
+                    "threshold": spec.change_thresholds[metric],
+                }
+                for metric, (gain, low, high) in verdict.improvements.items()
+            }
             value = {
                 "partition": day,
                 "task": model.task,
@@ -129,7 +139,9 @@ def build_evaluation_report(
                 "intervals": candidate.intervals,
                 "champion_version": champion_version,
                 "champion_metrics": champion.values if champion is not None else None,
+                "improvements": improvements,
                 "decision": verdict.decision,
+                "cause": verdict.cause,
                 "reasons": verdict.reasons,
                 "window": model.window,
                 "holdout_rows": model.holdout_rows,
@@ -142,11 +154,16 @@ def build_evaluation_report(
                 metadata.update(
                     {f"champion_{n}": dg.MetadataValue.float(v) for n, v in champion.values.items()}
                 )
+            for metric, (gain, low, high) in verdict.improvements.items():
+                metadata[f"improvement_{metric}"] = dg.MetadataValue.float(gain)
+                metadata[f"improvement_{metric}_low"] = dg.MetadataValue.float(low)
+                metadata[f"improvement_{metric}_high"] = dg.MetadataValue.float(high)
             yield dg.MaterializeResult(
                 value=value,
                 metadata={
                     **metadata,
                     "decision": verdict.decision,
+                    "cause": verdict.cause,
                     "holdout_rows": model.holdout_rows,
                     "report": dg.MetadataValue.md(report),
                 },
@@ -155,3 +172,28 @@ def build_evaluation_report(
         yield from each_day(context, day_of_evaluation_report, model=model, features=features)
 
     return _evaluation_report
+
+
+def verdict_check(verdict: Verdict, champion_version: str | None) -> dg.AssetCheckResult:
+    """The day's verdict as a WARN check: it fails only when the candidate is rejected."""
+    decision = verdict.decision
+    if decision == "reject":
+        advice = (
+            " Not registered; the champion stays. Read the day's evaluation report and its data "
+            "checks: a bad window or a real decline; several days in a row raise rejection_streak."
+        )
+    elif decision == "challenger":
+        advice = " Registered as challenger; the champion stays."
+    else:
+        advice = " Registered as champion."
+    return dg.AssetCheckResult(
+        check_name=VERDICT_CHECK,
+        passed=decision != "reject",
+        severity=dg.AssetCheckSeverity.WARN,
+        description=f"{decision}: {verdict.cause}.{advice}",
+        metadata={
+            "decision": decision,
+            "champion": champion_version or "none",
+            "reasons": "; ".join(verdict.reasons),
+        },
+    )

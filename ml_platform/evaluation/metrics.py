@@ -2,11 +2,17 @@
 
 Every metric has a bootstrap 95 % interval (resampling the held-out rows with a fixed seed), so
 a reader sees whether a difference between two models is more than noise. The verdict applies
-value thresholds (absolute bounds) and change thresholds (least improvement over the champion)
-from the contract; a first model, with no champion, is judged on values alone.
+value thresholds (absolute bounds) to the candidate alone, then compares it with the champion by
+a paired bootstrap: both models are scored on the same resampled rows (same seed, same hold-out),
+so each sample gives one improvement of the candidate over the champion, and the spread of those
+improvements is the noise of the comparison. The candidate is promoted only when the lower bound
+of the improvement's 95 % interval is above the contract's change threshold: a tie, or a gain the
+resampling cannot tell from zero, keeps the champion. A first model, with no champion, is judged
+on values alone.
 """
 
 import dataclasses
+import hashlib
 import math
 
 import numpy as np
@@ -44,12 +50,19 @@ def holdout_of(
 
 @dataclasses.dataclass(frozen=True)
 class Scores:
-    """One model's metrics on the hold-out, each with its bootstrap interval."""
+    """One model's metrics on the hold-out, each with its bootstrap interval.
+
+    `draws[metric][s]` is the metric on bootstrap sample s; `pairing` identifies the samples
+    (seed, sample count and the hold-out's labels), so two Scores with the same `pairing` were
+    computed on the same resampled rows and their draws can be subtracted sample by sample.
+    """
 
     values: dict[str, float]
     intervals: dict[str, tuple[float, float]]
     predicted: np.ndarray
     score: np.ndarray
+    draws: dict[str, np.ndarray]
+    pairing: str
 
 
 def _per_sample_counts(codes: np.ndarray, rows: np.ndarray, kinds: int) -> np.ndarray:
@@ -140,42 +153,103 @@ def _values(task: str, y: np.ndarray, predicted: np.ndarray, score: np.ndarray) 
 
 
 def score_model(model: TrainedModel, holdout: pd.DataFrame, samples: int, seed: int) -> Scores:
-    """Metrics of a model on the hold-out with bootstrap 95 % intervals."""
+    """Metrics of a model on the hold-out with bootstrap 95 % intervals.
+
+    Every model scored on the same hold-out with the same `samples` and `seed` is scored on the
+    same bootstrap samples, which is what lets `judge` pair a candidate with its champion.
+    """
     y = holdout[model.label].astype("int64" if model.task == "classification" else "float64")
-    y_true = y.to_numpy()
     predicted, score = model.predictions(holdout)
-    values = _values(model.task, y_true, predicted, score)
+    return score_predictions(model.task, y.to_numpy(), predicted, score, samples, seed)
+
+
+def pairing_of(y: np.ndarray, samples: int, seed: int) -> str:
+    """What fixes the bootstrap samples: the seed, their number and the hold-out's labels.
+
+    Equal for two models scored on the same hold-out; the labels guard against pairing scores
+    of different hold-outs (they cannot prove two hold-outs with equal labels are the same rows).
+    """
+    digest = hashlib.blake2b(f"{seed}/{samples}/{len(y)}/{y.dtype}/".encode(), digest_size=8)
+    digest.update(np.ascontiguousarray(y).tobytes())
+    return digest.hexdigest()
+
+
+def score_predictions(
+    task: str, y: np.ndarray, predicted: np.ndarray, score: np.ndarray, samples: int, seed: int
+) -> Scores:
+    """Metrics of predictions (and, for classification, scores) of the labels `y`."""
+    values = _values(task, y, predicted, score)
     rng = np.random.default_rng(seed)
     # Samples are drawn and scored a block at a time: all of them at once would hold
     # samples x rows indices (1.6 GB at 1M held-out rows). Drawing in blocks from one generator
     # gives the same indices as one draw.
-    block = max(1, BOOTSTRAP_BLOCK_ELEMENTS // max(1, len(y_true)))
+    block = max(1, BOOTSTRAP_BLOCK_ELEMENTS // max(1, len(y)))
     blocks = [
         _bootstrap(
-            model.task,
-            y_true,
+            task,
+            y,
             predicted,
             score,
-            rng.integers(0, len(y_true), (min(block, samples - start), len(y_true))),
+            rng.integers(0, len(y), (min(block, samples - start), len(y))),
         )
         for start in range(0, samples, block)
     ]
     draws = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
-    intervals = {
+    return Scores(
+        values,
+        _intervals(draws),
+        predicted,
+        score,
+        draws,
+        pairing_of(y, samples, seed),
+    )
+
+
+def _intervals(draws: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """The 2.5 and 97.5 percentiles of each metric's draws (NaN draws left out)."""
+    return {
         name: (float(np.nanpercentile(d, 2.5)), float(np.nanpercentile(d, 97.5)))
         for name, d in draws.items()
         if not np.isnan(d).all()
     }
-    return Scores(values, intervals, predicted, score)
+
+
+def improvement(metric: str, candidate: Scores, champion: Scores) -> tuple[float, float, float]:
+    """The candidate's improvement over the champion: (point, 95 % low, 95 % high).
+
+    Positive is better whatever the metric's direction (for mae and rmse it is the champion's
+    error minus the candidate's). The interval comes from the paired draws: each bootstrap
+    sample's difference of the two models on the same rows. A sample where the metric is
+    undefined (ROC AUC of a sample with one class) is left out; with no defined sample the
+    interval is NaN, which clears no threshold.
+    """
+    if candidate.pairing != champion.pairing:
+        raise ValueError(
+            "the candidate and the champion were not scored on the same bootstrap samples "
+            "(different hold-out rows, seed or sample count): their difference is not paired"
+        )
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+    point = sign * (candidate.values[metric] - champion.values[metric])
+    diffs = sign * (candidate.draws[metric] - champion.draws[metric])
+    if np.isnan(diffs).all():
+        return point, math.nan, math.nan
+    return point, float(np.nanpercentile(diffs, 2.5)), float(np.nanpercentile(diffs, 97.5))
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """Whether the candidate may be registered, and whether it becomes champion."""
+    """Whether the candidate may be registered, and whether it becomes champion.
+
+    `improvements[metric]` is (improvement, 95 % low, 95 % high) over the champion for each
+    change-threshold metric (empty without a champion); `cause` is the reason for the decision
+    in one line, for the run's summary and the registry.
+    """
 
     passes_values: bool
     beats_champion: bool
     reasons: list[str]
+    improvements: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
+    cause: str = ""
 
     @property
     def decision(self) -> str:
@@ -186,9 +260,14 @@ class Verdict:
 
 
 def judge(contract: Contract, candidate: Scores, champion: Scores | None) -> Verdict:
-    """Apply the contract's value and change thresholds."""
+    """Apply the contract's value thresholds, then its change thresholds to the paired improvement.
+
+    A change-threshold metric clears its threshold when the lower bound of the improvement's
+    95 % interval is strictly above it; the candidate beats the champion when every one does.
+    """
     spec = contract.evaluation
     reasons = []
+    misses = []
     passes_values = True
     for metric, bound in spec.value_thresholds.items():
         value = candidate.values.get(metric, math.nan)
@@ -196,24 +275,37 @@ def judge(contract: Contract, candidate: Scores, champion: Scores | None) -> Ver
         ok = value <= bound if lower else value >= bound
         passes_values &= ok
         word = "at most" if lower else "at least"
-        reasons.append(
-            f"{metric} {value:.4f} {'meets' if ok else 'misses'} the bound ({word} {bound})"
-        )
+        reason = f"{metric} {value:.4f} {'meets' if ok else 'misses'} the bound ({word} {bound})"
+        reasons.append(reason)
+        if not ok:
+            misses.append(reason)
     if champion is None:
         reasons.append("there is no champion yet: judged on value thresholds only")
-        return Verdict(passes_values, True, reasons)
+        cause = "; ".join(misses) if misses else "first model, no champion to beat"
+        return Verdict(passes_values, True, reasons, {}, cause)
     beats = True
+    improvements = {}
+    short_of: list[str] = []
+    cleared: list[str] = []
     for metric, least in spec.change_thresholds.items():
-        gain = candidate.values[metric] - champion.values[metric]
-        if metric in LOWER_IS_BETTER:
-            gain = -gain
-        ok = gain >= least
+        gain, low, high = improvement(metric, candidate, champion)
+        improvements[metric] = (gain, low, high)
+        ok = low > least  # False for a NaN bound
         beats &= ok
-        reasons.append(
+        reason = (
             f"{metric} {candidate.values[metric]:.4f} vs champion {champion.values[metric]:.4f}:"
-            f" improvement {gain:+.4f} {'meets' if ok else 'misses'} the least of {least:+}"
+            f" improvement {gain:+.4f} (95 % interval {low:+.4f} to {high:+.4f}),"
+            f" {'clears' if ok else 'does not clear'} the least of {least:+}"
         )
-    return Verdict(passes_values, beats, reasons)
+        reasons.append(reason)
+        (cleared if ok else short_of).append(reason)
+    if misses:
+        cause = "; ".join(misses)
+    elif not beats:
+        cause = "; ".join(short_of)
+    else:
+        cause = "; ".join(cleared) or "no change thresholds: a good candidate is promoted"
+    return Verdict(passes_values, beats, reasons, improvements, cause)
 
 
 def plots(model: TrainedModel, holdout: pd.DataFrame, scores: Scores) -> list[str]:
@@ -291,7 +383,8 @@ def render_report(
     rule = "|---|---|"
     if champion is not None:
         header += f" champion {champion_version} (95 % interval) |"
-        rule += "---|"
+        header += " improvement (paired 95 % interval) |"
+        rule += "---|---|"
     rows = []
     for name, value in candidate.values.items():
         low, high = candidate.intervals.get(name, (math.nan, math.nan))
@@ -299,7 +392,20 @@ def render_report(
         if champion is not None:
             c_low, c_high = champion.intervals.get(name, (math.nan, math.nan))
             row += f" {champion.values[name]:.4f} ({c_low:.4f} – {c_high:.4f}) |"
+            gain, g_low, g_high = improvement(name, candidate, champion)
+            row += f" {gain:+.4f} ({g_low:+.4f} – {g_high:+.4f}) |"
         rows.append(row)
+    pairing = (
+        [
+            "Improvement: candidate minus champion (champion minus candidate for errors), each "
+            "bootstrap sample scoring both models on the same held-out rows. The candidate is "
+            "promoted only when the lower bound of that interval is above the contract's change "
+            "threshold for every change-threshold metric.",
+            "",
+        ]
+        if champion is not None
+        else []
+    )
     lines = [
         f"# Evaluation of the model of {partition}",
         "",
@@ -310,6 +416,7 @@ def render_report(
         "",
         f"**Verdict: {verdict.decision}.** " + "; ".join(verdict.reasons) + ".",
         "",
+        *pairing,
         header,
         rule,
         *rows,

@@ -1,0 +1,352 @@
+"""Promotion by evidence (a paired bootstrap of the improvement over the champion) and a rejected
+candidate as the day's outcome: the run succeeds, the champion stays, rejections in a row warn."""
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pytest
+import yaml
+
+from ml_platform import cli
+from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.model import bundled_contracts
+from ml_platform.evaluation.metrics import (
+    holdout_of,
+    judge,
+    plots,
+    render_report,
+    score_model,
+    score_predictions,
+)
+from ml_platform.ingestion.flights import flights_for_day
+from ml_platform.registry.assets import rejected_in_a_row
+from ml_platform.registry.store import ModelRegistry
+from ml_platform.storage import LakeIOManager, LocalStorage
+from ml_platform.training.model import TrainedModel, train_model
+from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.test_backfill_range import evaluations, materialize_range
+from ml_platform_tests.test_training import features_of
+
+FLIGHTS = load_contract("flights")
+DAYS = days_from("2024-01-01", 4)
+SAMPLES = 200
+SEED = 0
+
+
+@pytest.fixture(scope="module")
+def flights_case() -> tuple[TrainedModel, object]:
+    """A real flights model and the two days' hold-out rows it never trained on."""
+    window = {
+        day: features_of(flights_for_day(dt.date.fromisoformat(day)), FLIGHTS, day)
+        for day in ("2013-01-01", "2013-01-02")
+    }
+    model = train_model(window, FLIGHTS)
+    return model, holdout_of(model, window, FLIGHTS)
+
+
+def labels(model: TrainedModel, holdout) -> np.ndarray:
+    return holdout[model.label].astype("int64").to_numpy()
+
+
+def test_an_identical_champion_is_a_tie_and_never_promotes(flights_case):
+    model, holdout = flights_case
+    candidate = score_model(model, holdout, SAMPLES, SEED)
+    champion = score_model(model, holdout, SAMPLES, SEED)
+
+    verdict = judge(FLIGHTS, candidate, champion)
+
+    assert verdict.passes_values, verdict.reasons
+    assert verdict.improvements == {"roc_auc": (0.0, 0.0, 0.0)}
+    assert verdict.decision == "challenger"
+    assert "improvement +0.0000 (95 % interval +0.0000 to +0.0000)" in verdict.cause
+    assert "does not clear the least of +0.01" in verdict.cause
+    # Even at a threshold of 0 a tie does not promote; a negative one tolerates a loss, and
+    # then the tie clears it.
+    at_zero = FLIGHTS.model_copy(
+        update={
+            "evaluation": FLIGHTS.evaluation.model_copy(
+                update={"change_thresholds": {"roc_auc": 0.0}}
+            )
+        }
+    )
+    assert judge(at_zero, candidate, champion).decision == "challenger"
+    tolerant = FLIGHTS.model_copy(
+        update={
+            "evaluation": FLIGHTS.evaluation.model_copy(
+                update={"change_thresholds": {"roc_auc": -0.01}}
+            )
+        }
+    )
+    assert judge(tolerant, candidate, champion).decision == "promote"
+
+
+def test_a_clearly_better_candidate_is_promoted_with_its_interval_in_the_report(flights_case):
+    model, holdout = flights_case
+    y = labels(model, holdout)
+    candidate = score_model(model, holdout, SAMPLES, SEED)
+    # The champion predicts noise on the same rows, scored on the same bootstrap samples.
+    noise = np.random.default_rng(1).random(len(y))
+    champion = score_predictions(
+        "classification", y, (noise > 0.5).astype("int64"), noise, SAMPLES, SEED
+    )
+    assert champion.pairing == candidate.pairing
+
+    verdict = judge(FLIGHTS, candidate, champion)
+
+    gain, low, high = verdict.improvements["roc_auc"]
+    assert verdict.decision == "promote", verdict.reasons
+    assert gain == pytest.approx(candidate.values["roc_auc"] - champion.values["roc_auc"])
+    assert 0.0 < low < gain < high
+    report = render_report(
+        "2013-01-02",
+        model,
+        candidate,
+        champion,
+        "daily-2013-01-01",
+        verdict,
+        plots(model, holdout, candidate),
+    )
+    assert "**Verdict: promote.**" in report
+    assert "improvement (paired 95 % interval)" in report
+    assert f"| roc_auc | {candidate.values['roc_auc']:.4f} " in report
+    assert f"{gain:+.4f} ({low:+.4f} – {high:+.4f}) |" in report
+
+
+def test_a_small_gain_inside_the_noise_stays_challenger(flights_case):
+    model, holdout = flights_case
+    y = labels(model, holdout)
+    predicted, score = model.predictions(holdout)
+    champion = score_predictions("classification", y, predicted, score, SAMPLES, SEED)
+    # The champion's scores with a little noise: a different ranking, no better model.
+    jitter = np.random.default_rng(4).normal(0.0, 0.005, len(y))
+    nudged = np.clip(score + jitter, 0.0, 1.0)
+    candidate = score_predictions("classification", y, predicted, nudged, SAMPLES, SEED)
+
+    verdict = judge(FLIGHTS, candidate, champion)
+
+    gain, low, high = verdict.improvements["roc_auc"]
+    # Better on the whole hold-out, which the former rule (improvement >= 0) promoted.
+    assert gain > 0
+    assert low < 0 < high
+    assert verdict.decision == "challenger"
+
+
+def test_lower_is_better_metrics_count_a_smaller_error_as_an_improvement():
+    contract = load_contract("synthetic")  # change threshold on rmse, value bounds r2 and rmse
+    rng = np.random.default_rng(0)
+    y = rng.normal(0.0, 3.0, 500)
+    good = y + rng.normal(0.0, 0.3, len(y))
+    worse = y + rng.normal(0.0, 0.9, len(y))
+    better = score_predictions("regression", y, good, good, SAMPLES, SEED)
+    champion = score_predictions("regression", y, worse, worse, SAMPLES, SEED)
+
+    promoted = judge(contract, better, champion)
+    kept = judge(contract, champion, better)
+
+    assert promoted.decision == "promote"
+    assert promoted.improvements["rmse"][1] > 0
+    assert kept.decision == "challenger"
+    assert kept.improvements["rmse"][2] < 0
+
+
+def test_scores_of_other_samples_cannot_be_paired(flights_case):
+    model, holdout = flights_case
+    candidate = score_model(model, holdout, SAMPLES, SEED)
+    other_seed = score_model(model, holdout, SAMPLES, SEED + 1)
+    with pytest.raises(ValueError, match="not scored on the same bootstrap samples"):
+        judge(FLIGHTS, candidate, other_seed)
+
+
+def synthetic_contract(tmp_path: Path, name: str, **evaluation) -> Contract:
+    """The synthetic contract (short training) with evaluation settings overridden."""
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    document["training"]["max_epochs"] = 3
+    document["evaluation"].update(evaluation)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return load_contract(path)
+
+
+# No model reaches it: every candidate is rejected.
+UNREACHABLE = {"value_thresholds": {"r2": 0.9999}}
+
+
+def champion_state(platform: Platform) -> tuple[str | None, bytes, bytes]:
+    """Where champion points, its model's bytes and the aliases file's bytes."""
+    registry = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "synthetic")
+    champion = registry.alias("champion")
+    base = platform.lake_dir / "synthetic" / "registry"
+    model = (base / "versions" / str(champion) / "model.joblib").read_bytes()
+    return champion, model, (base / "aliases.json").read_bytes()
+
+
+def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_path):
+    normal = Platform(synthetic_contract(tmp_path, "normal"), tmp_path / "root")
+    strict = Platform(synthetic_contract(tmp_path, "strict", **UNREACHABLE), tmp_path / "root")
+    normal.land(DAYS[0], 2)
+    first = normal.materialize(DAYS[0])
+    assert first.success
+    before = champion_state(normal)
+    assert before[0] == f"daily-{DAYS[0]}"
+
+    result = strict.materialize(DAYS[1])
+
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert not checks["promotion_verdict"].passed
+    assert checks["promotion_verdict"].severity == dg.AssetCheckSeverity.WARN
+    assert checks["rejection_streak"].passed  # one rejection in a row
+    # The report carries the improvement over the champion and its paired interval.
+    report = result.asset_materializations_for_node("evaluation_report")[0].metadata
+    gain, low, high = (report[f"improvement_rmse{end}"].value for end in ("", "_low", "_high"))
+    assert gain == pytest.approx(report["champion_rmse"].value - report["rmse"].value)
+    assert low <= gain <= high
+    stored = json.loads(strict.stored("evaluation_report", DAYS[1], "json").read_text())
+    assert stored["improvements"]["rmse"] == {
+        "improvement": gain,
+        "low": low,
+        "high": high,
+        "threshold": 0.0,
+    }
+    assert "| rmse | " in stored["report_markdown"]
+    assert f"{gain:+.4f} ({low:+.4f} – {high:+.4f}) |" in stored["report_markdown"]
+    registered = json.loads(strict.stored("registered_model", DAYS[1], "json").read_text())
+    assert registered["registered"] is False and registered["version"] is None
+    assert re.fullmatch(r"r2 0\.\d{4} misses the bound \(at least 0\.9999\)", registered["reason"])
+    assert registered["outcome"] == f"rejected: {registered['reason']}"
+    assert strict.materialized("registered_model") == {DAYS[1]}
+    assert champion_state(strict) == before
+
+
+def test_a_rejected_range_succeeds_keeps_the_champion_and_warns_on_the_third_day(tmp_path):
+    normal = Platform(synthetic_contract(tmp_path, "normal"), tmp_path / "root")
+    strict = Platform(synthetic_contract(tmp_path, "strict", **UNREACHABLE), tmp_path / "root")
+    normal.land(DAYS[0], 4)
+    assert normal.materialize(DAYS[0]).success
+    before = champion_state(normal)
+
+    result = materialize_range(strict, DAYS[1], DAYS[3])
+
+    assert result.success
+    assert evaluations(strict, "evaluation_report", "promotion_verdict") == {
+        day: False for day in DAYS[1:]
+    }
+    # The third rejection in a row (the contract's default rejection_streak) warns.
+    assert evaluations(strict, "registered_model", "rejection_streak") == {
+        DAYS[1]: True,
+        DAYS[2]: True,
+        DAYS[3]: False,
+    }
+    for day in DAYS[1:]:
+        registered = json.loads(strict.stored("registered_model", day, "json").read_text())
+        assert registered["registered"] is False
+        assert registered["outcome"].startswith("rejected: r2 ")
+    assert champion_state(strict) == before
+
+
+def test_the_rejection_streak_fails_on_the_nth_rejected_day_of_one_day_runs(tmp_path):
+    strict = Platform(
+        synthetic_contract(tmp_path, "strict", rejection_streak=2, **UNREACHABLE), tmp_path
+    )
+    strict.land(DAYS[0], 2)
+    streaks = []
+    for day in DAYS[:2]:
+        result = strict.materialize(day)
+        assert result.success
+        [check] = [
+            c for c in result.get_asset_check_evaluations() if c.check_name == "rejection_streak"
+        ]
+        streaks.append(check)
+    assert streaks[0].passed
+    assert not streaks[1].passed
+    assert streaks[1].severity == dg.AssetCheckSeverity.WARN
+    description = streaks[1].description or ""
+    assert f"2 candidates in a row were rejected ({DAYS[0]} to {DAYS[1]})" in description
+    assert "so there is no champion; the last one: r2 " in description
+    assert "retrain on a longer window" in description
+    assert streaks[1].metadata["rejected_in_a_row"].value == 2
+
+
+def test_a_day_whose_evaluation_is_missing_or_accepted_ends_the_streak(tmp_path):
+    store = LakeIOManager(storage=LocalStorage(base_dir=str(tmp_path)), dataset="synthetic")
+    key = dg.AssetKey("evaluation_report")
+    decisions = {
+        "2024-01-01": "reject",
+        "2024-01-02": "reject",
+        # 2024-01-03 never evaluated
+        "2024-01-04": "reject",
+        "2024-01-05": "challenger",
+        "2024-01-06": "reject",
+        "2024-01-07": "reject",
+    }
+    for day, decision in decisions.items():
+        store.store_partition(key, day, "json", {"decision": decision})
+
+    assert rejected_in_a_row(store, key, "2024-01-02", "reject", 3) == ["2024-01-01", "2024-01-02"]
+    assert rejected_in_a_row(store, key, "2024-01-04", "reject", 3) == ["2024-01-04"]
+    assert rejected_in_a_row(store, key, "2024-01-07", "reject", 3) == ["2024-01-06", "2024-01-07"]
+    assert rejected_in_a_row(store, key, "2024-01-08", "reject", 3) == [
+        "2024-01-06",
+        "2024-01-07",
+        "2024-01-08",
+    ]
+    assert rejected_in_a_row(store, key, "2024-01-08", "challenger", 3) == []
+    # The weekly retrain's previous evaluation is a week before.
+    assert rejected_in_a_row(store, key, "2024-01-08", "reject", 3, cadence_days=7) == [
+        "2024-01-01",
+        "2024-01-08",
+    ]
+
+
+def test_materialize_prints_what_each_day_did_and_fails_only_on_a_real_failure(
+    tmp_path, monkeypatch, capsys
+):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("ML_PLATFORM_LANDING_DIR", str(tmp_path / "landing"))
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(tmp_path / "lake"))
+    contracts = {
+        "normal": synthetic_contract(tmp_path, "normal"),
+        # No improvement can clear it: a good candidate stays challenger.
+        "unbeatable": synthetic_contract(tmp_path, "unbeatable", change_thresholds={"rmse": 10.0}),
+        "strict": synthetic_contract(tmp_path, "strict", **UNREACHABLE),
+    }
+    assert cli.main(["land", str(tmp_path / "normal.yaml"), "--start", DAYS[0], "--days", "3"]) == 0
+    capsys.readouterr()
+
+    def materialize(contract: str, day: str, days: int = 1) -> tuple[int, str, str]:
+        monkeypatch.setenv("ML_PLATFORM_DATASET", str(tmp_path / f"{contract}.yaml"))
+        code = cli.main(["materialize", "--start", day, "--days", str(days)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    assert contracts["normal"].name == "synthetic"
+    code, out, err = materialize("normal", DAYS[0])
+    assert (code, err) == (0, "")
+    assert re.fullmatch(rf"\[1/1\] {DAYS[0]} promoted \(\d+\.\ds, run \w{{8}}\)\n", out)
+
+    code, out, err = materialize("unbeatable", DAYS[1])
+    assert (code, err) == (0, "")
+    assert re.fullmatch(
+        rf"\[1/1\] {DAYS[1]} kept champion \(challenger\) \(\d+\.\ds, run \w{{8}}\)\n", out
+    )
+
+    # A rejection, then a day with no landed file: a real failure, with its error and exit 1.
+    code, out, err = materialize("strict", DAYS[2], days=2)
+    assert code == 1
+    assert re.fullmatch(
+        rf"\[1/2\] {DAYS[2]} rejected: r2 0\.\d{{4}} misses the bound \(at least 0\.9999\) "
+        r"\(\d+\.\ds, run \w{8}\)\n",
+        out,
+    )
+    expected = tmp_path / "landing" / f"synthetic_{DAYS[3]}.csv"
+    assert f"[2/2] {DAYS[3]} FAILED in " in err
+    assert f"raw_data: No landed file for partition {DAYS[3]}: expected {expected}" in err
+    assert err.endswith(f"1 of 2 day(s) failed: {DAYS[3]}\n")
+    assert "Traceback" not in out + err
