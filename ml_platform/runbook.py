@@ -15,6 +15,7 @@ CHECK_SECTIONS = frozenset(
         "finite_weights",
         "cpu_utilisation",
         "promotion_verdict",
+        "champion_decay",
     }
 )
 
