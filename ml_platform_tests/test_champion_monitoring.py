@@ -115,6 +115,13 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
         CHANGED[2]: False,
     }
 
+    # A one-day rerun of the last day reads the earlier days' records from the lake.
+    rerun = platform.materialize(CHANGED[-1], selection=[CHAMPION_PERFORMANCE])
+    assert rerun.success
+    [evaluation] = rerun.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.partition == CHANGED[-1]
+    assert f"({CHANGED[0]} to {CHANGED[-1]})" in (evaluation.description or "")
+
     # The failed WARN check of the run becomes one WARNING alert with the runbook section.
     outcome = run_outcome(platform.instance, result.run_id, result.success)
     assert outcome is not None

@@ -9,7 +9,8 @@ they show when to retrain.
 
 The `champion_decay` check fails (WARN) when the champion misses the contract's value
 thresholds on `evaluation.decay_days` days in a row: one bad day is noise, a streak is decay.
-A day with no champion yet, or no labelled rows, or never stored, breaks a streak.
+A day with no champion yet, or no labelled rows, or never stored, breaks a streak; a contract
+without value thresholds has nothing to decay from.
 """
 
 import datetime as dt
@@ -126,7 +127,8 @@ def previous_days(day: str, count: int) -> list[str]:
     return [(first - dt.timedelta(days=i)).isoformat() for i in range(1, count + 1)]
 
 
-def _misses(record: dict[str, Any]) -> str:
+def _against_bounds(record: dict[str, Any]) -> str:
+    """Each metric of a scored record with its bound: `rmse 1.2000 (at most 1.0)`."""
     words = {"max": "at most", "min": "at least"}
     parts = [
         f"{metric} {t['value']:.4f} ({words[t['direction']]} {t['bound']})"
@@ -164,7 +166,7 @@ def decay_check(
     metadata.update({f"champion_{metric}": float(v) for metric, v in record["metrics"].items()})
     if len(streak) >= needed:
         versions = sorted({r["champion_version"] for r in streak})
-        detail = "; ".join(f"{r['partition']}: {_misses(r)}" for r in reversed(streak))
+        detail = "; ".join(f"{r['partition']}: {_against_bounds(r)}" for r in reversed(streak))
         description = (
             f"The model is decaying: retrain or look at the data. Champion "
             f"{', '.join(versions)} missed the contract's value thresholds on {len(streak)} days "
@@ -182,12 +184,12 @@ def decay_check(
     elif record["meets_thresholds"]:
         description = (
             f"Champion {record['champion_version']} meets the value thresholds on {day}: "
-            f"{_misses(record)}."
+            f"{_against_bounds(record)}."
         )
     else:
         description = (
             f"Champion {record['champion_version']} missed the value thresholds on "
-            f"{len(streak)} day(s) in a row ({days[0]} to {days[-1]}: {_misses(record)} on "
+            f"{len(streak)} day(s) in a row ({days[0]} to {days[-1]}: {_against_bounds(record)} on "
             f"{day}), fewer than the {needed} that mean decay: watch the next days."
         )
     return dg.AssetCheckResult(
