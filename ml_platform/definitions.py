@@ -15,6 +15,7 @@ from ml_platform.automation.sensors import (
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.drift.checks import build_drift_checks
 from ml_platform.evaluation.assets import build_evaluation_report
+from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.landing import landing_from_env
@@ -42,6 +43,8 @@ def build_definitions(
             build_model,
             build_evaluation_report,
             build_registered_model,
+            # The serving champion on each day's labelled rows: tells when to retrain.
+            build_champion_performance,
         )
     ]
     full_days = contract.training.full_window_days

@@ -16,6 +16,7 @@ CHECK_SECTIONS = frozenset(
         "cpu_utilisation",
         "promotion_verdict",
         "rejection_streak",
+        "champion_decay",
     }
 )
 

@@ -16,8 +16,9 @@ from ml_platform.ingestion.landing import LandingZone, land_days
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_ASSETS = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
-# What the daily job materialises: the five assets and the registry entry.
-DAILY_ASSETS = [*ALL_ASSETS, "registered_model"]
+# What the daily job materialises: the five assets, the registry entry and the serving
+# champion's performance.
+DAILY_ASSETS = [*ALL_ASSETS, "registered_model", "champion_performance"]
 
 
 def days_from(start: str, count: int) -> list[str]:

@@ -20,6 +20,7 @@ def test_definitions_load_for_each_bundled_dataset(monkeypatch, dataset):
     assert set(ALL_ASSETS) <= keys
     assert keys - set(ALL_ASSETS) == {
         "registered_model",
+        "champion_performance",
         "full_model",
         "full_evaluation_report",
         "registered_full_model",

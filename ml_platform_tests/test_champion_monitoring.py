@@ -1,0 +1,230 @@
+"""champion_performance: the serving champion scored on each day's rows, and champion_decay."""
+
+import datetime as dt
+import json
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import pytest
+
+from ml_platform.automation.alerts import WARNING, Notifier, RunOutcome, evaluate_run
+from ml_platform.automation.classify import FailedCheck
+from ml_platform.automation.sensors import run_outcome
+from ml_platform.contracts import load_contract
+from ml_platform.evaluation.monitoring import (
+    CHAMPION_PERFORMANCE,
+    DECAY_CHECK,
+    NO_CHAMPION,
+    NO_LABELLED_ROWS,
+    SCORED,
+    champion_record,
+    decay_check,
+    threshold_results,
+)
+from ml_platform.ingestion.landing import LandingZone, source_day
+from ml_platform.ingestion.synthetic import file_bytes
+from ml_platform.registry.store import ModelRegistry
+from ml_platform.storage import write_atomically
+from ml_platform_tests.conftest import Platform, contract_with, days_from
+from ml_platform_tests.test_backfill_range import evaluations, materialize_range
+
+GOOD = days_from("2024-01-01", 2)
+CHANGED = days_from("2024-01-03", 3)
+
+
+def land_changed_relation(platform: Platform, days: list[str]) -> None:
+    """Land days on which the label's relation to x1 turned around (concept drift).
+
+    The features keep their distribution, so every data gate passes: only a model's errors
+    show the change, which is what a decaying champion looks like.
+    """
+    zone = LandingZone(base_dir=str(platform.landing_dir))
+    for day in days:
+        frame = source_day(platform.contract, dt.date.fromisoformat(day))
+        # The generator's coefficient of x1 is +2: the changed world has -2.
+        frame["target"] = (frame["target"] - 4.0 * frame["x1"]).round(6)
+        write_atomically(zone.path_for(platform.contract.landing.file_name(day)), file_bytes(frame))
+
+
+def record(platform: Platform, day: str) -> dict:
+    return json.loads(platform.stored(CHAMPION_PERFORMANCE, day, "json").read_text())
+
+
+def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tmp_path):
+    contract = contract_with(tmp_path, "synthetic", window_days=7, max_epochs=5)
+    platform = Platform(contract, tmp_path / "platform")
+    platform.land(GOOD[0], len(GOOD))
+    land_changed_relation(platform, CHANGED)
+
+    # Good days, one run per day as the sensor runs them.
+    for day in GOOD:
+        assert platform.materialize(day).success, day
+    # The changed days in one run, as a backfill runs them.
+    result = materialize_range(platform, CHANGED[0], CHANGED[-1])
+    assert result.success
+
+    days = GOOD + CHANGED
+    assert platform.materialized(CHAMPION_PERFORMANCE) == set(days)
+    first = record(platform, GOOD[0])
+    assert first["status"] == NO_CHAMPION and first["champion_version"] is None
+    for day in days[1:]:
+        report = json.loads(platform.stored("evaluation_report", day, "json").read_text())
+        scored = record(platform, day)
+        assert scored["status"] == SCORED, day
+        assert scored["champion_version"] == report["champion_version"], day
+        assert scored["champion_version"] is not None, day
+        assert scored["labelled_rows"] == 1000, day
+        assert set(scored["metrics"]) == {"mae", "rmse", "r2"}, day
+        low, high = scored["intervals"]["rmse"]
+        assert low <= scored["metrics"]["rmse"] <= high, day
+    # The champion serves the good day well and misses on every changed day; the changed
+    # days' candidates are rejected, so the champion they compete with stays the registry's.
+    assert record(platform, GOOD[1])["meets_thresholds"] is True
+    champion = ModelRegistry(platform.defs.resources["lake"], "synthetic").alias("champion")
+    for day in CHANGED:
+        report = json.loads(platform.stored("evaluation_report", day, "json").read_text())
+        assert report["decision"] == "reject", day
+        assert record(platform, day)["champion_version"] == champion, day
+        assert record(platform, day)["meets_thresholds"] is False, day
+        assert record(platform, day)["thresholds"]["rmse"]["met"] is False, day
+
+    # Plotted across partitions: one float per metric of the task, and the version.
+    plotted = {
+        r.partition_key: r.asset_materialization.metadata
+        for r in platform.instance.fetch_materializations(
+            dg.AssetKey(CHAMPION_PERFORMANCE), limit=100
+        ).records
+        if r.asset_materialization is not None
+    }
+    assert set(plotted) == set(days)
+    assert "champion_rmse" not in plotted[GOOD[0]]
+    for day in days[1:]:
+        for metric in ("mae", "rmse", "r2"):
+            assert (
+                plotted[day][f"champion_{metric}"].value == record(platform, day)["metrics"][metric]
+            ), (day, metric)
+        assert plotted[day]["champion_version"].value == record(platform, day)["champion_version"]
+
+    decay = evaluations(platform, CHAMPION_PERFORMANCE, DECAY_CHECK)
+    assert decay == {
+        GOOD[0]: True,
+        GOOD[1]: True,
+        CHANGED[0]: True,
+        CHANGED[1]: True,
+        CHANGED[2]: False,
+    }
+
+    # A one-day rerun of the last day reads the earlier days' records from the lake.
+    rerun = platform.materialize(CHANGED[-1], selection=[CHAMPION_PERFORMANCE])
+    assert rerun.success
+    [evaluation] = rerun.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.partition == CHANGED[-1]
+    assert f"({CHANGED[0]} to {CHANGED[-1]})" in (evaluation.description or "")
+
+    # The failed WARN check of the run becomes one WARNING alert with the runbook section.
+    outcome = run_outcome(platform.instance, result.run_id, result.success)
+    assert outcome is not None
+    alerts = [
+        a
+        for a in evaluate_run(outcome, {}, Notifier(), now=0.0)
+        if a.subject == f"{CHAMPION_PERFORMANCE}:{DECAY_CHECK}"
+    ]
+    assert len(alerts) == 1
+    assert alerts[0].severity == WARNING and alerts[0].rule == "check_failed"
+    assert "the model is decaying: retrain or look at the data" in alerts[0].cause.lower()
+    assert alerts[0].runbook.endswith(f"#check-{DECAY_CHECK}")
+
+
+def scored_record(day: str, rmse: float, r2: float = 0.9, version: str = "daily-2024-01-01"):
+    """A stored record of a scored day, as champion_record writes it."""
+    values = {"mae": rmse * 0.8, "rmse": rmse, "r2": r2}
+    thresholds = threshold_results(values, {"r2": 0.8, "rmse": 1.0})
+    return {
+        "partition": day,
+        "status": SCORED,
+        "champion_version": version,
+        "labelled_rows": 1000,
+        "metrics": values,
+        "intervals": {},
+        "thresholds": thresholds,
+        "meets_thresholds": all(t["met"] for t in thresholds.values()),
+        "note": "",
+    }
+
+
+def test_thresholds_are_maximums_for_errors_and_minimums_for_the_rest():
+    results = threshold_results({"rmse": 1.2, "r2": 0.85}, {"rmse": 1.0, "r2": 0.8, "roc_auc": 0.6})
+    assert results["rmse"] == {"value": 1.2, "bound": 1.0, "direction": "max", "met": False}
+    assert results["r2"]["direction"] == "min" and results["r2"]["met"] is True
+    # A metric the task does not produce misses its bound, as in the promotion verdict.
+    assert results["roc_auc"]["met"] is False
+
+
+@pytest.fixture
+def synthetic():
+    return load_contract("synthetic")
+
+
+def test_decay_needs_decay_days_missed_in_a_row_and_a_gap_breaks_the_streak(synthetic):
+    assert synthetic.evaluation.decay_days == 3
+    today = scored_record("2024-01-10", rmse=2.0)
+    missed = {d: scored_record(d, rmse=2.5) for d in ("2024-01-09", "2024-01-08")}
+
+    failed = decay_check(synthetic, today, missed)
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.WARN
+    assert failed.description is not None
+    assert failed.description.startswith("The model is decaying: retrain or look at the data.")
+    assert "2024-01-08 to 2024-01-10" in failed.description
+    assert "rmse 2.0000 (at most 1.0)" in failed.description
+    assert failed.metadata["streak_days"].value == 3
+
+    # Two days in a row are not decay yet.
+    two = decay_check(synthetic, today, {**missed, "2024-01-08": scored_record("2024-01-08", 0.5)})
+    assert two.passed and two.metadata["streak_days"].value == 2
+    # A day never stored, or without a champion, breaks the streak.
+    assert decay_check(synthetic, today, {"2024-01-09": missed["2024-01-09"]}).passed
+    no_champion = {**scored_record("2024-01-08", 2.5), "status": NO_CHAMPION}
+    assert decay_check(synthetic, today, {**missed, "2024-01-08": no_champion}).passed
+    # A good day today passes whatever came before.
+    assert decay_check(synthetic, scored_record("2024-01-10", rmse=0.5), missed).passed
+
+
+def test_a_day_without_labels_or_champion_is_recorded_and_scores_nothing(synthetic):
+    frame = pd.DataFrame({"x1": [0.1, 0.2], synthetic.label_name: [np.nan, np.nan]})
+
+    def never(version: str):
+        raise AssertionError(f"loaded {version} with nothing to score")
+
+    unlabelled = champion_record(synthetic, "2024-01-05", "daily-2024-01-04", frame, never)
+    assert unlabelled["status"] == NO_LABELLED_ROWS and unlabelled["labelled_rows"] == 0
+    assert unlabelled["champion_version"] == "daily-2024-01-04"
+    first = champion_record(synthetic, "2024-01-01", None, frame, never)
+    assert first["status"] == NO_CHAMPION and first["meets_thresholds"] is None
+    result = decay_check(synthetic, unlabelled, {})
+    assert result.passed and "no labelled rows" in (result.description or "")
+
+
+def test_a_failed_decay_check_in_a_successful_run_is_a_warning_alert():
+    outcome = RunOutcome(
+        run_id="r1",
+        root_run_id="r1",
+        job_name="daily_pipeline_job",
+        partition="2024-01-10",
+        succeeded=True,
+        step_failures=[],
+        succeeded_steps=[CHAMPION_PERFORMANCE],
+        failed_checks=[
+            FailedCheck(
+                CHAMPION_PERFORMANCE,
+                DECAY_CHECK,
+                "WARN",
+                "The model is decaying: retrain or look at the data. Champion daily-2024-01-01 ...",
+            )
+        ],
+        run_message="",
+    )
+    [alert] = evaluate_run(outcome, {}, Notifier(), now=0.0)
+    assert (alert.severity, alert.rule, alert.partition) == (WARNING, "check_failed", "2024-01-10")
+    assert alert.cause.startswith("The model is decaying")
+    assert alert.runbook == f"docs/runbook.md#check-{DECAY_CHECK}"
