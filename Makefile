@@ -38,7 +38,7 @@ run: env
 	mkdir -p "$(DAGSTER_HOME)"
 	ln -sf "$(CURDIR)/dagster.yaml" "$(DAGSTER_HOME)/dagster.yaml"
 	.venv/bin/ml-platform land $(ML_PLATFORM_DATASET) --start $(START) --days $(DAYS)
-	@# A failed day (a rejected model, bad data) must not keep the UI from showing it.
+	@# A failed day (bad data, say) must not keep the UI from showing it.
 	-.venv/bin/ml-platform materialize --start $(START) --days $(DAYS)
 	@echo "Dagster UI on http://$(HOST):$(PORT) (Ctrl-C stops it)"
 	exec .venv/bin/dagster dev -h $(HOST) -p $(PORT) -w workspace.yaml
