@@ -147,9 +147,9 @@ def leave_one_out_distances(
 ) -> dict[str, np.ndarray]:
     """Per tested feature, the distance of each day from all the other days together.
 
-    The statistic is the one the day is tested with: KS D (all numeric features of a day in
-    one vectorised call of `ks_2samp_columns`) or the Jensen-Shannon distance of category
-    shares (`compare_categorical`'s, computed for every day at once from one table of counts).
+    The statistic is the one the day is tested with: the KS statistic D that `ks_2samp_columns`
+    computes, or the Jensen-Shannon distance of category shares that `compare_categorical`
+    computes, each obtained for every day at once from the pooled reference.
     Distances that cannot be computed (a side without values) are left out.
     """
     specs = tested_features(contract)
@@ -157,19 +157,39 @@ def leave_one_out_distances(
     categorical = [s.name for s in specs if s.kind == "categorical"]
     found: dict[str, np.ndarray] = {}
     if numeric:
-        values = [frame[numeric].to_numpy(dtype="float64") for frame in days]
-        statistics = np.array(
-            [
-                ks_2samp_columns(
-                    np.concatenate([v for j, v in enumerate(values) if j != i]), values[i]
-                ).statistic
-                for i in range(len(values))
-            ]
-        ).reshape(len(values), len(numeric))
+        statistics = _leave_one_out_ks([frame[numeric].to_numpy(dtype="float64") for frame in days])
         found |= {name: statistics[:, j] for j, name in enumerate(numeric)}
     for name in categorical:
         found[name] = _leave_one_out_js([frame[name] for frame in days])
     return {name: distances[np.isfinite(distances)] for name, distances in found.items()}
+
+
+def _leave_one_out_ks(days: list[np.ndarray]) -> np.ndarray:
+    """KS D of each day's values against all the other days' values, per column: (days, k).
+
+    One sort of the pooled values per column instead of one per day: at each distinct pooled
+    value, a day's count of values up to it is a running sum of its rows, and the other days'
+    count is the pooled count minus it. These are the counts scipy's ECDFs are made of (right-
+    continuous, ties included), so D is the statistic `ks_2samp` gives for the same samples.
+    """
+    labels = np.concatenate([np.full(len(values), i) for i, values in enumerate(days)])
+    pooled = np.concatenate(days)
+    out = np.full((len(days), pooled.shape[1]), np.nan)
+    for j in range(pooled.shape[1]):
+        present = ~np.isnan(pooled[:, j])
+        order = np.argsort(pooled[present, j], kind="stable")
+        values, owner = pooled[present, j][order], labels[present][order]
+        if not len(values):
+            continue
+        # The ECDFs only change at the last of a run of equal values.
+        last = np.append(values[1:] != values[:-1], True)
+        total = np.arange(1, len(values) + 1)[last]
+        for i in range(len(days)):
+            mine = np.cumsum(owner == i)[last]
+            n_day, n_rest = int(mine[-1]), len(values) - int(mine[-1])
+            if n_day and n_rest:
+                out[i, j] = float(np.max(np.abs(mine / n_day - (total - mine) / n_rest)))
+    return out
 
 
 def _leave_one_out_js(days: list[pd.Series]) -> np.ndarray:
