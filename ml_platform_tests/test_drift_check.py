@@ -108,6 +108,11 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     assert check.severity == dg.AssetCheckSeverity.WARN
     assert check.description.startswith("1 of 7 feature(s) drifted on 2024-01-04")
     assert "x1 (KS D" in check.description and "reference sd" in check.description
+    # Three reference days are too few to know each feature's day-to-day movement.
+    assert "Not calibrated: 3 reference day(s), fewer than drift.calibration.min_days 4" in (
+        check.description
+    )
+    assert check.metadata["calibration"].value.startswith("not calibrated: 3 reference day(s)")
     assert check.metadata["reference_partitions"].value == DAYS[:3]
     assert check.metadata["drift_share"].value == 1 / 7
     report = json.loads(Path(check.metadata["report_json"].value).read_text())

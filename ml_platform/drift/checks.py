@@ -261,11 +261,14 @@ def describe(report: DriftReport, contract: Contract) -> str:
         if blocking
         else ""
     )
+    uncalibrated = [v for v in report.drifting if v.calibration_bound is None]
+    why = uncalibrated[0].calibration if uncalibrated else ""
+    alone = f" {why[:1].upper()}{why[1:]}." if why else ""
     return (
         f"{len(report.drifting)} of {len(report.tested)} feature(s) drifted on "
         f"{report.partition} {where}: {drifted}. Check the upstream source of "
         f"{'this feature' if len(report.drifting) == 1 else 'these features'} for a change; "
-        f"{action}.{stops}{held}{missing}"
+        f"{action}.{stops}{held}{alone}{missing}"
     )
 
 
