@@ -334,7 +334,7 @@ def test_a_feature_that_moves_every_day_drifts_only_beyond_its_usual_movement():
     assert ordinary.effect <= ordinary.calibration_bound
     assert ordinary.day_to_day_low < ordinary.calibration_bound <= ordinary.day_to_day_high
     assert "within its usual day-to-day movement" in ordinary.change
-    assert ordinary.calibration.startswith("quantile 0.95 of each feature's 28 day-to-day")
+    assert ordinary.calibration.startswith("quantile 0.975 of each feature's 28 day-to-day")
 
     shifted = verdicts_by_name(reference, today.assign(temperature=today["temperature"] + 15))
     assert shifted["temperature"].status == "drift"
@@ -411,9 +411,9 @@ def test_report_shows_each_features_bound_and_the_calibration():
     )
     document = json.loads(json.dumps(report.to_json()))
     assert document["drifting_features"] == ["temperature"]
-    assert document["calibration"].startswith("quantile 0.95 of each feature's 28")
+    assert document["calibration"].startswith("quantile 0.975 of each feature's 28")
     row = next(f for f in document["features"] if f["feature"] == "temperature")
     assert row["calibration_bound"] < row["effect"] and row["fixed_gate"]
     markdown = render_markdown(report, "summary", pd.concat(reference), today)
     assert " day-to-day " in markdown and " bound |" in markdown
-    assert "its effect exceeds its bound (calibration: quantile 0.95" in markdown
+    assert "its effect exceeds its bound (calibration: quantile 0.975" in markdown

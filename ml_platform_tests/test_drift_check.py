@@ -148,7 +148,7 @@ def test_a_feature_that_moves_every_day_is_judged_by_its_usual_movement(tmp_path
     assert quiet.passed, quiet.description
     assert "no more than on an ordinary day" in quiet.description
     assert "temperature (KS D" in quiet.description and "usual day-to-day" in quiet.description
-    assert quiet.metadata["calibration"].value.startswith("quantile 0.95 of each feature's 8")
+    assert quiet.metadata["calibration"].value.startswith("quantile 0.975 of each feature's 8")
     bound = quiet.metadata["temperature/calibration_bound"].value
     assert quiet.metadata["temperature/ks_d"].value <= bound
 

@@ -136,7 +136,7 @@ def calibration_bound(distances: np.ndarray, quantile: float) -> float:
     """The `quantile` of day-to-day distances, by the plotting position q * (n + 1).
 
     That position makes "today exceeds the bound" happen on a share 1 - q of ordinary days
-    whatever the number n of reference days; with fewer than q / (1 - q) days (19 at 0.95)
+    whatever the number n of reference days; with fewer than q / (1 - q) days (39 at 0.975)
     it is the largest distance, and the share is then 1 / (n + 1).
     """
     return float(np.quantile(np.asarray(distances, dtype="float64"), quantile, method="weibull"))
