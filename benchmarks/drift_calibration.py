@@ -1,7 +1,7 @@
 """Drift alarms before and after calibrating each feature by its own day-to-day movement.
 
 Run: .venv/bin/python benchmarks/drift_calibration.py [--seeds 10] [--shift-sd 2 3 4]
-     [--quantiles 0.5 0.6 0.75 0.95] [--synthetic-quantiles 0.9 0.95 0.975]
+     [--quantiles 0.5 0.6 0.75 0.95 0.975] [--synthetic-quantiles 0.9 0.95 0.975]
      [--only flights|synthetic]
 
 "Before" is the fixed gate alone (effect size AND corrected p-value: `FeatureVerdict.fixed_gate`),
@@ -254,7 +254,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--shift-sd", type=float, nargs="+", default=[2.0, 3.0, 4.0])
-    parser.add_argument("--quantiles", type=float, nargs="+", default=[0.5, 0.6, 0.75, 0.95])
+    parser.add_argument("--quantiles", type=float, nargs="+", default=[0.5, 0.6, 0.75, 0.95, 0.975])
     parser.add_argument("--synthetic-quantiles", type=float, nargs="+", default=[0.9, 0.95, 0.975])
     parser.add_argument("--only", choices=["flights", "synthetic"])
     args = parser.parse_args()
