@@ -4,14 +4,16 @@ Run: .venv/bin/python benchmarks/drift_synthetic_power.py [--seeds 40] [--featur
 
 For each seed: 60 quiet days and, per drift feature, the same days with a 0.2 sd shift of that
 feature from day 40, each day compared with the synthetic contract's reference (a fixed
-baseline) by `detect_drift`. Reports, for several alphas (the corrected-p gate; the effect-size
-gate stays at the contract's thresholds):
+baseline, given day by day so each feature is calibrated by its day-to-day movement) by
+`detect_drift`. Reports, for several alphas (the corrected-p gate; the effect-size gate and the
+calibration stay at the contract's settings):
 - the share of quiet feature-days that fire (target <= 1 %);
 - the share of shifted days on which the shifted feature fires (per-day power);
 - the share of seeds on which the whole Done-when holds: the shifted feature fires on all 20
   days and nothing else fires on any of the 60 days.
-Days are built without the CSV round trip (typed straight from the generated frame), which
-gives the same features at a fraction of the cost.
+The daily-moving temperature is left out of these counts (benchmarks/drift_calibration.py
+measures it). Days are built without the CSV round trip (typed straight from the generated
+frame), which gives the same features at a fraction of the cost.
 """
 
 import argparse
@@ -21,7 +23,7 @@ from collections import defaultdict
 import pandas as pd
 
 from ml_platform.contracts import load_contract
-from ml_platform.drift.detect import FeatureVerdict, detect_drift
+from ml_platform.drift.detect import Calibration, FeatureVerdict, calibrate, detect_drift
 from ml_platform.drift.reference import reference_days
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.synthetic import Drift, generate_day
@@ -32,6 +34,8 @@ START = CONTRACT.partitions.start_date
 DAYS = [START + dt.timedelta(days=i) for i in range(60)]
 SHIFTED = DAYS[40:]
 ALPHAS = [0.005, 0.01, 0.02, 0.05]
+# The feature that moves every day by design; benchmarks/drift_calibration.py measures it.
+MOVING = "temperature"
 
 
 def features_of(day: dt.date, seed: int, drift: Drift | None = None) -> pd.DataFrame:
@@ -41,23 +45,27 @@ def features_of(day: dt.date, seed: int, drift: Drift | None = None) -> pd.DataF
 
 def score(frames: dict[dt.date, pd.DataFrame], days: list[dt.date]):
     """Verdicts of each day in `days` against its contract reference, built from `frames`."""
-    cache: dict[tuple, pd.DataFrame] = {}
+    cache: dict[tuple, Calibration] = {}
     out: dict[dt.date, list[FeatureVerdict]] = {}
     for day in days:
         ref_days = tuple(reference_days(CONTRACT.drift.reference, day, START))
         if ref_days:
+            reference = [frames[d] for d in ref_days]
             if ref_days not in cache:
-                cache[ref_days] = pd.concat([frames[d] for d in ref_days], ignore_index=True)
-            out[day] = detect_drift(cache[ref_days], frames[day], CONTRACT)
+                cache[ref_days] = calibrate(reference, CONTRACT)
+            verdicts = detect_drift(reference, frames[day], CONTRACT, cache[ref_days])
+            out[day] = [v for v in verdicts if v.feature != MOVING]
     return out
 
 
 def fires(verdict: FeatureVerdict, alpha: float) -> bool:
+    """The contract's rule at another alpha: both fixed gates and the calibration bound."""
     return (
         verdict.effect is not None
         and verdict.effect >= verdict.threshold
         and verdict.p_adjusted is not None
         and verdict.p_adjusted <= alpha
+        and (verdict.calibration_bound is None or verdict.effect > verdict.calibration_bound)
     )
 
 
@@ -101,6 +109,7 @@ def main() -> None:
                     contract_seed_holds[feature, alpha] = ok
         print(f"seed {seed} done", flush=True)
     n = args.seeds
+    tested_per_day = quiet_tested // (len(DAYS) - 1) // n
     print()
     print(
         f"{n} seeds x 60 days, {CONTRACT.source.rows_per_day} rows a day, reference: "
@@ -123,7 +132,7 @@ def main() -> None:
                 mark = " (seed 7: " + ("yes" if contract_seed_holds[f, alpha] else "no") + ")"
             row += (
                 f" {detected[f, alpha] / (n * len(SHIFTED)):.1%} |"
-                f" {others[f, alpha] / (n * len(SHIFTED) * 6):.2%} |"
+                f" {others[f, alpha] / (n * len(SHIFTED) * (tested_per_day - 1)):.2%} |"
                 f" {holds[f, alpha] / n:.0%}{mark} |"
             )
         print(row)

@@ -112,8 +112,8 @@ def semantically_broken_flights() -> str:
     # min above max
     text = edit(
         text,
-        "{name: month, dtype: int, min: 1, max: 12}",
-        "{name: month, dtype: int, min: 12, max: 1}",
+        "{name: month, dtype: int, min: 1, max: 12, constant_within_day: true}",
+        "{name: month, dtype: int, min: 12, max: 1, constant_within_day: true}",
     )
     # duplicate column
     text = edit(
@@ -216,3 +216,73 @@ def test_unknown_contract_name_lists_the_bundled_contracts():
     message = str(info.value)
     assert "flihgts" in message
     assert "bundled contracts are: flights, synthetic" in message
+
+
+SYNTHETIC_TEXT = (BUNDLED_DIR / "synthetic.yaml").read_text()
+
+
+def test_flights_marks_its_date_columns_constant_within_a_day():
+    contract = load_contract("flights")
+    marked = {c.name for c in contract.columns if c.constant_within_day}
+    assert marked == {"year", "month", "day"}
+    assert contract.drift.calibration.quantile == 0.6
+
+
+def test_drift_settings_on_a_constant_within_day_feature_are_reported(tmp_path):
+    text = edit(
+        FLIGHTS_TEXT,
+        "  - name: carrier\n",
+        "  - name: carrier\n    constant_within_day: true\n",
+    )
+    text = edit(
+        text,
+        "{name: origin, kind: categorical, source: origin}",
+        "{name: origin, kind: categorical, source: origin, constant_within_day: true}",
+    )
+    text += "  features:\n    carrier: {blocking: true}\n    origin: {threshold: 0.2}\n"
+    problems = located(load_broken(tmp_path, text))
+    carrier = problems[(line_of(text, "carrier: {blocking"), "drift.features.carrier")]
+    assert carrier.startswith("'carrier' comes from column 'carrier', marked constant_within_day")
+    assert "remove them, or the constant_within_day mark" in carrier
+    origin = problems[(line_of(text, "origin: {threshold"), "drift.features.origin")]
+    assert origin.startswith("'origin' is marked constant_within_day, so drift never tests it")
+    assert len(problems) == 2
+
+
+def test_constant_within_day_on_what_varies_within_a_day_is_reported(tmp_path):
+    flights = edit(
+        FLIGHTS_TEXT,
+        "{name: arr_delay, dtype: float,",
+        "{name: arr_delay, constant_within_day: true, dtype: float,",
+    )
+    (reason,) = located(load_broken(tmp_path, flights)).values()
+    assert reason.startswith("'arr_delay' is the label's source")
+
+    text = edit(
+        SYNTHETIC_TEXT,
+        "{name: transaction_id, dtype: int, min: 1, unique: true}",
+        "{name: transaction_id, dtype: int, min: 1, unique: true, constant_within_day: true}",
+    )
+    text = edit(
+        text,
+        "{name: event_time, dtype: datetime}",
+        "{name: event_time, dtype: datetime, constant_within_day: true}",
+    )
+    text = edit(
+        text,
+        "transform: hour}",
+        "transform: hour, constant_within_day: true}",
+    )
+    problems = located(load_broken(tmp_path, text))
+    assert problems == {
+        (line_of(text, "{name: event_time"), "columns[0].constant_within_day"): (
+            "'event_time' is the event time, which varies within a day; remove constant_within_day"
+        ),
+        (line_of(text, "{name: transaction_id"), "columns[7].constant_within_day"): (
+            "a unique column cannot hold the same value on every row of a day; remove "
+            "constant_within_day or unique"
+        ),
+        (line_of(text, "transform: hour"), "features[6].constant_within_day"): (
+            "the 'hour' of the event time varies within a day; remove constant_within_day"
+        ),
+    }

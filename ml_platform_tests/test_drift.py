@@ -1,5 +1,6 @@
 """Drift building blocks: contract section, reference days, corrections, categorical test,
-verdict rule, feature profile and the stored report."""
+verdict rule, calibration by each feature's day-to-day movement, feature profile and the stored
+report."""
 
 import datetime as dt
 import json
@@ -14,7 +15,12 @@ from ml_platform.contracts import ContractError, load_contract
 from ml_platform.contracts.model import BUNDLED_DIR, DriftReferenceSpec, parse_contract
 from ml_platform.drift.categorical import compare_categorical
 from ml_platform.drift.correction import benjamini_hochberg, holm
-from ml_platform.drift.detect import detect_drift
+from ml_platform.drift.detect import (
+    calibrate,
+    calibration_bound,
+    detect_drift,
+    leave_one_out_distances,
+)
 from ml_platform.drift.profile import feature_profile
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown
@@ -175,6 +181,7 @@ def synthetic_features(rows: int, x1_shift: float = 0.0, seed: int = 0) -> pd.Da
             "log_amount": rng.normal(3.0, 1.0, rows),
             "segment": pd.Series(rng.choice(["A", "B", "C"], rows), dtype="str"),
             "hour": rng.integers(0, 24, rows).astype("float64"),
+            "temperature": rng.normal(12.0, 2.0, rows),
         }
     )
 
@@ -276,9 +283,137 @@ def test_report_json_and_markdown_name_what_drifted():
     )
     document = json.loads(json.dumps(report.to_json()))
     assert document["drifting_features"] == ["x1"]
-    assert document["drift_share"] == pytest.approx(1 / 7)
+    assert document["drift_share"] == pytest.approx(1 / 8)
     row = next(f for f in document["features"] if f["feature"] == "x1")
     assert {"n_reference", "n_current", "effect", "threshold", "p_value", "status"} <= set(row)
     markdown = render_markdown(report, "summary line", ref, cur)
     assert "| x1 " in markdown and "drift" in markdown
     assert "![drift plots](data:image/png;base64,iVBOR" in markdown  # an embedded PNG
+
+
+def moving_days(n: int, seed: int, rows: int = 1000) -> list[pd.DataFrame]:
+    """Days of synthetic features whose temperature mean moves by 3 from day to day."""
+    rng = np.random.default_rng(seed)
+    return [
+        synthetic_features(rows, seed=seed * 1000 + i).assign(
+            temperature=lambda f: f["temperature"] + rng.normal(0.0, 3.0)
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_bound_is_the_quantile_at_plotting_position_q_times_n_plus_one():
+    distances = np.arange(1.0, 40.0)  # 39 distances: q * (n + 1) = 38 at q = 0.95
+    assert calibration_bound(distances, 0.95) == 38.0
+    assert calibration_bound(np.arange(1.0, 5.0), 0.6) == 3.0  # the second largest of four
+    assert calibration_bound(np.arange(1.0, 5.0), 0.95) == 4.0  # too few days: the largest
+
+
+def test_day_to_day_distances_are_each_day_against_the_others_with_the_day_statistic():
+    days = moving_days(5, seed=1)
+    days[2] = days[2].assign(segment=pd.Series(["A"] * 999 + [None], dtype="str"))
+    distances = leave_one_out_distances(days, SYNTHETIC)
+    assert set(distances) == {f.name for f in SYNTHETIC.features}
+    for i, day in enumerate(days):
+        rest = pd.concat([d for j, d in enumerate(days) if j != i], ignore_index=True)
+        for name in ("x1", "hour", "temperature"):  # hour: many ties
+            expected = stats.ks_2samp(rest[name], day[name]).statistic
+            assert distances[name][i] == pytest.approx(expected, abs=1e-12)
+        js = compare_categorical(rest["segment"], day["segment"]).js_distance
+        assert distances["segment"][i] == pytest.approx(js, abs=1e-12)
+    # A feature that moves every day is far from the other days; a stable one is not.
+    assert distances["temperature"].min() > 3 * distances["x1"].max()
+
+
+def test_a_feature_that_moves_every_day_drifts_only_beyond_its_usual_movement():
+    reference, today = moving_days(28, seed=2), moving_days(1, seed=3)[0]
+    today = today.assign(temperature=today["temperature"] - today["temperature"].mean() + 12.5)
+    ordinary = verdicts_by_name(reference, today)["temperature"]
+    # The fixed gate alone fires (the day's mean is not the month's), calibration holds it.
+    assert ordinary.fixed_gate and ordinary.status == "stable"
+    assert ordinary.effect <= ordinary.calibration_bound
+    assert ordinary.day_to_day_low < ordinary.calibration_bound <= ordinary.day_to_day_high
+    assert "within its usual day-to-day movement" in ordinary.change
+    assert ordinary.calibration.startswith("quantile 0.975 of each feature's 28 day-to-day")
+
+    shifted = verdicts_by_name(reference, today.assign(temperature=today["temperature"] + 15))
+    assert shifted["temperature"].status == "drift"
+    assert shifted["temperature"].effect > shifted["temperature"].calibration_bound
+    assert "within its usual" not in shifted["temperature"].change
+    # Stable features keep their verdict: calibration only ever removes alarms.
+    assert {n for n, v in shifted.items() if v.status == "drift"} == {"temperature"}
+
+
+def test_a_shift_of_a_stable_feature_still_drifts_when_calibrated():
+    reference = moving_days(28, seed=4)
+    today = synthetic_features(1000, x1_shift=0.3, seed=99)
+    x1 = verdicts_by_name(reference, today)["x1"]
+    assert x1.status == "drift" and x1.effect > 2 * x1.calibration_bound
+
+
+def test_without_enough_reference_days_or_when_disabled_the_fixed_gate_decides_alone():
+    today = moving_days(1, seed=5)[0].assign(temperature=lambda f: f["temperature"] + 6)
+    few = verdicts_by_name(moving_days(3, seed=6), today)["temperature"]
+    assert few.status == "drift" and few.calibration_bound is None
+    assert few.calibration == (
+        "not calibrated: 3 reference day(s), fewer than drift.calibration.min_days 4; "
+        "the fixed gate decides alone"
+    )
+    disabled = with_drift("drift:\n  calibration: {enabled: false}\n")
+    off = verdicts_by_name(moving_days(10, seed=6), today, disabled)["temperature"]
+    assert off.status == "drift" and off.calibration_bound is None
+    assert "calibration disabled in the contract" in off.calibration
+    assert calibrate(moving_days(10, seed=6), disabled).distances == {}
+    pooled = verdicts_by_name(pd.concat(moving_days(10, seed=6)), today)["temperature"]
+    assert pooled.status == "drift" and "not given day by day" in pooled.calibration
+
+
+def test_constant_within_day_features_and_columns_are_never_tested():
+    text = BEFORE_DRIFT.replace(
+        "{name: x3, dtype: float}", "{name: x3, dtype: float, constant_within_day: true}"
+    ).replace(
+        "{name: x2, kind: numeric, source: x2}",
+        "{name: x2, kind: numeric, source: x2, constant_within_day: true}",
+    )
+    contract = parse_contract(text, "synthetic.yaml")
+    reference = moving_days(5, seed=7)
+    today = synthetic_features(1000, seed=8).assign(x2=100.0, x3=5.0)
+    verdicts = verdicts_by_name(reference, today, contract)
+    assert verdicts["x2"].status == verdicts["x3"].status == "skipped"
+    assert verdicts["x2"].change.startswith("constant within a day (constant_within_day")
+    assert "its column 'x3' is marked constant_within_day" in verdicts["x3"].change
+    assert set(leave_one_out_distances(reference, contract)) == {
+        "x1",
+        "x4",
+        "log_amount",
+        "segment",
+        "hour",
+        "temperature",
+    }
+
+
+def test_report_shows_each_features_bound_and_the_calibration():
+    reference = moving_days(28, seed=9)
+    today = moving_days(1, seed=10)[0].assign(temperature=lambda f: f["temperature"] + 20)
+    verdicts = detect_drift(reference, today, SYNTHETIC)
+    report = DriftReport(
+        dataset="synthetic",
+        partition="2024-03-01",
+        reference="the baseline",
+        reference_days=[f"2024-01-{d:02d}" for d in range(1, 29)],
+        missing_reference_days=[],
+        reference_rows=28_000,
+        current_rows=1000,
+        correction="holm",
+        alpha=0.02,
+        verdicts=verdicts,
+        calibration=calibrate(reference, SYNTHETIC).note,
+    )
+    document = json.loads(json.dumps(report.to_json()))
+    assert document["drifting_features"] == ["temperature"]
+    assert document["calibration"].startswith("quantile 0.975 of each feature's 28")
+    row = next(f for f in document["features"] if f["feature"] == "temperature")
+    assert row["calibration_bound"] < row["effect"] and row["fixed_gate"]
+    markdown = render_markdown(report, "summary", pd.concat(reference), today)
+    assert " day-to-day " in markdown and " bound |" in markdown
+    assert "its effect exceeds its bound (calibration: quantile 0.975" in markdown

@@ -1,5 +1,6 @@
-"""The drift check in the graph: per partition, report stored, WARN by default, ERROR blocking;
-and the feature profile recorded on every features partition."""
+"""The drift check in the graph: per partition, report stored, WARN by default, ERROR blocking,
+each feature calibrated by its day-to-day movement in the stored reference days; and the
+feature profile recorded on every features partition."""
 
 import datetime as dt
 import json
@@ -7,8 +8,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import BUNDLED_DIR, parse_contract
 from ml_platform.drift.checks import FEATURES_DRIFT_CHECK
+from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
 from ml_platform.storage import serialise
@@ -19,9 +22,13 @@ DAYS = days_from("2024-01-01", 4)
 
 
 def blocking_on_x2(tmp_path: Path):
-    """The synthetic contract with x2 marked blocking; x1 keeps the default (warn)."""
+    """The synthetic contract with x2 marked blocking; x1 keeps the default (warn).
+
+    Temperature is left out: it moves every day, and with fewer reference days than
+    calibration.min_days (as on the first days here) the fixed gate rightly fires on it.
+    """
     text = (BUNDLED_DIR / "synthetic.yaml").read_text()
-    text += "  features:\n    x2: {blocking: true}\n"
+    text += "  features:\n    x2: {blocking: true}\n    temperature: {exclude: true}\n"
     return parse_contract(text, str(tmp_path / "synthetic.yaml"))
 
 
@@ -38,6 +45,17 @@ def store_validated(platform: Platform, day: str, drift: Drift | None = None) ->
     io_manager = platform.defs.resources["io_manager"]
     key = io_manager.key(dg.AssetKey("validated_data"), day, "parquet")
     io_manager.storage.write_bytes(key, serialise(type_rows(raw, contract, day), "parquet"))
+
+
+def store_features(platform: Platform, day: str) -> None:
+    """Put a day's features in the lake, as if its features partition had been materialised."""
+    contract = platform.contract
+    frame = generate_day(dt.date.fromisoformat(day), seed=contract.source.seed, rows=1000)
+    raw = read_landed_file(file_bytes(frame), "day.csv", day, ["segment"])
+    features = build_features(type_rows(raw, contract, day), contract)
+    io_manager = platform.defs.resources["io_manager"]
+    key = io_manager.key(dg.AssetKey("features"), day, "parquet")
+    io_manager.storage.write_bytes(key, serialise(features, "parquet"))
 
 
 def run(platform: Platform, day: str, selection: list[str]) -> dg.ExecuteInProcessResult:
@@ -90,6 +108,11 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     assert check.severity == dg.AssetCheckSeverity.WARN
     assert check.description.startswith("1 of 7 feature(s) drifted on 2024-01-04")
     assert "x1 (KS D" in check.description and "reference sd" in check.description
+    # Three reference days are too few to know each feature's day-to-day movement.
+    assert "Not calibrated: 3 reference day(s), fewer than drift.calibration.min_days 4" in (
+        check.description
+    )
+    assert check.metadata["calibration"].value.startswith("not calibrated: 3 reference day(s)")
     assert check.metadata["reference_partitions"].value == DAYS[:3]
     assert check.metadata["drift_share"].value == 1 / 7
     report = json.loads(Path(check.metadata["report_json"].value).read_text())
@@ -111,3 +134,30 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     assert not blocked.asset_materializations_for_node("model")
     report = json.loads(Path(check.metadata["report_json"].value).read_text())
     assert report["drifting_features"] == ["x2"]  # the rerun replaced the day's report
+
+
+def test_a_feature_that_moves_every_day_is_judged_by_its_usual_movement(tmp_path):
+    platform = Platform(load_contract("synthetic"), tmp_path)
+    days = days_from("2024-01-01", 9)
+    for day in days[:8]:
+        store_features(platform, day)
+    store_validated(platform, days[8])
+    quiet = drift_check(run(platform, days[8], ["features"]))
+    # The day's temperature is not the reference's (the fixed gate alone fires), but no
+    # further from it than the reference days are from each other.
+    assert quiet.passed, quiet.description
+    assert "no more than on an ordinary day" in quiet.description
+    assert "temperature (KS D" in quiet.description and "usual day-to-day" in quiet.description
+    assert quiet.metadata["calibration"].value.startswith("quantile 0.975 of each feature's 8")
+    bound = quiet.metadata["temperature/calibration_bound"].value
+    assert quiet.metadata["temperature/ks_d"].value <= bound
+
+    store_validated(platform, days[8], Drift("temperature", 4.0, dt.date.fromisoformat(days[8])))
+    shifted = drift_check(run(platform, days[8], ["features"]))
+    assert not shifted.passed and shifted.severity == dg.AssetCheckSeverity.WARN
+    assert shifted.description.startswith("1 of 8 feature(s) drifted on 2024-01-09")
+    assert f"(bound {bound:.3f})" in shifted.description
+    report = json.loads(Path(shifted.metadata["report_json"].value).read_text())
+    assert report["drifting_features"] == ["temperature"]
+    row = next(f for f in report["features"] if f["feature"] == "temperature")
+    assert row["effect"] > row["calibration_bound"] == bound

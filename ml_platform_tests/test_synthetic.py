@@ -1,17 +1,30 @@
 """The synthetic generator: determinism, each fault doing what its name says, and drift."""
 
 import datetime as dt
+import hashlib
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from ml_platform.ingestion.synthetic import COEFFICIENTS, FAULTS, Drift, generate_day
+from ml_platform.ingestion.synthetic import (
+    COEFFICIENTS,
+    FAULTS,
+    POPULATION_SD,
+    TEMPERATURE_DAY_SD,
+    TEMPERATURE_WITHIN_SD,
+    Drift,
+    generate_day,
+)
 
 DAY = dt.date(2024, 1, 3)
 ROWS = 400
-COLUMNS = ["event_time", "x1", "x2", "x3", "x4", "amount", "segment", "transaction_id", "target"]
+COLUMNS = [
+    "event_time",
+    *["x1", "x2", "x3", "x4", "amount", "segment", "transaction_id"],
+    *["temperature", "target"],
+]
 INPUTS = ["event_time", "x1", "x2", "x3", "x4", "amount", "segment"]
 # Standard deviations of the distributions the inputs are drawn from:
 # x1 ~ N(0, 1), x2 ~ N(5, 2), x3 ~ U(-1, 1), x4 ~ N(0, 1).
@@ -193,3 +206,37 @@ def test_unknown_fault_is_refused_with_the_known_ones():
 def test_drift_of_an_unknown_feature_is_refused(feature):
     with pytest.raises(ValueError, match=f"not '{feature}'"):
         Drift(feature=feature, shift_sd=1.0, start=DAY)
+
+
+# MD5 of the CSV of 2024-01-03 (seed 7, 1000 rows) without its temperature column, as the
+# generator wrote it before temperature existed: other tests and stored demo data rely on it.
+COLUMNS_BEFORE_TEMPERATURE_MD5 = {
+    None: "d5f3bed7ac84ac4c7e7e1b3e26d9bda3",
+    "null_burst": "00dd452a3d5f344ca68f288b879d475c",
+    "retyped_column": "cf2e8f839b126fbba76cb6d2067880af",
+}
+
+
+@pytest.mark.parametrize("fault", list(COLUMNS_BEFORE_TEMPERATURE_MD5))
+def test_temperature_leaves_every_other_column_byte_identical(fault):
+    frame = generate_day(DAY, seed=7, rows=1000, fault=fault).drop(columns="temperature")
+    digest = hashlib.md5(frame.to_csv(index=False).encode()).hexdigest()
+    assert digest == COLUMNS_BEFORE_TEMPERATURE_MD5[fault]
+
+
+def test_temperature_moves_more_from_day_to_day_than_within_a_day():
+    days = [day(DAY + dt.timedelta(days=i))["temperature"] for i in range(60)]
+    means = np.array([d.mean() for d in days])
+    within = np.array([d.std() for d in days])
+    assert np.std(means) == pytest.approx(TEMPERATURE_DAY_SD, rel=0.3)
+    assert np.median(within) == pytest.approx(TEMPERATURE_WITHIN_SD, rel=0.1)
+    assert np.std(means) > np.median(within)
+    assert all((d.round(2) == d).all() for d in days)  # readings at 0.01 resolution
+
+
+def test_temperature_drift_shifts_it_and_leaves_the_target_alone(clean):
+    drifted = day(drift=Drift(feature="temperature", shift_sd=4.0, start=DAY))
+    shift = drifted["temperature"] - clean["temperature"]
+    assert np.allclose(shift, 4.0 * POPULATION_SD["temperature"])
+    for column in [c for c in COLUMNS if c != "temperature"]:
+        pd.testing.assert_series_equal(drifted[column], clean[column], obj=column)

@@ -16,7 +16,7 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.drift.detect import FeatureVerdict, detect_drift
+from ml_platform.drift.detect import Calibration, FeatureVerdict, calibrate, detect_drift
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 from ml_platform.runbook import check_description
@@ -59,6 +59,13 @@ def build_drift_checks(
             frame: pd.DataFrame = io_manager.load_partition(FEATURES, day, "parquet")
             return frame
 
+        # Days of a range share their reference window (a baseline, or most of a sliding one
+        # from one day to the next): its day-to-day distances are computed once per window.
+        @functools.lru_cache(maxsize=8)
+        def calibration_of(days: tuple[str, ...]) -> Calibration:
+            frames = [stored_features(d) for d in days]
+            return calibrate([f for f in frames if f is not None], contract)
+
         def result_of(day: str, current: pd.DataFrame) -> dg.AssetCheckResult:
             wanted = [
                 d.isoformat()
@@ -72,9 +79,15 @@ def build_drift_checks(
             frames = [frame for frame in found.values() if frame is not None]
             stored = [d for d, frame in found.items() if frame is not None]
             missing = [d for d in wanted if d not in stored]
-            reference = pd.concat(frames, ignore_index=True) if frames else current.iloc[0:0]
             return drift_check_result(
-                contract, day, current, reference, stored, missing, io_manager
+                contract,
+                day,
+                current,
+                frames,
+                stored,
+                missing,
+                io_manager,
+                calibration_of(tuple(stored)),
             )
 
         if context.op_execution_context.has_partition_key:
@@ -100,7 +113,8 @@ def build_drift_checks(
             description=check_description(
                 FEATURES_DRIFT_CHECK,
                 "Each feature of day D against the reference days: KS statistic (numeric) or "
-                "Jensen-Shannon distance (categorical), gated by a corrected p-value. Fails when "
+                "Jensen-Shannon distance (categorical), gated by a corrected p-value and by the "
+                "feature's own day-to-day movement inside the reference window. Fails when "
                 "a feature drifts: at WARN severity, or ERROR for "
                 + (", ".join(blocking) if blocking else "features marked blocking in the contract")
                 + ".",
@@ -114,13 +128,26 @@ def drift_check_result(
     contract: Contract,
     day: str,
     current: pd.DataFrame,
-    reference: pd.DataFrame,
+    reference_frames: list[pd.DataFrame],
     reference_partitions: list[str],
     missing_partitions: list[str],
     io_manager: LakeIOManager,
+    calibration: Calibration | None = None,
 ) -> dg.AssetCheckResult:
-    """Compare, store the report (JSON and markdown) in the lake, and build the check result."""
-    verdicts = detect_drift(reference, current, contract) if reference_partitions else []
+    """Compare, store the report (JSON and markdown) in the lake, and build the check result.
+
+    `reference_frames` holds one frame per stored reference day (the days of
+    `reference_partitions`), so each feature's day-to-day movement can calibrate its verdict.
+    """
+    calibration = calibration or calibrate(reference_frames, contract)
+    verdicts = (
+        detect_drift(reference_frames, current, contract, calibration)
+        if reference_partitions
+        else []
+    )
+    reference = (
+        pd.concat(reference_frames, ignore_index=True) if reference_frames else current.iloc[0:0]
+    )
     report = DriftReport(
         dataset=contract.name,
         partition=day,
@@ -132,6 +159,7 @@ def drift_check_result(
         correction=contract.drift.correction,
         alpha=contract.drift.alpha,
         verdicts=verdicts,
+        calibration=calibration.note,
     )
     summary = describe(report, contract)
     markdown = render_markdown(report, summary, reference, current)
@@ -148,6 +176,7 @@ def drift_check_result(
         "tested_features": len(report.tested),
         "reference_days": len(reference_partitions),
         "reference_rows": len(reference),
+        "calibration": calibration.note,
         "reference_partitions": reference_partitions,
         "missing_reference_partitions": missing_partitions,
         "report": dg.MetadataValue.md(markdown),
@@ -161,6 +190,10 @@ def drift_check_result(
         metadata[f"{verdict.feature}/p_adjusted"] = dg.MetadataValue.float(
             float(verdict.p_adjusted or 0.0)
         )
+        if verdict.calibration_bound is not None:
+            metadata[f"{verdict.feature}/calibration_bound"] = dg.MetadataValue.float(
+                verdict.calibration_bound
+            )
     if report.evaluated:
         metadata["features"] = dg.MetadataValue.md(verdict_table(report).to_markdown(index=False))
     return dg.AssetCheckResult(
@@ -195,12 +228,20 @@ def describe(report: DriftReport, contract: Contract) -> str:
             f"Drift not evaluated for {report.partition}: its reference ({report.reference}) "
             f"holds no day from the first partition {contract.partitions.start_date} on."
         )
+    usual = [v for v in report.tested if v.fixed_gate and v.status != "drift"]
+    held = (
+        " Moved, but no more than on an ordinary day of the reference window: "
+        + "; ".join(_short(v) for v in usual)
+        + "."
+        if usual
+        else ""
+    )
     if not report.drifting:
         closest = max(report.tested, key=lambda v: (v.effect or 0.0) / v.threshold, default=None)
-        nearest = f" Closest to its threshold: {_short(closest)}." if closest else ""
+        nearest = f" Closest to its threshold: {_short(closest)}." if closest and not usual else ""
         return (
             f"No drift on {report.partition} in {len(report.tested)} tested feature(s) "
-            f"{where}.{nearest}{missing}"
+            f"{where}.{nearest}{held}{missing}"
         )
     drifted = "; ".join(_short(v) + f", {v.change}" for v in report.drifting)
     if spec.mode == "baseline":
@@ -220,17 +261,27 @@ def describe(report: DriftReport, contract: Contract) -> str:
         if blocking
         else ""
     )
+    uncalibrated = [v for v in report.drifting if v.calibration_bound is None]
+    why = uncalibrated[0].calibration if uncalibrated else ""
+    alone = f" {why[:1].upper()}{why[1:]}." if why else ""
     return (
         f"{len(report.drifting)} of {len(report.tested)} feature(s) drifted on "
         f"{report.partition} {where}: {drifted}. Check the upstream source of "
         f"{'this feature' if len(report.drifting) == 1 else 'these features'} for a change; "
-        f"{action}.{stops}{missing}"
+        f"{action}.{stops}{held}{alone}{missing}"
     )
 
 
 def _short(verdict: FeatureVerdict) -> str:
     label = "KS D" if verdict.effect_name == "ks_d" else "JS distance"
+    if verdict.calibration_bound is None:
+        usual = ", not calibrated" if verdict.fixed_gate else ""
+    else:
+        usual = (
+            f", usual day-to-day {verdict.day_to_day_low:.3f} to {verdict.day_to_day_high:.3f}"
+            f" (bound {verdict.calibration_bound:.3f})"
+        )
     return (
         f"{verdict.feature} ({label} {verdict.effect:.3f}, threshold {verdict.threshold:g}, "
-        f"corrected p {verdict.p_adjusted:.2g})"
+        f"corrected p {verdict.p_adjusted:.2g}{usual})"
     )

@@ -2,12 +2,20 @@
 
 Per numeric feature the two-sample KS statistic D and its p-value; per categorical feature the
 Jensen-Shannon distance and a chi-square p-value. The day's p-values are corrected for the number
-of features tested (Holm by default). A feature drifts only when its effect size reaches its
-threshold AND its corrected p-value is at most alpha: the p-value alone fires on negligible
-changes once samples are large, the effect size alone fires on noise when they are small.
+of features tested (Holm by default). A feature passes the fixed gate when its effect size
+reaches its threshold AND its corrected p-value is at most alpha: the p-value alone fires on
+negligible changes once samples are large, the effect size alone fires on noise when they are
+small.
+
+A feature that really moves every day (the weather, prices) passes any fixed gate on most
+days. So a feature drifts only when, besides the fixed gate, its distance today is also unusual
+against its own day-to-day movement: above the `drift.calibration.quantile` of the distances of
+each reference day from the other reference days (leave-one-out, same statistic). With too few
+reference days to know that movement, the fixed gate decides alone and the verdict says so.
 """
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -47,6 +55,12 @@ class FeatureVerdict:
         blocking: whether drift of this feature fails the check at ERROR severity.
         change: what moved, in words (e.g. 'median 0.01 -> 0.21, +0.20 reference sd'),
             or why the feature was skipped.
+        fixed_gate: whether the effect size and corrected p-value passed the fixed gate.
+        calibration_bound: the `calibration.quantile` of the feature's day-to-day distances
+            in the reference window, which the effect must exceed; None when not calibrated.
+        day_to_day_low: the smallest of those day-to-day distances (None when not calibrated).
+        day_to_day_high: the largest of them (None when not calibrated).
+        calibration: how the calibration bound was set that day, or why there is none.
     """
 
     feature: str
@@ -63,6 +77,11 @@ class FeatureVerdict:
     status: Status
     blocking: bool
     change: str
+    fixed_gate: bool = False
+    calibration_bound: float | None = None
+    day_to_day_low: float | None = None
+    day_to_day_high: float | None = None
+    calibration: str = ""
 
 
 def skip_reason(spec: FeatureSpec, contract: Contract) -> str | None:
@@ -72,23 +91,190 @@ def skip_reason(spec: FeatureSpec, contract: Contract) -> str | None:
         return "excluded in the contract's drift settings"
     if spec.source == EVENT_TIME and spec.transform in CALENDAR_TRANSFORMS:
         return "calendar feature: every row of a day has the same value, set by the date"
+    if spec.constant_within_day:
+        return "constant within a day (constant_within_day in the contract): one value per day"
+    columns = {column.name: column for column in contract.columns}
+    if spec.source in columns and columns[spec.source].constant_within_day:
+        return (
+            f"constant within a day: its column '{spec.source}' is marked constant_within_day "
+            "in the contract (one value per day)"
+        )
     return None
 
 
+def tested_features(contract: Contract) -> list[FeatureSpec]:
+    """The features the drift check tests, in contract order."""
+    return [spec for spec in contract.features if skip_reason(spec, contract) is None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Each tested feature's day-to-day distances inside one reference window.
+
+    Attributes:
+        days: the reference days the window holds.
+        quantile: the quantile of the distances a feature's effect must exceed.
+        distances: per feature, the distance of each reference day from the other reference
+            days (KS D or Jensen-Shannon distance); empty when not applied.
+        note: how the bounds were set, or why the fixed gate decides alone.
+    """
+
+    days: int
+    quantile: float
+    distances: dict[str, np.ndarray]
+    note: str
+
+    def bound(self, feature: str) -> float | None:
+        """The `quantile` of the feature's day-to-day distances, or None without them."""
+        values = self.distances.get(feature)
+        if values is None or not len(values):
+            return None
+        return calibration_bound(values, self.quantile)
+
+
+def calibration_bound(distances: np.ndarray, quantile: float) -> float:
+    """The `quantile` of day-to-day distances, by the plotting position q * (n + 1).
+
+    That position makes "today exceeds the bound" happen on a share 1 - q of ordinary days
+    whatever the number n of reference days; with fewer than q / (1 - q) days (39 at 0.975)
+    it is the largest distance, and the share is then 1 / (n + 1).
+    """
+    return float(np.quantile(np.asarray(distances, dtype="float64"), quantile, method="weibull"))
+
+
+def leave_one_out_distances(
+    days: Sequence[pd.DataFrame], contract: Contract
+) -> dict[str, np.ndarray]:
+    """Per tested feature, the distance of each day from all the other days together.
+
+    The statistic is the one the day is tested with: the KS statistic D that `ks_2samp_columns`
+    computes, or the Jensen-Shannon distance of category shares that `compare_categorical`
+    computes, each obtained for every day at once from the pooled reference.
+    Distances that cannot be computed (a side without values) are left out.
+    """
+    specs = tested_features(contract)
+    numeric = [s.name for s in specs if s.kind == "numeric"]
+    categorical = [s.name for s in specs if s.kind == "categorical"]
+    found: dict[str, np.ndarray] = {}
+    if numeric:
+        statistics = _leave_one_out_ks([frame[numeric].to_numpy(dtype="float64") for frame in days])
+        found |= {name: statistics[:, j] for j, name in enumerate(numeric)}
+    for name in categorical:
+        found[name] = _leave_one_out_js([frame[name] for frame in days])
+    return {name: distances[np.isfinite(distances)] for name, distances in found.items()}
+
+
+def _leave_one_out_ks(days: list[np.ndarray]) -> np.ndarray:
+    """KS D of each day's values against all the other days' values, per column: (days, k).
+
+    One sort of the pooled values per column instead of one per day: at each distinct pooled
+    value, a day's count of values up to it is a running sum of its rows, and the other days'
+    count is the pooled count minus it. These are the counts scipy's ECDFs are made of (right-
+    continuous, ties included), so D is the statistic `ks_2samp` gives for the same samples.
+    """
+    labels = np.concatenate([np.full(len(values), i) for i, values in enumerate(days)])
+    pooled = np.concatenate(days)
+    out = np.full((len(days), pooled.shape[1]), np.nan)
+    for j in range(pooled.shape[1]):
+        present = ~np.isnan(pooled[:, j])
+        order = np.argsort(pooled[present, j], kind="stable")
+        values, owner = pooled[present, j][order], labels[present][order]
+        if not len(values):
+            continue
+        # The ECDFs only change at the last of a run of equal values.
+        last = np.append(values[1:] != values[:-1], True)
+        total = np.arange(1, len(values) + 1)[last]
+        for i in range(len(days)):
+            mine = np.cumsum(owner == i)[last]
+            n_day, n_rest = int(mine[-1]), len(values) - int(mine[-1])
+            if n_day and n_rest:
+                out[i, j] = float(np.max(np.abs(mine / n_day - (total - mine) / n_rest)))
+    return out
+
+
+def _leave_one_out_js(days: list[pd.Series]) -> np.ndarray:
+    """Jensen-Shannon distance (base 2) of each day's category shares from the other days'."""
+    from scipy.spatial.distance import jensenshannon
+
+    counts = (
+        pd.DataFrame({i: day.dropna().astype("str").value_counts() for i, day in enumerate(days)})
+        .fillna(0.0)
+        .to_numpy(dtype="float64")
+        .T
+    )
+    rest = counts.sum(axis=0) - counts
+    day_n = counts.sum(axis=1, keepdims=True)
+    rest_n = rest.sum(axis=1, keepdims=True)
+    distances = np.full(len(days), np.nan)
+    valid = (day_n[:, 0] > 0) & (rest_n[:, 0] > 0)
+    if valid.any() and counts.shape[1]:
+        distances[valid] = jensenshannon(
+            counts[valid] / day_n[valid], rest[valid] / rest_n[valid], base=2, axis=1
+        )
+    return distances
+
+
+def calibrate(days: Sequence[pd.DataFrame], contract: Contract) -> Calibration:
+    """The calibration of a reference window given one frame per reference day."""
+    spec = contract.drift.calibration
+    n = len(days)
+    if not spec.enabled:
+        note = "calibration disabled in the contract (drift.calibration.enabled): fixed gate only"
+        return Calibration(n, spec.quantile, {}, note)
+    if n < spec.min_days:
+        note = (
+            f"not calibrated: {n} reference day(s), fewer than drift.calibration.min_days "
+            f"{spec.min_days}; the fixed gate decides alone"
+        )
+        return Calibration(n, spec.quantile, {}, note)
+    note = (
+        f"quantile {spec.quantile:g} of each feature's {n} day-to-day distances "
+        "(each reference day against the other reference days)"
+    )
+    return Calibration(n, spec.quantile, leave_one_out_distances(days, contract), note)
+
+
+def _note(calibration: Calibration, feature: str) -> str:
+    if calibration.distances and calibration.bound(feature) is None:
+        return (
+            "not calibrated: no reference day had values on both sides of its comparison; "
+            "the fixed gate decides alone"
+        )
+    return calibration.note
+
+
+def _uncalibrated(contract: Contract) -> Calibration:
+    note = "not calibrated: the reference was not given day by day; the fixed gate decides alone"
+    return Calibration(0, contract.drift.calibration.quantile, {}, note)
+
+
 def detect_drift(
-    reference: pd.DataFrame, current: pd.DataFrame, contract: Contract
+    reference: pd.DataFrame | Sequence[pd.DataFrame],
+    current: pd.DataFrame,
+    contract: Contract,
+    calibration: Calibration | None = None,
 ) -> list[FeatureVerdict]:
     """The drift verdict of every contract feature of `current` against `reference`.
 
     Args:
-        reference: feature rows of the reference days (the `features` asset's columns).
+        reference: feature rows of the reference days (the `features` asset's columns), one
+            frame per reference day; a single frame is the pooled reference, which cannot be
+            calibrated (the fixed gate then decides alone).
         current: feature rows of day D.
         contract: the dataset contract, whose `drift` section sets thresholds and the gate.
+        calibration: the reference window's calibration when already computed (a range of
+            days sharing a reference); by default computed from the per-day frames.
 
     Returns:
         One verdict per feature, in contract order.
     """
     settings = contract.drift
+    if isinstance(reference, pd.DataFrame):
+        calibration = calibration or _uncalibrated(contract)
+    else:
+        days = list(reference)
+        calibration = calibration or calibrate(days, contract)
+        reference = pd.concat(days, ignore_index=True) if days else current.iloc[0:0]
     skipped: dict[str, str] = {}
     for spec in contract.features:
         reason = skip_reason(spec, contract)
@@ -143,9 +329,21 @@ def detect_drift(
         nulls_current = int(current[spec.name].isna().sum())
         result = tested.get(spec.name)
         status: Status = "skipped"
+        fixed_gate, bound, low, high = False, None, None, None
+        change = result.change if result else skipped[spec.name]
         if result is not None:
-            drifts = result.effect >= threshold and result.p_adjusted <= settings.alpha
-            status = "drift" if drifts else "stable"
+            fixed_gate = result.effect >= threshold and result.p_adjusted <= settings.alpha
+            bound = calibration.bound(spec.name)
+            if bound is not None:
+                distances = calibration.distances[spec.name]
+                low, high = float(distances.min()), float(distances.max())
+            usual = bound is not None and result.effect <= bound
+            status = "drift" if fixed_gate and not usual else "stable"
+            if fixed_gate and usual:
+                change += (
+                    f"; within its usual day-to-day movement ({result.effect:.3f} <= "
+                    f"{bound:.3f}, quantile {calibration.quantile:g} of its day-to-day distances)"
+                )
         verdicts.append(
             FeatureVerdict(
                 feature=spec.name,
@@ -161,7 +359,12 @@ def detect_drift(
                 nulls_current=nulls_current,
                 status=status,
                 blocking=bool(override and override.blocking),
-                change=result.change if result else skipped[spec.name],
+                change=change,
+                fixed_gate=fixed_gate,
+                calibration_bound=bound,
+                day_to_day_low=low,
+                day_to_day_high=high,
+                calibration=_note(calibration, spec.name) if result is not None else "",
             )
         )
     return verdicts

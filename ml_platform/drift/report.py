@@ -36,6 +36,8 @@ class DriftReport:
         correction: the multiple-testing correction of the day's p-values.
         alpha: the level the corrected p-values are compared with.
         verdicts: one per contract feature.
+        calibration: how each feature's day-to-day movement bounded its verdict that day, or
+            why the fixed gate decided alone.
     """
 
     dataset: str
@@ -48,6 +50,7 @@ class DriftReport:
     correction: str
     alpha: float
     verdicts: list[FeatureVerdict]
+    calibration: str = ""
 
     @property
     def evaluated(self) -> bool:
@@ -85,6 +88,7 @@ class DriftReport:
             "current_rows": self.current_rows,
             "correction": self.correction,
             "alpha": self.alpha,
+            "calibration": self.calibration,
             "tested_features": len(self.tested),
             "drifting_features": [v.feature for v in self.drifting],
             "drift_share": self.drift_share,
@@ -93,7 +97,11 @@ class DriftReport:
 
 
 def verdict_table(report: DriftReport) -> pd.DataFrame:
-    """One row per feature: test, sizes, effect size, threshold, p-values and verdict."""
+    """One row per feature: test, sizes, effect, threshold, p-values, calibration and verdict.
+
+    `day-to-day` is the range of the feature's distances between reference days, `bound` the
+    quantile of them its effect must exceed ('-' where the fixed gate decided alone).
+    """
     return pd.DataFrame(
         [
             {
@@ -105,6 +113,8 @@ def verdict_table(report: DriftReport) -> pd.DataFrame:
                 "threshold": v.threshold,
                 "p": _number(v.p_value),
                 f"p ({report.correction})": _number(v.p_adjusted),
+                "day-to-day": _range(v.day_to_day_low, v.day_to_day_high),
+                "bound": _number(v.calibration_bound),
                 "verdict": v.status,
                 "what changed": v.change,
             }
@@ -134,9 +144,11 @@ def render_markdown(
     ]
     if report.evaluated:
         lines[-1:] = [
-            f"- A feature drifts when its effect size reaches its threshold and its p-value "
+            f"- A feature drifts when its effect size reaches its threshold, its p-value "
             f"after {report.correction} correction over the {len(report.tested)} tested "
-            f"features is at most {report.alpha:g}. Drift share: {report.drift_share:.0%}.",
+            f"features is at most {report.alpha:g}, and its effect exceeds its bound "
+            f"(calibration: {report.calibration or 'none'}). "
+            f"Drift share: {report.drift_share:.0%}.",
             "",
             verdict_table(report).to_markdown(index=False),
             "",
@@ -224,6 +236,10 @@ def _shares(axes: Any, ref: pd.Series, cur: pd.Series, title: str) -> None:
     axes.set_xticks(positions, [str(c) for c in shares.index], fontsize=8)
     axes.set_ylabel("share", fontsize=8)
     axes.set_title(title, fontsize=9)
+
+
+def _range(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"{low:.3g} to {high:.3g}"
 
 
 def _number(value: float | None) -> str:

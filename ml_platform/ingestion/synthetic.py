@@ -20,7 +20,17 @@ COEFFICIENTS = {"x1": 2.0, "x2": -1.0, "x3": 0.5, "x4": 0.8}
 # every day whatever the sample.
 # Transaction ids are the day's ordinal times this, plus the row's position in the day.
 ID_SPAN = 10_000_000
-POPULATION_SD = {"x1": 1.0, "x2": 2.0, "x3": 1.0 / np.sqrt(3.0), "x4": 1.0}
+# A weather-like reading that moves every day: each day's mean is drawn anew around a fixed
+# climate, and the spread within a day is smaller than that day-to-day movement, so a fixed
+# drift threshold fires on most days. It does not enter the target.
+TEMPERATURE_CLIMATE, TEMPERATURE_DAY_SD, TEMPERATURE_WITHIN_SD = 12.0, 3.0, 2.0
+POPULATION_SD = {
+    "x1": 1.0,
+    "x2": 2.0,
+    "x3": 1.0 / np.sqrt(3.0),
+    "x4": 1.0,
+    "temperature": float(np.hypot(TEMPERATURE_DAY_SD, TEMPERATURE_WITHIN_SD)),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +124,17 @@ def file_bytes(frame: pd.DataFrame, fault: str | None = None) -> bytes:
     return BYTE_FAULTS[fault](data) if fault in BYTE_FAULTS else data
 
 
+def temperature(day: dt.date, *, seed: int, rows: int) -> np.ndarray:
+    """The day's temperature readings (degrees, 0.01 resolution), from their own generator.
+
+    A generator of their own keeps every other column exactly what it was before this column
+    existed: the main generator's draws are untouched.
+    """
+    rng = np.random.default_rng([seed, day.toordinal(), 2])
+    mean = rng.normal(TEMPERATURE_CLIMATE, TEMPERATURE_DAY_SD)
+    return np.round(rng.normal(mean, TEMPERATURE_WITHIN_SD, rows), 2)
+
+
 def generate_day(
     day: dt.date,
     *,
@@ -138,6 +159,7 @@ def generate_day(
             "amount": rng.lognormal(3.0, 1.0, rows),
             "segment": rng.choice(SEGMENTS, rows, p=[0.5, 0.3, 0.2]),
             "transaction_id": day.toordinal() * ID_SPAN + np.arange(1, rows + 1),
+            "temperature": temperature(day, seed=seed, rows=rows),
         }
     )
     frame["x4"] = frame["x4"].mask(rng.random(rows) < 0.02)
