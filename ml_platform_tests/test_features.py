@@ -60,6 +60,7 @@ def test_synthetic_features_are_event_time_features_and_label_only(synthetic_val
         "log_amount",
         "segment",
         "hour",
+        "temperature",
         "target_value",
     ]
     assert "target" not in features.columns
