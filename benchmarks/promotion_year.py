@@ -8,7 +8,8 @@ Each day's model is trained once, with the platform's own functions, on the cont
 are then kept side by side, one per promotion rule, so both judge the very same candidates:
 
 - `point_estimate`: the rule the platform had before, promote when the metric's point
-  improvement over the champion is at least the change threshold (a tie promotes);
+  improvement over the champion is at least the change threshold (a tie promotes), with the
+  threshold flights had then (`--former-threshold`, 0);
 - `paired_bootstrap`: the platform's verdict (`evaluation.metrics.judge`), promote only when the
   lower bound of the paired bootstrap interval of the improvement clears the threshold.
 
@@ -42,8 +43,10 @@ from ml_platform.training.model import TrainedModel, TrainingDataError, labelled
 from ml_platform.validation.schema import type_rows
 
 
-def point_estimate_decision(contract: Contract, candidate: Scores, champion: Scores | None) -> str:
-    """The former verdict: value thresholds, then point improvement >= the change threshold."""
+def point_estimate_decision(
+    contract: Contract, candidate: Scores, champion: Scores | None, threshold: float
+) -> str:
+    """The former verdict: value thresholds, then point improvement >= `threshold`."""
     spec = contract.evaluation
     for metric, bound in spec.value_thresholds.items():
         value = candidate.values.get(metric, math.nan)
@@ -51,11 +54,11 @@ def point_estimate_decision(contract: Contract, candidate: Scores, champion: Sco
             return "reject"
     if champion is None:
         return "promote"
-    for metric, least in spec.change_thresholds.items():
+    for metric in spec.change_thresholds:
         gain = candidate.values[metric] - champion.values[metric]
         if metric in LOWER_IS_BETTER:
             gain = -gain
-        if not gain >= least:
+        if not gain >= threshold:
             return "challenger"
     return "promote"
 
@@ -98,7 +101,9 @@ class Track:
         }
 
 
-def run(contract: Contract, start: dt.date, days: int) -> dict[str, object]:
+def run(
+    contract: Contract, start: dt.date, days: int, former_threshold: float = 0.0
+) -> dict[str, object]:
     """Train every day once; keep a champion per rule; score each on the following day."""
     text_columns = [c.name for c in contract.columns if c.dtype == "str"]
     samples, seed = contract.evaluation.bootstrap_samples, contract.training.random_seed
@@ -130,7 +135,7 @@ def run(contract: Contract, start: dt.date, days: int) -> dict[str, object]:
                 score_model(track.champion, holdout, samples, seed) if track.champion else None
             )
             if track.name == "point_estimate":
-                decision = point_estimate_decision(contract, candidate, champion)
+                decision = point_estimate_decision(contract, candidate, champion, former_threshold)
             else:
                 decision = judge(contract, candidate, champion).decision
             track.decisions[decision] = track.decisions.get(decision, 0) + 1
@@ -145,6 +150,7 @@ def run(contract: Contract, start: dt.date, days: int) -> dict[str, object]:
         "days": days,
         "window_days": contract.training.window_days,
         "change_thresholds": contract.evaluation.change_thresholds,
+        "former_threshold": former_threshold,
         "seconds": round(time.perf_counter() - started, 1),
         **{track.name: track.summary(contract.task) for track in tracks},
     }
@@ -155,9 +161,11 @@ def main() -> None:
     parser.add_argument("--dataset", default="flights")
     parser.add_argument("--start", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
     parser.add_argument("--days", type=int, default=365)
+    parser.add_argument("--former-threshold", type=float, default=0.0)
     parser.add_argument("--output", help="also write the JSON result to this file")
     args = parser.parse_args()
-    result = json.dumps(run(load_contract(args.dataset), args.start, args.days), indent=2)
+    contract = load_contract(args.dataset)
+    result = json.dumps(run(contract, args.start, args.days, args.former_threshold), indent=2)
     print(result)
     if args.output:
         with open(args.output, "w") as handle:

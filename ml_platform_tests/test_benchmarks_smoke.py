@@ -56,3 +56,13 @@ def test_the_evaluation_report_benchmark_times_each_piece():
         "render_report",
         "loss_curve",
     }
+
+
+def test_the_promotion_benchmark_judges_the_same_candidates_under_both_rules():
+    out = json.loads(run_script("promotion_year.py", "--days", "6"))
+    for rule in ("point_estimate", "paired_bootstrap"):
+        # Every day's candidate gets a verdict under each rule, and each champion is scored
+        # on the days after it was chosen.
+        assert sum(out[rule]["decisions"].values()) == 6
+        assert 0 < out[rule]["days_scored_next_day"] < 6
+    assert out["paired_bootstrap"]["promotions"] <= out["point_estimate"]["promotions"]
