@@ -176,12 +176,13 @@ UNREACHABLE = {"value_thresholds": {"r2": 0.9999}}
 
 
 def champion_state(platform: Platform) -> tuple[str | None, bytes, bytes]:
-    """Where champion points, its model's bytes and the aliases file's bytes."""
+    """Where champion points, the bytes of its version's files and of the aliases file."""
     registry = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "synthetic")
     champion = registry.alias("champion")
     base = platform.lake_dir / "synthetic" / "registry"
-    model = (base / "versions" / str(champion) / "model.joblib").read_bytes()
-    return champion, model, (base / "aliases.json").read_bytes()
+    version = sorted((base / "versions" / str(champion)).iterdir())
+    files = b"".join(path.name.encode() + path.read_bytes() for path in version)
+    return champion, files, (base / "aliases.json").read_bytes()
 
 
 def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_path):
