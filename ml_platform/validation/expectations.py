@@ -147,19 +147,30 @@ def _expectations(contract: Contract) -> list[Any]:
                     column=col.name, value_set=col.allowed_values, meta={"check": VALIDITY}
                 )
             )
+        if col.pattern is not None:
+            suite.append(
+                e.ExpectColumnValuesToMatchRegex(
+                    column=col.name, regex=whole_value(col.pattern), meta={"check": VALIDITY}
+                )
+            )
         if col.unique:
             suite.append(
                 e.ExpectColumnValuesToBeUnique(column=col.name, meta={"check": UNIQUENESS})
             )
-    if contract.quality.row_key:
-        suite.append(
-            e.ExpectCompoundColumnsToBeUnique(
-                column_list=contract.quality.row_key, meta={"check": UNIQUENESS}
-            )
-        )
+    key = contract.quality.row_key
+    if len(key) == 1:
+        # GE's compound uniqueness needs two columns or more; one column is a unique column.
+        suite.append(e.ExpectColumnValuesToBeUnique(column=key[0], meta={"check": UNIQUENESS}))
+    elif key:
+        suite.append(e.ExpectCompoundColumnsToBeUnique(column_list=key, meta={"check": UNIQUENESS}))
     if contract.quality.history.enabled:
         suite += [_history_expectation(stat) for stat in gated_statistics(contract)]
     return suite
+
+
+def whole_value(pattern: str) -> str:
+    """A contract pattern as GE's regex: GE searches values, the contract matches them whole."""
+    return f"^(?:{pattern})$"
 
 
 def _history_expectation(stat: Statistic) -> Any:
@@ -305,6 +316,8 @@ def _what(kind: str, kwargs: dict) -> str:
         return f"are outside [{low}, {high}]"
     if kind == "expect_column_values_to_be_in_set":
         return "are not among the contract's allowed values"
+    if kind == "expect_column_values_to_match_regex":
+        return f"do not match the contract's pattern {kwargs.get('regex')}"
     if kind in ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique"):
         return "are duplicates"
     return "fail the expectation"
