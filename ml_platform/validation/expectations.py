@@ -40,7 +40,7 @@ SCHEMA, COMPLETENESS, VALIDITY, UNIQUENESS, VOLUME, PARTITION_DAY, HISTORY = (
 CHECKS = {
     SCHEMA: "Columns, their order and their types are those of the contract.",
     COMPLETENESS: "Columns that must be filled have no more missing values than tolerated.",
-    VALIDITY: "Values are inside their declared ranges and allowed sets.",
+    VALIDITY: "Values are inside their declared ranges and allowed sets, and match their patterns.",
     UNIQUENESS: "Unique columns and the row key hold no duplicates.",
     VOLUME: "The day holds a plausible number of rows.",
     PARTITION_DAY: "Every row's event time falls on the partition's day.",
