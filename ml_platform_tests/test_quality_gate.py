@@ -9,7 +9,13 @@ from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.landing import LandingZone, land_days, scan_landing, source_day
-from ml_platform.validation.expectations import UNIQUENESS, VALIDITY, quality_gate
+from ml_platform.validation.expectations import (
+    COMPLETENESS,
+    PARTITION_DAY,
+    UNIQUENESS,
+    VALIDITY,
+    quality_gate,
+)
 from ml_platform.validation.history import day_profile, window_from_profiles
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import ALL_ASSETS, Platform, days_from
@@ -258,3 +264,24 @@ def test_a_one_column_row_key_is_checked_by_column_uniqueness(tmp_path):
     duplicated = typed["flight"].duplicated(keep=False)
     assert failure.unexpected_count == duplicated.sum() > 0
     assert "are duplicates" in failure.sentence
+
+
+def test_a_row_with_a_missing_or_impossible_date_fails_partition_day_naming_it():
+    contract = load_contract("flights")
+
+    def damage(frame: pd.DataFrame) -> None:
+        frame["day"] = frame["day"].astype("str")
+        frame.loc[4, "day"] = ""
+        frame.loc[9, ["month", "day"]] = [2, "30"]
+
+    typed = typed_flights_day(contract, "2013-01-01", damage)
+    report, _ = quality_gate(contract).validate(typed, "2013-01-01")
+
+    partition_day = report.of(PARTITION_DAY)
+    assert [(f.expectation, f.column) for f in partition_day] == [
+        ("expect_column_values_to_not_be_null", "event_time")
+    ]
+    assert partition_day[0].rows == [4, 9]
+    assert "2 of" in partition_day[0].sentence and "have no event time" in partition_day[0].sentence
+    # The empty day is also a missing value of a column that must be filled.
+    assert [f.column for f in report.of(COMPLETENESS)] == ["day"]

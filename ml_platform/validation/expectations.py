@@ -119,6 +119,8 @@ def _expectations(contract: Contract) -> list[Any]:
             max_value={"$PARAMETER": "day_end"},
             meta={"check": PARTITION_DAY},
         ),
+        # A row without an event time (a date part missing, or no such date) is on no day.
+        e.ExpectColumnValuesToNotBeNull(column=EVENT_TIME, meta={"check": PARTITION_DAY}),
     ]
     suite += [
         e.ExpectColumnValuesToBeOfType(column=name, type_=GE_TYPES[dtype], meta={"check": SCHEMA})
@@ -308,6 +310,8 @@ def quality_gate(contract: Contract) -> QualityGate:
 
 
 def _what(kind: str, kwargs: dict) -> str:
+    if kind == "expect_column_values_to_not_be_null" and kwargs.get("column") == EVENT_TIME:
+        return "have no event time (a date or time part is missing, or names no such date)"
     if kind == "expect_column_values_to_not_be_null":
         tolerated = 1.0 - kwargs.get("mostly", 1.0)
         return "are missing" + (f" (tolerated: {tolerated:.1%})" if tolerated > 0 else "")

@@ -173,13 +173,16 @@ def event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract) -> p
     spec = contract.event_time
     if spec.parts is not None:
         p = spec.parts
+        # A missing part or an impossible date (February 30) gives no event time, which
+        # gx_partition_day reports for the row, instead of an error that names nothing.
         dates = pd.to_datetime(
             pd.DataFrame(
                 {"year": typed[p.year], "month": typed[p.month], "day": typed[p.day]}
-            ).astype("int64")
+            ).astype("float64"),
+            errors="coerce",
         )
         if p.hhmm is not None:
-            hhmm = typed[p.hhmm].astype("int64")
+            hhmm = typed[p.hhmm].astype("float64")
             dates += pd.to_timedelta(hhmm // 100 * 60 + hhmm % 100, unit="min")
         return dates.astype("datetime64[ns]")
     assert spec.column is not None
