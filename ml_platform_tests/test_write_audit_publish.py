@@ -123,3 +123,37 @@ def test_a_value_too_big_for_its_int_column_fails_raw_schema_once_naming_it(plat
     assert published(platform) == before
     kept = pd.read_parquet(schema.metadata["rejected_parse"].value)
     assert kept["transaction_id"].iloc[5] == 1e308
+
+
+def test_a_range_publishes_its_good_days_and_keeps_the_bad_days_published_version(tmp_path):
+    platform = Platform(contract_with(tmp_path, "synthetic", max_epochs=3), tmp_path / "p")
+    days = ["2024-01-01", "2024-01-02", "2024-01-03"]
+    platform.land(days[0], 3)
+    gated = ["raw_data", "validated_data"]
+    assert platform.materialize(days[1], selection=gated).success
+    kept = {asset: platform.stored(asset, days[1], "parquet").read_bytes() for asset in gated}
+    platform.land(days[1], 1, fault="out_of_range")
+
+    result = dg.materialize(
+        list(platform.defs.assets or []),
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=gated,
+        tags={
+            "dagster/asset_partition_range_start": days[0],
+            "dagster/asset_partition_range_end": days[-1],
+        },
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    for asset, stored in kept.items():
+        assert platform.stored(asset, days[1], "parquet").read_bytes() == stored, asset
+    for day in (days[0], days[2]):
+        raw = pd.read_parquet(platform.stored("raw_data", day, "parquet"))
+        assert len(raw) == len(pd.read_csv(platform.landing_dir / f"synthetic_{day}.csv"))
+        assert not (platform.lake_dir / staged_key(platform.contract, day)).exists()
+    rejected = (
+        platform.lake_dir / "synthetic/quarantine" / days[1] / f"{result.run_id}.raw_data.parquet"
+    )
+    assert rejected.is_file()

@@ -118,6 +118,13 @@ def history_metadata(report: GateReport, history: HistoryWindow | None) -> dict[
     }
 
 
+def check_passes(contract: Contract, report: GateReport, name: str) -> bool:
+    """Whether check `name` passes: nothing failed, or only rows the quarantine may take."""
+    failures = report.of(name)
+    row_level_only = all(f.row_level for f in failures)
+    return not failures or (row_level_only and quarantine_allowed(contract, report))
+
+
 def check_results(
     contract: Contract,
     report: GateReport,
@@ -127,12 +134,10 @@ def check_results(
     history: HistoryWindow | None = None,
 ) -> list[dg.AssetCheckResult]:
     """One blocking check per family of expectations, each saying what failed and where."""
-    quarantining = quarantine_allowed(contract, report)
     results = []
     for name in CHECKS:
         failures = report.of(name)
-        row_level_only = all(f.row_level for f in failures)
-        passed = not failures or (row_level_only and quarantining)
+        passed = check_passes(contract, report, name)
         rows = sorted({row for f in failures for row in f.rows})
         sentences = " ".join(f.sentence for f in failures)
         extra = history_metadata(report, history) if name == HISTORY else {}
@@ -293,8 +298,7 @@ def build_validated_data(
                 lake.write_bytes(key, serialise(quarantined, "parquet"))
                 links["quarantine"] = dg.MetadataValue.path(lake.uri(key))
 
-            passes = all(c.passed for c in check_results(contract, report, typed, where, links))
-            if not passes:
+            if not all(check_passes(contract, report, name) for name in CHECKS):
                 # Typing emptied the raw frame; the staged (or published) parse is what failed.
                 links["rejected_parse"] = keep_rejected(
                     lake, rejected, load_audited(lake, contract, day)
