@@ -286,3 +286,43 @@ def test_constant_within_day_on_what_varies_within_a_day_is_reported(tmp_path):
             "the 'hour' of the event time varies within a day; remove constant_within_day"
         ),
     }
+
+
+def test_bundled_flights_codes_declare_patterns():
+    contract = load_contract("flights")
+    patterns = {c.name: c.pattern for c in contract.columns if c.pattern is not None}
+    assert patterns == {
+        "carrier": "[A-Z0-9]{2}",
+        "tailnum": "[A-Z0-9]{2,6}",
+        "origin": "[A-Z]{3}",
+        "dest": "[A-Z]{3}",
+    }
+
+
+def test_an_invalid_pattern_and_a_pattern_on_a_number_are_both_reported(tmp_path):
+    text = edit(FLIGHTS_TEXT, 'pattern: "[A-Z0-9]{2,6}"', 'pattern: "[A-Z0-9{2,6"')
+    text = edit(
+        text,
+        "{name: flight, dtype: int, min: 1}",
+        '{name: flight, dtype: int, min: 1, pattern: "[0-9]+"}',
+    )
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert set(problems) == {
+        (line_of(text, '"[A-Z0-9{2,6"'), "columns[11].pattern"),
+        (line_of(text, 'pattern: "[0-9]+"'), "columns[10].pattern"),
+    }
+    assert (
+        "not a valid regular expression"
+        in problems[(line_of(text, "[A-Z0-9{2,6"), "columns[11].pattern")]
+    )
+    assert "needs dtype 'str'" in problems[(line_of(text, '"[0-9]+"'), "columns[10].pattern")]
+
+
+def test_a_one_column_row_key_loads(tmp_path):
+    path = tmp_path / "flights.yaml"
+    path.write_text(
+        edit(FLIGHTS_TEXT, "row_key: [carrier, flight, origin, event_time]", "row_key: [flight]")
+    )
+    assert load_contract(path).quality.row_key == ["flight"]

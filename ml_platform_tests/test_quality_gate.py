@@ -2,12 +2,20 @@
 
 import pandas as pd
 import pytest
+import yaml
 
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
+from ml_platform.contracts.model import bundled_contracts
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.landing import LandingZone, land_days, scan_landing, source_day
-from ml_platform.validation.expectations import quality_gate
+from ml_platform.validation.expectations import (
+    COMPLETENESS,
+    PARTITION_DAY,
+    UNIQUENESS,
+    VALIDITY,
+    quality_gate,
+)
 from ml_platform.validation.history import day_profile, window_from_profiles
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import ALL_ASSETS, Platform, days_from
@@ -207,3 +215,73 @@ def test_a_clean_real_month_of_flights_passes_every_gate():
     assert gate.expectation_count >= 50
     # Same-weekday history: from the fourth week on, every day is judged.
     assert judged == days_from("2013-01-22", 10)
+
+
+def typed_flights_day(contract, day: str, edit=None) -> pd.DataFrame:
+    """A real flights day as landed (CSV written as an exporter writes it), then typed."""
+    frame = source_day(contract, pd.Timestamp(day).date())
+    if edit is not None:
+        edit(frame)
+    csv = frame.to_csv(index=False).encode()
+    text = [c.name for c in contract.columns if c.dtype == "str"]
+    return type_rows(read_landed_file(csv, f"flights_{day}.csv", day, text), contract, day)
+
+
+@pytest.mark.parametrize("tailnum", ["N5,64UW", "N5\n64UW"])
+def test_quoted_text_inside_a_code_column_fails_its_pattern(tailnum):
+    contract = load_contract("flights")
+
+    def mangle(frame: pd.DataFrame) -> None:
+        frame.loc[3, "tailnum"] = tailnum
+
+    typed = typed_flights_day(contract, "2013-01-01", mangle)
+    report, _ = quality_gate(contract).validate(typed, "2013-01-01")
+
+    assert [f.check for f in report.failures] == [VALIDITY]
+    [failure] = report.failures
+    assert (failure.expectation, failure.column) == (
+        "expect_column_values_to_match_regex",
+        "tailnum",
+    )
+    assert failure.rows == [3] and failure.unexpected_values == [tailnum]
+    assert "do not match the contract's pattern ^(?:[A-Z0-9]{2,6})$" in failure.sentence
+
+
+def test_a_one_column_row_key_is_checked_by_column_uniqueness(tmp_path):
+    document = yaml.safe_load(bundled_contracts()["flights"].read_text())
+    document["quality"]["row_key"] = ["flight"]
+    path = tmp_path / "flights.yaml"
+    path.write_text(yaml.safe_dump(document))
+    contract = load_contract(path)
+    typed = typed_flights_day(contract, "2013-01-01")
+
+    report, _ = quality_gate(contract).validate(typed, "2013-01-01")
+
+    # Flight numbers repeat across carriers and airports on a day: the key is not unique.
+    [failure] = report.failures
+    assert failure.check == UNIQUENESS
+    assert (failure.expectation, failure.column) == ("expect_column_values_to_be_unique", "flight")
+    duplicated = typed["flight"].duplicated(keep=False)
+    assert failure.unexpected_count == duplicated.sum() > 0
+    assert "are duplicates" in failure.sentence
+
+
+def test_a_row_with_a_missing_or_impossible_date_fails_partition_day_naming_it():
+    contract = load_contract("flights")
+
+    def damage(frame: pd.DataFrame) -> None:
+        frame["day"] = frame["day"].astype("str")
+        frame.loc[4, "day"] = ""
+        frame.loc[9, ["month", "day"]] = [2, "30"]
+
+    typed = typed_flights_day(contract, "2013-01-01", damage)
+    report, _ = quality_gate(contract).validate(typed, "2013-01-01")
+
+    partition_day = report.of(PARTITION_DAY)
+    assert [(f.expectation, f.column) for f in partition_day] == [
+        ("expect_column_values_to_not_be_null", "event_time")
+    ]
+    assert partition_day[0].rows == [4, 9]
+    assert "2 of" in partition_day[0].sentence and "have no event time" in partition_day[0].sentence
+    # The empty day is also a missing value of a column that must be filled.
+    assert [f.column for f in report.of(COMPLETENESS)] == ["day"]

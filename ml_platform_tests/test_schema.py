@@ -45,6 +45,9 @@ def synthetic_raw(fault: str | None = None) -> pd.DataFrame:
     return landed(frame, "synthetic_2024-01-03.csv", "2024-01-03")
 
 
+SYNTHETIC_RAW = synthetic_raw()
+
+
 def dtypes_of(frame: pd.DataFrame) -> dict[str, str]:
     return {str(name): str(dtype) for name, dtype in frame.dtypes.items()}
 
@@ -273,3 +276,32 @@ def test_not_available_text_stays_visible_to_the_schema_check():
     assert x[1] == "n/a"
     assert pd.isna(x[2])
     assert x[3] == "NA"
+
+
+@pytest.mark.parametrize(
+    "value", ["1e308", "3.5", "99999999999999999999", "9223372036854775808", "-1e19", "inf"]
+)
+def test_a_value_that_does_not_fit_an_int_column_fails_the_schema_check_naming_it(value):
+    frame = flights_for_day(FLIGHTS_DAY).astype({"flight": "str"})
+    frame.loc[7, "flight"] = value
+    text = [c.name for c in FLIGHTS.columns if c.dtype == "str"]
+    raw = read_landed_file(
+        frame.to_csv(index=False).encode(), "flights_2013-01-01.csv", "2013-01-01", text
+    )
+
+    result = schema_check_result(raw, FLIGHTS, "flights_2013-01-01.csv", "2013-01-01")
+
+    assert not result.passed
+    assert "flights_2013-01-01.csv (partition 2013-01-01)" in result.description
+    assert f"column flight should be int but 1 of {len(frame)} value(s) are not" in (
+        result.description
+    )
+    shown = result.metadata["retyped_columns"].value["flight"]
+    assert repr(str(raw["flight"].iloc[7])) in shown
+
+
+def test_the_extreme_int64_values_still_fit_an_int_column():
+    for numbers in ([2**63 - 1, -(2**63), 1], [float(2**62), -float(2**63)]):
+        raw = SYNTHETIC_RAW.assign(transaction_id=(numbers * 400)[: len(SYNTHETIC_RAW)])
+        assert raw_schema(raw, SYNTHETIC).ok, numbers
+        assert type_rows(raw, SYNTHETIC, "here")["transaction_id"].iloc[0] == numbers[0]

@@ -6,6 +6,7 @@ Loading a contract reports every mistake in it at once, each with its line and p
 """
 
 import datetime as dt
+import re
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,9 @@ class ColumnSpec(_Strict):
     min: float | None = None
     max: float | None = None
     allowed_values: list[str] | None = None
+    # A regular expression each non-null value must match whole (text columns only), e.g.
+    # "[A-Z]{3}" for an airport code; checked by gx_validity.
+    pattern: str | None = None
     unique: bool = False
     # Every row of a day holds the same value (a holiday flag, the weekday): its distribution on
     # one day is a single value, so drift never tests it or the features made from it.
@@ -368,6 +372,13 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
             yield ("columns", i, "dtype"), f"min/max need a numeric dtype, not '{col.dtype}'"
         if col.allowed_values is not None and col.dtype != "str":
             yield ("columns", i, "allowed_values"), "allowed_values needs dtype 'str'"
+        if col.pattern is not None:
+            if col.dtype != "str":
+                yield ("columns", i, "pattern"), "a pattern needs dtype 'str'"
+            try:
+                re.compile(col.pattern)
+            except re.error as exc:
+                yield ("columns", i, "pattern"), f"not a valid regular expression: {exc}"
         if col.max_null_fraction is not None and col.nullable:
             yield (
                 ("columns", i, "max_null_fraction"),

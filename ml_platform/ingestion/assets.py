@@ -1,4 +1,11 @@
-"""raw_data: the landed file of each day, kept as it arrived."""
+"""raw_data: the landed file of each day, kept as it arrived, published once its day passes.
+
+Write-audit-publish: raw_data writes a file's parse to the day's staging key (`staged_key`);
+validated_data audits it through the quality gate and, when the day passes, publishes it as the
+day's raw_data partition (`published_key`) next to the validated rows. A day that fails keeps
+its previously published raw_data, validated_data and everything downstream; the rejected
+file's parse is kept in the day's quarantine (`rejected_key`), linked from the failed check.
+"""
 
 import csv
 import dataclasses
@@ -6,7 +13,7 @@ import datetime as dt
 import hashlib
 import io
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 import dagster as dg
@@ -22,11 +29,38 @@ from ml_platform.ingestion.landing import (
 from ml_platform.observability import record_bytes_read, table_schema
 from ml_platform.runbook import check_description
 from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import FORMAT_KEY
+from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise_into
 from ml_platform.validation.schema import raw_schema
 
 RAW_SCHEMA_CHECK = "raw_schema"
 SCHEMA_CHANGE_CHECK = "schema_change"
+
+
+def staged_key(contract: Contract, day: str) -> str:
+    """Where raw_data stages a day's parse until the day passes its gates."""
+    return f"{contract.name}/staging/raw_data/{day}.parquet"
+
+
+def published_key(contract: Contract, day: str) -> str:
+    """The day's published raw_data partition (where the lake IO manager keeps partitions)."""
+    return f"{contract.name}/raw_data/{day}.parquet"
+
+
+def rejected_key(contract: Contract, day: str, run_id: str) -> str:
+    """Where the parse of a file a gate rejected in run `run_id` is kept."""
+    return f"{contract.name}/quarantine/{day}/{run_id}.raw_data.parquet"
+
+
+def keep_rejected(lake: LakeStorage, key: str, frame: pd.DataFrame) -> dg.MetadataValue:
+    """Store a rejected parse under `key`; the link for the failed check's metadata.
+
+    A column read with mixed types (numbers and text in one column) is stored as text, so that
+    the parse of any readable file can be kept.
+    """
+    mixed = {str(c): "str" for c in frame.columns if frame[c].dtype == object}
+    kept = frame.astype(mixed) if mixed else frame
+    lake.write_with(key, lambda handle: serialise_into(kept, "parquet", handle))
+    return dg.MetadataValue.path(lake.uri(key))
 
 
 class LandingFileError(ValueError):
@@ -168,16 +202,29 @@ def _check_last_line(landed: _ReadOnce, frame: pd.DataFrame) -> None:
         )
 
 
-def schema_check_result(frame: pd.DataFrame, contract: Contract, file_name: str, partition: str):
-    """The blocking schema check of a landed file, with a description a person can act on."""
+def schema_check_result(
+    frame: pd.DataFrame,
+    contract: Contract,
+    file_name: str,
+    partition: str,
+    keep: Callable[[], dg.MetadataValue] | None = None,
+):
+    """The blocking schema check of a landed file, with a description a person can act on.
+
+    `keep` stores the parse of a file that fails and returns its link; it is called only then.
+    """
     report = raw_schema(frame, contract)
+    links: dict[str, dg.MetadataValue] = {}
     if report.ok:
         description = f"{file_name} (partition {partition}): {report.describe()}."
     else:
+        if keep is not None:
+            links["rejected_parse"] = keep()
         description = (
             f"{file_name} (partition {partition}) does not match contract '{contract.name}': "
-            f"{report.describe()}. Fix the upstream export and re-land the file, or change the "
-            "contract if the change is intended."
+            f"{report.describe()}. The day's published raw_data and everything after it keep "
+            "their previous version, if any. Fix the upstream export and re-land the file, or "
+            "change the contract if the change is intended."
         )
     return dg.AssetCheckResult(
         check_name=RAW_SCHEMA_CHECK,
@@ -189,6 +236,7 @@ def schema_check_result(frame: pd.DataFrame, contract: Contract, file_name: str,
             "missing_columns": report.missing,
             "unexpected_columns": report.unexpected,
             "retyped_columns": report.retyped,
+            **links,
         },
     )
 
@@ -280,13 +328,18 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             ),
         ],
     )
-    def raw_data(context: dg.AssetExecutionContext, landing: LandingZone) -> Iterator:
-        """The file that landed for day D, read as-is and stored as parquet.
+    def raw_data(
+        context: dg.AssetExecutionContext, landing: LandingZone, lake: LakeStorage
+    ) -> Iterator:
+        """The file that landed for day D, read as-is and stored as parquet once D passes.
 
-        Its schema is checked against the dataset contract: a mismatch fails the blocking
-        `raw_schema` check and the step, so nothing downstream runs on that day and the
-        previous version of the partition is kept. `schema_change` warns when the columns
-        differ from the previous day's.
+        Its schema is checked against the dataset contract: a mismatch (a missing column, a
+        value that does not fit its column's type) fails the blocking `raw_schema` check and
+        the step, so nothing downstream runs on that day and the published partition keeps its
+        previous version. A file that fits is staged; validated_data publishes it as the day's
+        partition when the day passes the quality gate (write-audit-publish), so a failing day
+        never replaces what was published. `schema_change` warns when the columns differ from
+        the previous day's.
         """
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
         # Schemas of the days this step has read: in a range, the previous day's
@@ -312,16 +365,31 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             previous_day, previous = previous_column_schema(context, contract, day)
             previous = schemas.get(previous_day, previous)
             yield schema_change_result(schema, previous, previous_day, where)
-            check = schema_check_result(frame, contract, file_name, day)
+            rejected = rejected_key(contract, day, context.run.run_id)
+            check = schema_check_result(
+                frame, contract, file_name, day, keep=lambda: keep_rejected(lake, rejected, frame)
+            )
             yield check
             if not check.passed:
-                raise dg.Failure(description=check.description, allow_retries=False)
+                raise dg.Failure(
+                    description=check.description,
+                    metadata={"rejected_parse": dg.MetadataValue.path(lake.uri(rejected))},
+                    allow_retries=False,
+                )
             schemas[day] = schema
             digest = landed.sha256
+            staged = staged_key(contract, day)
+            size = lake.write_with(staged, lambda handle: serialise_into(frame, "parquet", handle))
+            # No value: the lake IO manager would write the published partition. A range step
+            # (`each_day`) stores a value that is not None, a one-day step one that is given.
+            value = {} if context.has_partition_key else {"value": None}
             yield dg.MaterializeResult(
-                value=frame,
+                **value,
                 data_version=dg.DataVersion(digest),
                 metadata={
+                    "staged": dg.MetadataValue.path(lake.uri(staged)),
+                    "stored_bytes": size,
+                    "rows_out": len(frame),
                     "dagster/row_count": len(frame),
                     "dagster/column_schema": schema,
                     "source_file": dg.MetadataValue.path(str(landing.path_for(file_name))),

@@ -1,6 +1,13 @@
-"""validated_data: typed rows of each day behind the blocking Great Expectations gate."""
+"""validated_data: typed rows of each day behind the blocking Great Expectations gate.
+
+It audits the parse raw_data staged and, when the day passes, publishes it as the day's raw_data
+partition together with the validated rows; a failing day publishes neither (see
+`ml_platform.ingestion.assets`).
+"""
 
 import datetime as dt
+import io
+import shutil
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -10,10 +17,18 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.reference import reference_days
-from ml_platform.observability import table_schema
+from ml_platform.ingestion.assets import keep_rejected, published_key, rejected_key, staged_key
+from ml_platform.observability import record_bytes_read, table_schema
 from ml_platform.runbook import check_description
 from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise
+from ml_platform.storage import (
+    FORMAT_KEY,
+    DailyInput,
+    LakeStorage,
+    MissingPartitionError,
+    deserialise_from,
+    serialise,
+)
 from ml_platform.validation.expectations import (
     CHECKS,
     HISTORY,
@@ -30,7 +45,7 @@ from ml_platform.validation.history import (
     history_window,
     write_profile,
 )
-from ml_platform.validation.schema import type_rows
+from ml_platform.validation.schema import ContractViolationError, type_rows
 
 QUARANTINE_REASONS = "quarantine_reasons"
 
@@ -103,6 +118,13 @@ def history_metadata(report: GateReport, history: HistoryWindow | None) -> dict[
     }
 
 
+def check_passes(contract: Contract, report: GateReport, name: str) -> bool:
+    """Whether check `name` passes: nothing failed, or only rows the quarantine may take."""
+    failures = report.of(name)
+    row_level_only = all(f.row_level for f in failures)
+    return not failures or (row_level_only and quarantine_allowed(contract, report))
+
+
 def check_results(
     contract: Contract,
     report: GateReport,
@@ -112,12 +134,10 @@ def check_results(
     history: HistoryWindow | None = None,
 ) -> list[dg.AssetCheckResult]:
     """One blocking check per family of expectations, each saying what failed and where."""
-    quarantining = quarantine_allowed(contract, report)
     results = []
     for name in CHECKS:
         failures = report.of(name)
-        row_level_only = all(f.row_level for f in failures)
-        passed = not failures or (row_level_only and quarantining)
+        passed = check_passes(contract, report, name)
         rows = sorted({row for f in failures for row in f.rows})
         sentences = " ".join(f.sentence for f in failures)
         extra = history_metadata(report, history) if name == HISTORY else {}
@@ -161,6 +181,46 @@ def check_results(
     return results
 
 
+def audited_key(lake: LakeStorage, contract: Contract, day: str) -> str:
+    """The raw_data parse a day's gate judges: the staged one, else the published one.
+
+    A rerun of validated_data alone (after a contract change, say) judges the file raw_data
+    last read, which stays staged until its day passes.
+    """
+    staged = staged_key(contract, day)
+    if lake.exists(staged):
+        return staged
+    published = published_key(contract, day)
+    if lake.exists(published):
+        return published
+    raise MissingPartitionError(
+        f"raw_data partition {day} is not in storage (expected {lake.uri(staged)} or "
+        f"{lake.uri(published)}): materialise it first."
+    )
+
+
+def load_audited(lake: LakeStorage, contract: Contract, day: str) -> pd.DataFrame:
+    """The raw_data parse of `day` that its gate judges (`audited_key`)."""
+    with lake.open_read(audited_key(lake, contract, day)) as handle:
+        size = handle.seek(0, io.SEEK_END)
+        handle.seek(0)
+        frame = deserialise_from(handle, "parquet")
+    record_bytes_read("validated_data", size)
+    return frame
+
+
+def publish_raw(lake: LakeStorage, contract: Contract, day: str) -> None:
+    """Make the day's staged parse its published raw_data partition, then drop the staging."""
+    staged = staged_key(contract, day)
+    if not lake.exists(staged):
+        return  # the published partition is the one judged: nothing to publish
+    with lake.open_read(staged) as source:
+        lake.write_with(
+            published_key(contract, day), lambda handle: shutil.copyfileobj(source, handle)
+        )
+    lake.delete(staged)
+
+
 def build_validated_data(
     contract: Contract, partitions: dg.PartitionsDefinition
 ) -> dg.AssetsDefinition:
@@ -175,6 +235,7 @@ def build_validated_data(
         group_name="validation",
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
+        deps=["raw_data"],
         check_specs=[
             daily_check_spec(
                 name,
@@ -186,26 +247,31 @@ def build_validated_data(
             for name, text in CHECKS.items()
         ],
     )
-    def validated_data(
-        context: dg.AssetExecutionContext, raw_data: Any, lake: LakeStorage
-    ) -> Iterator:
+    def validated_data(context: dg.AssetExecutionContext, lake: LakeStorage) -> Iterator:
         """Rows of day D, typed per the contract, that passed the Great Expectations gate.
 
         Each row gets its local event time and its label. The gate is generated from the
         contract and checks columns and types, missing values, ranges and allowed values,
         duplicates, row count and that every row falls on day D, and compares the day's null
         shares, labelled share, positive rate, row count and distinct counts with those of its
-        reference days that are stored (the history gate). When it fails, the step
-        fails and the partition keeps its previous, good version; the GE result and a Data
-        Docs page are stored either way. Under the `quarantine` policy, rows failing a
-        row-level expectation are set aside with their reasons and the day passes if they are
-        few enough. Rows without a label yet (a cancelled flight) are kept and counted.
+        reference days that are stored (the history gate). It judges the file raw_data
+        staged; when the day passes, that file becomes the day's published raw_data. When it
+        fails, the step fails, raw_data and validated_data of the day keep their previous,
+        good version, and the rejected file's parse is kept in the day's quarantine; the GE
+        result and a Data Docs page are stored either way. Under the `quarantine` policy, rows
+        failing a row-level expectation are set aside with their reasons and the day passes if
+        they are few enough. Rows without a label yet (a cancelled flight) are kept and counted.
         """
 
         def day_of_validated_data(day: str, raw_data: pd.DataFrame) -> Iterator:
             file_name = contract.landing.file_name(day)
             where = f"{file_name} (partition {day})"
-            typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
+            try:
+                typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
+            except ContractViolationError as exc:
+                # The file does not fit the contract: no retry makes it fit.
+                raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            rejected = rejected_key(contract, day, context.run.run_id)
             # The raw frame is the step's input, which Dagster and `each_day` keep referenced
             # until the day ends; emptying it here frees its columns (88 MB at 1M rows) before
             # the gate and the parquet write. Its index stays, so `rows_in` still counts it.
@@ -232,6 +298,11 @@ def build_validated_data(
                 lake.write_bytes(key, serialise(quarantined, "parquet"))
                 links["quarantine"] = dg.MetadataValue.path(lake.uri(key))
 
+            if not all(check_passes(contract, report, name) for name in CHECKS):
+                # Typing emptied the raw frame; the staged (or published) parse is what failed.
+                links["rejected_parse"] = keep_rejected(
+                    lake, rejected, load_audited(lake, contract, day)
+                )
             checks = check_results(contract, report, typed, where, links, history)
             yield from checks
             failed = [c for c in checks if not c.passed]
@@ -240,8 +311,9 @@ def build_validated_data(
                 raise dg.Failure(
                     description=(
                         f"{where} failed the quality gate ({failed_names}): "
-                        f"{' '.join(f.sentence for f in report.failures)} The previous version of "
-                        "this partition, if any, is unchanged."
+                        f"{' '.join(f.sentence for f in report.failures)} The day's published "
+                        "raw_data, validated_data and everything after them keep their previous "
+                        f"version, if any; the file's parse is kept at {lake.uri(rejected)}."
                     ),
                     metadata=links,
                     allow_retries=False,
@@ -250,6 +322,7 @@ def build_validated_data(
             if history_on:
                 # Only a day that passed becomes history for the days after it.
                 write_profile(lake, contract, day, day_profile(kept, contract))
+            publish_raw(lake, contract, day)
             yield dg.MaterializeResult(
                 value=kept,
                 metadata={
@@ -267,6 +340,18 @@ def build_validated_data(
         independent = not history_on or context.has_partition_key
         if not independent:
             independent = not days_depend_on_each_other(contract, context.partition_keys)
+        raw_data: Any
+        if context.has_partition_key:
+            try:
+                raw_data = load_audited(lake, contract, context.partition_key)
+            except MissingPartitionError as exc:
+                # Only a raw_data run lands the day: waiting for a retry does not.
+                raise dg.Failure(description=str(exc), allow_retries=False) from exc
+        else:
+            # A range: each day loads its parse when it is judged; a day missing it fails alone.
+            raw_data = DailyInput(
+                context.partition_keys, lambda day: load_audited(lake, contract, day)
+            )
         yield from each_day(
             context, day_of_validated_data, independent_days=independent, raw_data=raw_data
         )

@@ -40,7 +40,7 @@ SCHEMA, COMPLETENESS, VALIDITY, UNIQUENESS, VOLUME, PARTITION_DAY, HISTORY = (
 CHECKS = {
     SCHEMA: "Columns, their order and their types are those of the contract.",
     COMPLETENESS: "Columns that must be filled have no more missing values than tolerated.",
-    VALIDITY: "Values are inside their declared ranges and allowed sets.",
+    VALIDITY: "Values are inside their declared ranges and allowed sets, and match their patterns.",
     UNIQUENESS: "Unique columns and the row key hold no duplicates.",
     VOLUME: "The day holds a plausible number of rows.",
     PARTITION_DAY: "Every row's event time falls on the partition's day.",
@@ -119,6 +119,8 @@ def _expectations(contract: Contract) -> list[Any]:
             max_value={"$PARAMETER": "day_end"},
             meta={"check": PARTITION_DAY},
         ),
+        # A row without an event time (a date part missing, or no such date) is on no day.
+        e.ExpectColumnValuesToNotBeNull(column=EVENT_TIME, meta={"check": PARTITION_DAY}),
     ]
     suite += [
         e.ExpectColumnValuesToBeOfType(column=name, type_=GE_TYPES[dtype], meta={"check": SCHEMA})
@@ -147,19 +149,30 @@ def _expectations(contract: Contract) -> list[Any]:
                     column=col.name, value_set=col.allowed_values, meta={"check": VALIDITY}
                 )
             )
+        if col.pattern is not None:
+            suite.append(
+                e.ExpectColumnValuesToMatchRegex(
+                    column=col.name, regex=whole_value(col.pattern), meta={"check": VALIDITY}
+                )
+            )
         if col.unique:
             suite.append(
                 e.ExpectColumnValuesToBeUnique(column=col.name, meta={"check": UNIQUENESS})
             )
-    if contract.quality.row_key:
-        suite.append(
-            e.ExpectCompoundColumnsToBeUnique(
-                column_list=contract.quality.row_key, meta={"check": UNIQUENESS}
-            )
-        )
+    key = contract.quality.row_key
+    if len(key) == 1:
+        # GE's compound uniqueness needs two columns or more; one column is a unique column.
+        suite.append(e.ExpectColumnValuesToBeUnique(column=key[0], meta={"check": UNIQUENESS}))
+    elif key:
+        suite.append(e.ExpectCompoundColumnsToBeUnique(column_list=key, meta={"check": UNIQUENESS}))
     if contract.quality.history.enabled:
         suite += [_history_expectation(stat) for stat in gated_statistics(contract)]
     return suite
+
+
+def whole_value(pattern: str) -> str:
+    """A contract pattern as GE's regex: GE searches values, the contract matches them whole."""
+    return f"^(?:{pattern})$"
 
 
 def _history_expectation(stat: Statistic) -> Any:
@@ -297,6 +310,8 @@ def quality_gate(contract: Contract) -> QualityGate:
 
 
 def _what(kind: str, kwargs: dict) -> str:
+    if kind == "expect_column_values_to_not_be_null" and kwargs.get("column") == EVENT_TIME:
+        return "have no event time (a date or time part is missing, or names no such date)"
     if kind == "expect_column_values_to_not_be_null":
         tolerated = 1.0 - kwargs.get("mostly", 1.0)
         return "are missing" + (f" (tolerated: {tolerated:.1%})" if tolerated > 0 else "")
@@ -305,6 +320,8 @@ def _what(kind: str, kwargs: dict) -> str:
         return f"are outside [{low}, {high}]"
     if kind == "expect_column_values_to_be_in_set":
         return "are not among the contract's allowed values"
+    if kind == "expect_column_values_to_match_regex":
+        return f"do not match the contract's pattern {kwargs.get('regex')}"
     if kind in ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique"):
         return "are duplicates"
     return "fail the expectation"

@@ -31,6 +31,9 @@ LABEL_OPS = {
 }
 TRUE_WORDS = {"true", "1", "yes", "t", "y"}
 FALSE_WORDS = {"false", "0", "no", "f", "n"}
+# The range of an int column's storage (Int64): a whole number outside it (1e308, say) does not
+# fit, however integral it is, and would only fail later, inside the cast.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # pandas parses text through one Python string per value: about 120 MB held at once for 1M ISO
 # times, 15 times the parsed column. Parsing slices of this many rows bounds that.
 PARSE_ROWS = 100_000
@@ -80,6 +83,15 @@ def _parse_times(series: pd.Series, errors: str) -> pd.Series:
     return pd.concat(parts)
 
 
+def _fits_int64(numbers: pd.Series) -> pd.Series:
+    """Whether each number is a whole number within Int64's range."""
+    if pd.api.types.is_integer_dtype(numbers):
+        # Only an unsigned column (numbers above 2**63 - 1) can hold one that does not fit.
+        return numbers <= INT64_MAX if numbers.dtype.kind == "u" else numbers == numbers
+    # As floats, -2**63 and 2**63 are exact and every float below 2**63 is at most 2**63 - 1024.
+    return (numbers % 1 == 0) & (numbers >= float(INT64_MIN)) & (numbers < -float(INT64_MIN))
+
+
 def _bad_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     """Non-null values of `series` that cannot be cast to the column's contract dtype."""
     present = series.dropna()
@@ -91,7 +103,7 @@ def _bad_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
         numbers = pd.to_numeric(present, errors="coerce")
         bad = numbers.isna()
         if spec.dtype == "int":
-            bad |= numbers.notna() & (numbers % 1 != 0)
+            bad |= numbers.notna() & ~_fits_int64(numbers)
         return present[bad]
     if spec.dtype == "bool":
         if pd.api.types.is_bool_dtype(present):
@@ -123,7 +135,20 @@ def raw_schema(frame: pd.DataFrame, contract: Contract) -> SchemaReport:
     return SchemaReport(missing=missing, unexpected=unexpected, retyped=retyped)
 
 
-def _cast(series: pd.Series, spec: ColumnSpec) -> pd.Series:
+def _cast(series: pd.Series, spec: ColumnSpec, where: str) -> pd.Series:
+    try:
+        return _cast_values(series, spec)
+    except (TypeError, ValueError, OverflowError) as exc:
+        # raw_schema admits only castable values, so this is a value it did not foresee: named
+        # with its column and file, as a data error, not as a crash of the step.
+        bad = _bad_values(series, spec)
+        example = f", e.g. {bad.iloc[0]!r}" if not bad.empty else ""
+        raise ContractViolationError(
+            f"{where}: column {spec.name} does not cast to {spec.dtype}{example}: {exc}"
+        ) from exc
+
+
+def _cast_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     if spec.dtype == "str":
         text = series.astype("str").where(series.notna()).str.strip()
         return text.mask(text == "").astype("str")
@@ -148,13 +173,16 @@ def event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract) -> p
     spec = contract.event_time
     if spec.parts is not None:
         p = spec.parts
+        # A missing part or an impossible date (February 30) gives no event time, which
+        # gx_partition_day reports for the row, instead of an error that names nothing.
         dates = pd.to_datetime(
             pd.DataFrame(
                 {"year": typed[p.year], "month": typed[p.month], "day": typed[p.day]}
-            ).astype("int64")
+            ).astype("float64"),
+            errors="coerce",
         )
         if p.hhmm is not None:
-            hhmm = typed[p.hhmm].astype("int64")
+            hhmm = typed[p.hhmm].astype("float64")
             dates += pd.to_timedelta(hhmm // 100 * 60 + hhmm % 100, unit="min")
         return dates.astype("datetime64[ns]")
     assert spec.column is not None
@@ -184,7 +212,9 @@ def type_rows(raw: pd.DataFrame, contract: Contract, where: str) -> pd.DataFrame
     report = raw_schema(raw, contract)
     if not report.ok:
         raise ContractViolationError(f"{where}: {report.describe()}")
-    typed = pd.DataFrame({spec.name: _cast(raw[spec.name], spec) for spec in contract.columns})
+    typed = pd.DataFrame(
+        {spec.name: _cast(raw[spec.name], spec, where) for spec in contract.columns}
+    )
     typed[EVENT_TIME] = event_times(raw, typed, contract)
     typed[contract.label_name] = derive_label(typed, contract)
     return typed
