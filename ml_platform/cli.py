@@ -312,7 +312,7 @@ def diagnose(args: argparse.Namespace) -> int:
 
 
 def reproduce(args: argparse.Namespace) -> int:
-    """Rerun a failed run's asset in this process on a sample of its real inputs."""
+    """Rerun a failed run's asset in this process on a sample of the inputs the run read."""
     import logging
     import pdb
     import tempfile
@@ -320,25 +320,47 @@ def reproduce(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.definitions import build_definitions
-    from ml_platform.reproduce import NothingToReproduceError
+    from ml_platform.reproduce import NothingToReproduceError, not_reproduced_advice
     from ml_platform.reproduce import reproduce as rerun
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    defs = build_definitions(load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights")))
-    with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
-        try:
-            target = rerun(instance, args.run_id, defs, Path(scratch), sample_rows=args.sample)
-        except NothingToReproduceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except Exception:
-            if not args.pdb:
-                raise  # the asset's own exception and traceback, as the step raised it
-            pdb.post_mortem(sys.exc_info()[2])
-            return 1
+    # What reproduce decides (inputs, sample, scaled expectations) goes to the terminal; the
+    # instance's storage (alembic, SQLite) and Dagster's own INFO lines stay out of it.
+    said = logging.StreamHandler(sys.stderr)
+    said.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("ml_platform.reproduce")
+    logger.addHandler(said)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
+    defs = build_definitions(contract)
+    try:
+        with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
+            try:
+                target = rerun(
+                    instance,
+                    args.run_id,
+                    defs,
+                    Path(scratch),
+                    sample_rows=args.sample,
+                    contract=contract,
+                )
+            # No such run id or an ambiguous prefix (LookupError), no failed asset step, or
+            # inputs replaced since the run read them.
+            except (LookupError, NothingToReproduceError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            except Exception:
+                if not args.pdb:
+                    raise  # the asset's own exception and traceback, as the step raised it
+                pdb.post_mortem(sys.exc_info()[2])
+                return 1
+    finally:
+        logger.removeHandler(said)
+    classification = target.diagnosis.classification if target.diagnosis else None
     print(
         f"not reproduced: {target.asset.key.to_user_string()} partition {target.partition} "
-        f"succeeded on {args.sample} rows per input partition; try a larger --sample",
+        f"succeeded on {args.sample} rows per input partition; "
+        f"{not_reproduced_advice(classification, args.sample)}",
         file=sys.stderr,
     )
     return 1
@@ -406,7 +428,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=diagnose)
 
     p = sub.add_parser("reproduce", help="rerun a failed asset in-process on sampled inputs")
-    p.add_argument("run_id", help="the failed run's id")
+    p.add_argument("run_id", help="the failed run's id or a unique prefix of it")
     p.add_argument("--sample", type=int, default=100, help="rows per input partition")
     p.add_argument("--pdb", action="store_true", help="open the debugger where it raised")
     p.set_defaults(func=reproduce)
