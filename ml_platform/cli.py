@@ -190,7 +190,7 @@ def materialize(args: argparse.Namespace) -> int:
     job = build_definitions(contract).resolve_job_def(DAILY_JOB)
     days = [d.isoformat() for d in _days(args.start, args.days)]
     failed = []
-    day = ""
+    finished: str | None = None  # the last day whose run ended
     with stop_signals() as stop_signal, dg.DagsterInstance.get() as instance:
         try:
             done = instance.get_materialized_partitions(dg.AssetKey("evaluation_report"))
@@ -204,6 +204,7 @@ def materialize(args: argparse.Namespace) -> int:
                     partition_key=day, instance=instance, raise_on_error=False, run_config=QUIET
                 )
                 seconds = time.perf_counter() - started
+                finished = day
                 signum = stop_signal()
                 if signum is not None:
                     status = instance.get_run_by_id(result.run_id)
@@ -235,7 +236,10 @@ def materialize(args: argparse.Namespace) -> int:
         except StopRequested as stop:
             # Arrived outside a run (between days, or while the instance was read): nothing
             # is left half-recorded.
-            print(f"stopped by {stop} before or after {day or 'the first day'}", file=sys.stderr)
+            after = f"after {finished}" if finished else "before the first day"
+            print(
+                f"stopped by {stop} between runs ({after}); no run was cut short", file=sys.stderr
+            )
             return 128 + stop.signum
     if failed:
         print(f"{len(failed)} of {len(days)} day(s) failed: {', '.join(failed)}", file=sys.stderr)

@@ -307,12 +307,16 @@ def check_inputs_unchanged(
         shown = "; ".join(changes[:3]) + (
             f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
         )
+        rerun = (
+            f"Rerun the day (`ml-platform materialize --start {target.partition} --force`)"
+            if target.partition
+            else "Rerun the asset"
+        )
         raise InputsChangedError(
             f"cannot reproduce run {target.run_id}: {shown}. The lake keeps one version of each "
             "partition, so the data the run failed on is gone, and a rerun on today's data "
-            "would say nothing about that failure. Rerun the day instead "
-            f"(`ml-platform materialize --start {target.partition} --force`) to see whether it "
-            "still fails, then reproduce that run."
+            f"would say nothing about that failure. {rerun} to see whether it still fails, "
+            "then reproduce that run."
         )
     return reads
 

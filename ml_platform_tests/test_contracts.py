@@ -164,8 +164,10 @@ def test_semantic_mistakes_are_all_reported_at_once_with_their_lines(tmp_path):
 
 def test_type_errors_do_not_hide_cross_field_mistakes_of_other_sections(tmp_path, capsys):
     text = FLIGHTS_TEXT
-    # Field (type) mistakes: a window that is no number, a column of an unknown dtype.
+    # Field mistakes: a window that is no number, a column of an unknown dtype, a contract name
+    # of the wrong form.
     text = edit(text, "window_days: 28", "window_days: four weeks")
+    text = edit(text, "name: flights\n", "name: Flights 2013\n")
     text = edit(
         text, "    dtype: str\n    allowed_values: [9E", "    dtype: text\n    allowed_values: [9E"
     )
@@ -183,10 +185,11 @@ def test_type_errors_do_not_hide_cross_field_mistakes_of_other_sections(tmp_path
     assert cli.main(["check-contract", str(path)]) == 2
 
     err = capsys.readouterr().err
-    assert "5 problem(s) in the contract" in err
+    assert "6 problem(s) in the contract" in err
     error = load_broken(tmp_path, text)
     problems = located(error)
     expected = {
+        (line_of(text, "name: Flights 2013"), "name"): "should match pattern",
         (line_of(text, "window_days: four weeks"), "training.window_days"): "valid integer",
         (line_of(text, "dtype: text"), "columns[9].dtype"): "'text'",
         (line_of(text, "min: 23, max: 0"), "columns[16].min"): "above max",
