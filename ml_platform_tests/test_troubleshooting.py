@@ -397,6 +397,23 @@ def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incide
     assert sorted(lake_dir.rglob("*")) == stored
 
 
+def test_reproduce_runs_the_step_once_and_raises_its_error_not_the_retries(incidents, tmp_path):
+    defs = dg.Definitions(
+        assets=[flights, weather],
+        resources={
+            "lake": incidents["lake"],
+            "io_manager": LakeIOManager(storage=incidents["lake"], dataset="incidents"),
+        },
+    )
+    # The run retried twice; a rerun with its retry policy would end in Dagster's
+    # DagsterMaxRetriesExceededError after the backoff, not in the step's own error.
+    with pytest.raises(ConnectionRefusedError) as raised:
+        reproduce(
+            incidents["instance"], incidents["runs"][TRANSIENT_INFRASTRUCTURE], defs, tmp_path
+        )
+    assert raised.traceback[-1].name in {"weather", "create_connection"}
+
+
 def test_reproduce_names_the_runs_own_gate_not_the_samples_volume(incidents, tmp_path):
     contract = load_contract("synthetic")
     defs = build_definitions(contract)
