@@ -264,14 +264,26 @@ def inputs_read(
     return reads
 
 
-def landed_file_change(target: Target, defs: dg.Definitions, contract: Contract) -> str | None:
+def configured(resource: Any, instance: dg.DagsterInstance) -> Any:
+    """A resource with its config (environment variables) resolved.
+
+    Through `build_resources` with the instance at hand: `process_config_and_initialize` would
+    enter an ephemeral instance that it never leaves.
+    """
+    with dg.build_resources({"resource": resource}, instance=instance) as built:
+        return built.resource
+
+
+def landed_file_change(
+    instance: dg.DagsterInstance, target: Target, defs: dg.Definitions, contract: Contract
+) -> str | None:
     """How the landed file a raw-data step reads differs from the one the run read, if it does."""
     if "landing" not in target.asset.required_resource_keys or target.partition is None:
         return None
     landing = (defs.resources or {}).get("landing")
     if not isinstance(landing, LandingStore):
         return None
-    zone = landing.process_config_and_initialize()
+    zone = configured(landing, instance)
     name = contract.landing.file_name(target.partition)
     entry = next((e for e in zone.entries() if e.name == name and e.refused is None), None)
     failure = target.diagnosis.failed_steps[0] if target.diagnosis else None
@@ -300,7 +312,7 @@ def check_inputs_unchanged(
     reads = inputs_read(instance, target, defs)
     changes = [c for c in (r.change() for r in reads) if c is not None]
     if contract is not None:
-        landed = landed_file_change(target, defs, contract)
+        landed = landed_file_change(instance, target, defs, contract)
         if landed is not None:
             changes.append(landed)
     if changes:
@@ -437,7 +449,7 @@ def reproduce(
         raise NothingToReproduceError(
             "reproduce needs the lake storage and the LakeIOManager in the definitions"
         )
-    overlay = OverlayStorage(lake=lake.process_config_and_initialize(), write_dir=str(scratch_dir))
+    overlay = OverlayStorage(lake=configured(lake, instance), write_dir=str(scratch_dir))
     resources["lake"] = overlay
     resources["io_manager"] = SampleIOManager(
         storage=overlay, dataset=io_manager.dataset, sample_rows=sample_rows
