@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -146,6 +147,10 @@ def stop_signals() -> Iterator[Callable[[], int | None]]:
     descriptor, to which Python writes the number of every signal it handles, whoever's
     handler runs. Between runs our handler raises StopRequested at once.
     """
+    if threading.current_thread() is not threading.main_thread():
+        # Only the main thread can take signals: a caller's thread leaves them to the caller.
+        yield lambda: None
+        return
     reader, writer = socket.socketpair()
     reader.setblocking(False)
     writer.setblocking(False)
