@@ -1,11 +1,16 @@
 """`ml-platform`: land and materialise days, check contracts, diagnose and reproduce failures."""
 
 import argparse
+import contextlib
 import datetime as dt
 import os
+import signal
+import socket
 import sys
+import threading
 import time
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,12 +129,63 @@ def run_errors(result: "dg.ExecuteInProcessResult") -> list[str]:
     return errors
 
 
+class StopRequested(Exception):
+    """SIGINT or SIGTERM arrived: stop after the current day's run is recorded."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[Callable[[], int | None]]:
+    """Catch SIGINT and SIGTERM for the whole command; yield a probe of the signal received.
+
+    While a run executes, Dagster's own handler takes SIGINT and SIGTERM: it stops the step and
+    marks the run failed, and `execute_in_process` returns as if the day had just failed. Which
+    signal that was, and that one came at all, is read back from the signal wakeup file
+    descriptor, to which Python writes the number of every signal it handles, whoever's
+    handler runs. Between runs our handler raises StopRequested at once.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        # Only the main thread can take signals: a caller's thread leaves them to the caller.
+        yield lambda: None
+        return
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    received: list[int] = []
+
+    def stop(signum: int, frame: types.FrameType | None) -> None:
+        raise StopRequested(signum)
+
+    def probe() -> int | None:
+        # Nothing to read (no signal since the last look) is the usual case, not an error.
+        with contextlib.suppress(BlockingIOError):
+            received.extend(reader.recv(64))
+        stops = [n for n in received if n in (signal.SIGINT, signal.SIGTERM)]
+        return stops[0] if stops else None
+
+    previous = {n: signal.signal(n, stop) for n in (signal.SIGINT, signal.SIGTERM)}
+    old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    try:
+        yield probe
+    finally:
+        signal.set_wakeup_fd(old_fd)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        reader.close()
+        writer.close()
+
+
 def materialize(args: argparse.Namespace) -> int:
     """Run the daily job for each day in this process, recording runs in the Dagster instance.
 
     One line a day says what the day did to the registry: `promoted`, `kept champion
     (challenger)` or `rejected: <reason>` (a rejected candidate is an outcome, not a failure).
-    A day whose run failed prints its error and makes the exit code 1.
+    A day whose run failed prints its error and makes the exit code 1. Ctrl-C (SIGINT) or
+    SIGTERM stops the command: the day running is recorded failed in the instance, no later day
+    runs, and the exit code is 130 or 143 (128 + the signal's number), as shells expect.
     """
     import dagster as dg
 
@@ -139,34 +195,57 @@ def materialize(args: argparse.Namespace) -> int:
     job = build_definitions(contract).resolve_job_def(DAILY_JOB)
     days = [d.isoformat() for d in _days(args.start, args.days)]
     failed = []
-    with dg.DagsterInstance.get() as instance:
-        done = instance.get_materialized_partitions(dg.AssetKey("evaluation_report"))
-        for i, day in enumerate(days, start=1):
-            prefix = f"[{i:>{len(str(len(days)))}}/{len(days)}] {day}"
-            if day in done and not args.force:
-                print(f"{prefix} already materialised (use --force to rerun)", flush=True)
-                continue
-            started = time.perf_counter()
-            result = job.execute_in_process(
-                partition_key=day, instance=instance, raise_on_error=False, run_config=QUIET
-            )
-            seconds = time.perf_counter() - started
-            if not result.success:
-                # Later days may still succeed (a bad day does not spoil tomorrow's data), so go
-                # on and report every failed day at the end.
-                failed.append(day)
-                errors = "; ".join(run_errors(result)) or "the run failed outside any step"
+    finished: str | None = None  # the last day whose run ended
+    with stop_signals() as stop_signal, dg.DagsterInstance.get() as instance:
+        try:
+            done = instance.get_materialized_partitions(dg.AssetKey("evaluation_report"))
+            for i, day in enumerate(days, start=1):
+                prefix = f"[{i:>{len(str(len(days)))}}/{len(days)}] {day}"
+                if day in done and not args.force:
+                    print(f"{prefix} already materialised (use --force to rerun)", flush=True)
+                    continue
+                started = time.perf_counter()
+                result = job.execute_in_process(
+                    partition_key=day, instance=instance, raise_on_error=False, run_config=QUIET
+                )
+                seconds = time.perf_counter() - started
+                finished = day
+                signum = stop_signal()
+                if signum is not None:
+                    status = instance.get_run_by_id(result.run_id)
+                    shown = status.status.value if status else "unknown"
+                    print(
+                        f"{prefix} stopped by {signal.Signals(signum).name} after {seconds:.1f}s: "
+                        f"run {result.run_id} is recorded {shown}; "
+                        f"{len(days) - i} later day(s) not run",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    return 128 + signum
+                if not result.success:
+                    # Later days may still succeed (a bad day does not spoil tomorrow's data),
+                    # so go on and report every failed day at the end.
+                    failed.append(day)
+                    errors = "; ".join(run_errors(result)) or "the run failed outside any step"
+                    print(
+                        f"{prefix} FAILED in {seconds:.1f}s: {errors} (run {result.run_id}; "
+                        "open it in the Dagster UI, Runs, or `ml-platform diagnose RUN_ID`)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    continue
                 print(
-                    f"{prefix} FAILED in {seconds:.1f}s: {errors} (run {result.run_id}; open it "
-                    "in the Dagster UI, Runs, or `ml-platform diagnose RUN_ID`)",
-                    file=sys.stderr,
+                    f"{prefix} {day_outcome(result)} ({seconds:.1f}s, run {result.run_id[:8]})",
                     flush=True,
                 )
-                continue
+        except StopRequested as stop:
+            # Arrived outside a run (between days, or while the instance was read): nothing
+            # is left half-recorded.
+            after = f"after {finished}" if finished else "before the first day"
             print(
-                f"{prefix} {day_outcome(result)} ({seconds:.1f}s, run {result.run_id[:8]})",
-                flush=True,
+                f"stopped by {stop} between runs ({after}); no run was cut short", file=sys.stderr
             )
+            return 128 + stop.signum
     if failed:
         print(f"{len(failed)} of {len(days)} day(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
@@ -242,7 +321,7 @@ def diagnose(args: argparse.Namespace) -> int:
 
 
 def reproduce(args: argparse.Namespace) -> int:
-    """Rerun a failed run's asset in this process on a sample of its real inputs."""
+    """Rerun a failed run's asset in this process on a sample of the inputs the run read."""
     import logging
     import pdb
     import tempfile
@@ -250,25 +329,47 @@ def reproduce(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.definitions import build_definitions
-    from ml_platform.reproduce import NothingToReproduceError
+    from ml_platform.reproduce import NothingToReproduceError, not_reproduced_advice
     from ml_platform.reproduce import reproduce as rerun
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    defs = build_definitions(load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights")))
-    with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
-        try:
-            target = rerun(instance, args.run_id, defs, Path(scratch), sample_rows=args.sample)
-        except NothingToReproduceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except Exception:
-            if not args.pdb:
-                raise  # the asset's own exception and traceback, as the step raised it
-            pdb.post_mortem(sys.exc_info()[2])
-            return 1
+    # What reproduce decides (inputs, sample, scaled expectations) goes to the terminal; the
+    # instance's storage (alembic, SQLite) and Dagster's own INFO lines stay out of it.
+    said = logging.StreamHandler(sys.stderr)
+    said.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("ml_platform.reproduce")
+    logger.addHandler(said)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
+    defs = build_definitions(contract)
+    try:
+        with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
+            try:
+                target = rerun(
+                    instance,
+                    args.run_id,
+                    defs,
+                    Path(scratch),
+                    sample_rows=args.sample,
+                    contract=contract,
+                )
+            # No such run id or an ambiguous prefix (LookupError), no failed asset step, or
+            # inputs replaced since the run read them.
+            except (LookupError, NothingToReproduceError) as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            except Exception:
+                if not args.pdb:
+                    raise  # the asset's own exception and traceback, as the step raised it
+                pdb.post_mortem(sys.exc_info()[2])
+                return 1
+    finally:
+        logger.removeHandler(said)
+    classification = target.diagnosis.classification if target.diagnosis else None
     print(
         f"not reproduced: {target.asset.key.to_user_string()} partition {target.partition} "
-        f"succeeded on {args.sample} rows per input partition; try a larger --sample",
+        f"succeeded on {args.sample} rows per input partition; "
+        f"{not_reproduced_advice(classification, args.sample)}",
         file=sys.stderr,
     )
     return 1
@@ -336,7 +437,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=diagnose)
 
     p = sub.add_parser("reproduce", help="rerun a failed asset in-process on sampled inputs")
-    p.add_argument("run_id", help="the failed run's id")
+    p.add_argument("run_id", help="the failed run's id or a unique prefix of it")
     p.add_argument("--sample", type=int, default=100, help="rows per input partition")
     p.add_argument("--pdb", action="store_true", help="open the debugger where it raised")
     p.set_defaults(func=reproduce)

@@ -1,9 +1,20 @@
 """Rerun a failed run's asset for its partition, in this process, on a sample of its real inputs.
 
 The inputs are the partitions the failed run read, loaded from the lake by the same IO manager,
-cut to a sample so the rerun takes seconds. The exception the asset raises propagates out of
-`reproduce` unchanged, with its traceback ending in the asset's own code, so `pdb.post_mortem`
-(`ml-platform reproduce --pdb`) stops where it broke.
+cut to a sample so the rerun takes seconds. The lake keeps one version of each partition, so
+before anything runs, each input's materialisation that the run read (the last one recorded
+before the failed step started) is compared with the one stored now, and the landed file a
+raw-data step reads with the file the run read. If any changed since (a later run rewrote it
+with other data), the version the run read is gone, and `reproduce` refuses with
+InputsChangedError naming what changed instead of rerunning on other data: a rerun on today's
+lake says nothing about the run's failure.
+
+The exception the asset raises propagates out of `reproduce` unchanged, with its traceback
+ending in the asset's own code, so `pdb.post_mortem` (`ml-platform reproduce --pdb`) stops
+where it broke. The step runs once: its retry policy is left out (retries would only repeat
+the same error after their backoff). With the contract given, the volume expectations
+(`quality.row_count`) are scaled to the sample and the history gate's count statistics left
+out, so that a sample is not mistaken for a short delivery; the log says so.
 
 Nothing the rerun writes reaches the real lake (local or S3) or instance: writes go to a
 scratch directory layered over the lake (reads see the scratch first, then the lake), and the
@@ -12,23 +23,38 @@ checkpoint that a real run would resume from.
 """
 
 import dataclasses
+import datetime as dt
 import logging
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 
-from ml_platform.diagnose import diagnose_run
+from ml_platform.automation.classify import RESOURCE_EXHAUSTION, RESOURCE_PATTERN, Classification
+from ml_platform.automation.sensors import LANDED_VERSION_TAG
+from ml_platform.contracts import Contract
+from ml_platform.diagnose import Diagnosis, diagnose_run
+from ml_platform.ingestion.landing import LandingStore
 from ml_platform.observability import row_count
 from ml_platform.storage import LakeIOManager, LakeStorage, LocalStorage
 
 DEFAULT_SAMPLE_ROWS = 100
+# The rerun's events go to its scratch instance; the terminal shows the asset's exception only.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+# History statistics that count rows or values: a sample's counts are not the day's.
+COUNT_STATISTICS = ("row_count", "distinct_count")
 python_logger = logging.getLogger("ml_platform.reproduce")
 
 
 class NothingToReproduceError(RuntimeError):
     """The run has no failed asset step that the definitions know."""
+
+
+class InputsChangedError(NothingToReproduceError):
+    """An input the run read was replaced since, and the version the run read is gone."""
 
 
 class OverlayStorage(LakeStorage):
@@ -94,11 +120,23 @@ class SampleIOManager(LakeIOManager):
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """What to rerun: the failed asset and its partition."""
+    """What to rerun: the failed asset and its partition, and what the run knew of it."""
 
     run_id: str
     asset: dg.AssetsDefinition
     partition: str | None
+    step_started: float = 0.0  # when the failed step's last attempt started (epoch seconds)
+    diagnosis: Diagnosis | None = None
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)  # the run's tags
+
+
+def step_started(instance: dg.DagsterInstance, run_id: str, step: str) -> float:
+    """When the last attempt of `step` started in the run: what it read was stored before."""
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_START).records
+    starts = [r.event_log_entry.timestamp for r in records if r.event_log_entry.step_key == step]
+    if not starts:
+        raise NothingToReproduceError(f"run {run_id} never started step {step}")
+    return max(starts)
 
 
 def failed_target(instance: dg.DagsterInstance, run_id: str, defs: dg.Definitions) -> Target:
@@ -106,16 +144,276 @@ def failed_target(instance: dg.DagsterInstance, run_id: str, defs: dg.Definition
     diagnosis = diagnose_run(instance, run_id)
     if not diagnosis.failed_steps:
         raise NothingToReproduceError(
-            f"run {run_id} is {diagnosis.status} and has no failed step to reproduce"
+            f"run {diagnosis.run_id} is {diagnosis.status} and has no failed step to reproduce"
         )
     step = diagnosis.failed_steps[0].step
+    run = instance.get_run_by_id(diagnosis.run_id)
     for asset in defs.assets or []:
         if isinstance(asset, dg.AssetsDefinition) and asset.op.name == step:
-            return Target(run_id=run_id, asset=asset, partition=diagnosis.outcome.partition)
+            return Target(
+                run_id=diagnosis.run_id,
+                asset=asset,
+                partition=diagnosis.outcome.partition,
+                step_started=step_started(instance, diagnosis.run_id, step),
+                diagnosis=diagnosis,
+                tags=dict(run.tags) if run else {},
+            )
     raise NothingToReproduceError(
         f"run {run_id} failed in step {step}, which is no asset of these definitions "
         "(another code location, or the asset was renamed since)"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class InputRead:
+    """One input partition of the failed step: what the run read and what is stored now."""
+
+    asset_key: dg.AssetKey
+    partition: str | None
+    read: dg.EventLogRecord | None  # the last materialisation before the step started
+    stored: dg.EventLogRecord | None  # the last materialisation now
+
+    @property
+    def name(self) -> str:
+        """`asset partition P` for messages."""
+        where = f" partition {self.partition}" if self.partition else ""
+        return f"{self.asset_key.to_user_string()}{where}"
+
+    @property
+    def rows(self) -> int | None:
+        """Rows of the version the run read, as its materialisation recorded them."""
+        if self.read is None or self.read.asset_materialization is None:
+            return None
+        value = self.read.asset_materialization.metadata.get("dagster/row_count")
+        return int(value.value) if value is not None else None  # type: ignore[arg-type]
+
+    def change(self) -> str | None:
+        """How the stored version differs from the one the run read; None if it does not."""
+        if self.read is None and self.stored is None:
+            return None  # not stored then, not stored now: the rerun meets the same absence
+        if self.read is None:
+            return (
+                f"{self.name} was not stored when the run read it; it is now ({_by(self.stored)})"
+            )
+        if self.stored is None:
+            return f"{self.name} was stored when the run read it ({_by(self.read)}); it is gone"
+        if self.read.storage_id == self.stored.storage_id:
+            return None
+        before, now = _data_version(self.read), _data_version(self.stored)
+        if before is not None and before == now:
+            return None  # rewritten since with the same data (same data version)
+        return (
+            f"{self.name} changed since the run read it: it read data version {before or '?'} "
+            f"({_by(self.read)}), the lake now holds {now or '?'} ({_by(self.stored)})"
+        )
+
+
+def _data_version(record: dg.EventLogRecord) -> str | None:
+    materialization = record.asset_materialization
+    tags = materialization.tags if materialization else None
+    return tags.get("dagster/data_version") if tags else None
+
+
+def _by(record: dg.EventLogRecord | None) -> str:
+    if record is None:
+        return "-"
+    when = dt.datetime.fromtimestamp(record.timestamp, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"materialised by run {record.run_id[:8]} at {when}"
+
+
+def upstream_partitions(
+    asset: dg.AssetsDefinition, upstream: dg.AssetsDefinition | None, key: dg.AssetKey, day: str
+) -> Sequence[str | None]:
+    """The partitions of input `key` that the asset's step of partition `day` reads."""
+    if upstream is None or upstream.partitions_def is None or asset.partitions_def is None:
+        return [None]
+    mapping = asset.get_partition_mapping(key)
+    if mapping is None:
+        return [day]
+    result = mapping.get_upstream_mapped_partitions_result_for_partitions(
+        asset.partitions_def.subset_with_partition_keys([day]),
+        asset.partitions_def,
+        upstream.partitions_def,
+    )
+    return sorted(result.partitions_subset.get_partition_keys())
+
+
+def inputs_read(
+    instance: dg.DagsterInstance, target: Target, defs: dg.Definitions
+) -> list[InputRead]:
+    """Each input partition the failed step loaded, then and now."""
+    by_key = {
+        key: a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition) for key in a.keys
+    }
+    reads = []
+    for input_def in target.asset.op.input_defs:
+        key = target.asset.keys_by_input_name.get(input_def.name)
+        if key is None or input_def.dagster_type.is_nothing or key in target.asset.keys:
+            continue  # an ordering dependency (or the asset's own past), nothing loaded
+        for partition in upstream_partitions(
+            target.asset, by_key.get(key), key, target.partition or ""
+        ):
+            wanted = [partition] if partition is not None else None
+            before = dg.AssetRecordsFilter(
+                asset_key=key, asset_partitions=wanted, before_timestamp=target.step_started
+            )
+            now = dg.AssetRecordsFilter(asset_key=key, asset_partitions=wanted)
+            read = next(iter(instance.fetch_materializations(before, limit=1).records), None)
+            stored = next(iter(instance.fetch_materializations(now, limit=1).records), None)
+            reads.append(InputRead(key, partition, read, stored))
+    return reads
+
+
+def configured(resource: Any, instance: dg.DagsterInstance) -> Any:
+    """A resource with its config (environment variables) resolved.
+
+    Through `build_resources` with the instance at hand: `process_config_and_initialize` would
+    enter an ephemeral instance that it never leaves.
+    """
+    with dg.build_resources({"resource": resource}, instance=instance) as built:
+        return built.resource
+
+
+def landed_file_change(
+    instance: dg.DagsterInstance, target: Target, defs: dg.Definitions, contract: Contract
+) -> str | None:
+    """How the landed file a raw-data step reads differs from the one the run read, if it does."""
+    if "landing" not in target.asset.required_resource_keys or target.partition is None:
+        return None
+    landing = (defs.resources or {}).get("landing")
+    if not isinstance(landing, LandingStore):
+        return None
+    zone = configured(landing, instance)
+    name = contract.landing.file_name(target.partition)
+    entry = next((e for e in zone.entries() if e.name == name and e.refused is None), None)
+    failure = target.diagnosis.failed_steps[0] if target.diagnosis else None
+    missing_then = failure is not None and any(
+        "MissingLandingFileError" in link for link in failure.chain
+    )
+    if entry is None:
+        return None if missing_then else f"the landed file {zone.path_for(name)} is gone"
+    if missing_then:
+        return f"the landed file {zone.path_for(name)} had not landed when the run ran; it has now"
+    # A run the landing sensor requested names the file version it was asked to read.
+    read_version = target.tags.get(LANDED_VERSION_TAG)
+    if read_version is not None:
+        if read_version == entry.version:
+            return None
+    elif entry.modified <= target.step_started + zone.modified_slack_seconds():
+        return None
+    when = dt.datetime.fromtimestamp(entry.modified, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"the landed file {zone.path_for(name)} was replaced at {when}, after the run read it"
+
+
+def check_inputs_unchanged(
+    instance: dg.DagsterInstance, target: Target, defs: dg.Definitions, contract: Contract | None
+) -> list[InputRead]:
+    """The step's inputs, or InputsChangedError if any is not the version the run read."""
+    reads = inputs_read(instance, target, defs)
+    changes = [c for c in (r.change() for r in reads) if c is not None]
+    if contract is not None:
+        landed = landed_file_change(instance, target, defs, contract)
+        if landed is not None:
+            changes.append(landed)
+    if changes:
+        shown = "; ".join(changes[:3]) + (
+            f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
+        )
+        rerun = (
+            f"Rerun the day (`ml-platform materialize --start {target.partition} --force`)"
+            if target.partition
+            else "Rerun the asset"
+        )
+        raise InputsChangedError(
+            f"cannot reproduce run {target.run_id}: {shown}. The lake keeps one version of each "
+            "partition, so the data the run failed on is gone, and a rerun on today's data "
+            f"would say nothing about that failure. {rerun} to see whether it still fails, "
+            "then reproduce that run."
+        )
+    return reads
+
+
+def scaled_contract(contract: Contract, fraction: float) -> tuple[Contract, str]:
+    """The contract with its volume expectations scaled to a sample of `fraction` of the rows.
+
+    Row-count bounds scale with the sample; the history gate's count statistics (row and
+    distinct counts) are left out, as the reference days are whole days. Returns the contract
+    and a sentence saying what changed.
+    """
+    bounds = contract.quality.row_count
+    low = math.floor(bounds.min * fraction)
+    high = math.ceil(bounds.max * fraction) if bounds.max is not None else None
+    history = contract.quality.history
+    left_out = [s for s in history.statistics if s in COUNT_STATISTICS]
+    quality = contract.quality.model_copy(
+        update={
+            "row_count": bounds.model_copy(update={"min": low, "max": high}),
+            "history": history.model_copy(
+                update={"statistics": [s for s in history.statistics if s not in left_out]}
+            ),
+        }
+    )
+    shown = f"{bounds.min}..{bounds.max if bounds.max is not None else '-'}"
+    note = (
+        f"volume expectations scaled to the sample ({fraction:.1%} of the rows): "
+        f"quality.row_count {shown} -> {low}..{high if high is not None else '-'}"
+    )
+    if history.enabled and left_out:
+        note += f"; the history gate leaves out {', '.join(left_out)} (whole days' counts)"
+    return contract.model_copy(update={"quality": quality}), note
+
+
+def without_retries(asset: dg.AssetsDefinition) -> dg.AssetsDefinition:
+    """The same asset without its retry policy: a reproduction runs the step once.
+
+    `execute_in_process` always retries by the op's policy, so the op is rebuilt without one.
+    """
+    op = asset.op
+    if op.retry_policy is None:
+        return asset
+    bare = dg.OpDefinition(
+        compute_fn=op.compute_fn,
+        name=op.name,
+        ins=op.ins,
+        outs=op.outs,
+        description=op.description,
+        config_schema=op.config_schema,
+        required_resource_keys=op.required_resource_keys,
+        tags=op.tags,
+        pool=op.pool,
+    )
+    return dg.AssetsDefinition(
+        keys_by_input_name=asset.keys_by_input_name,
+        keys_by_output_name=asset.keys_by_output_name,
+        node_def=bare,
+        specs=list(asset.specs),
+        check_specs_by_output_name=asset.check_specs_by_output_name,
+        can_subset=asset.can_subset,
+        backfill_policy=asset.backfill_policy,
+    )
+
+
+def not_reproduced_advice(classification: Classification | None, sample_rows: int) -> str:
+    """What to do when the rerun on the sample succeeded, by the run's failure class."""
+    if classification is not None and "DagsterExecutionInterruptedError" in classification.reason:
+        return "the run was interrupted (Ctrl-C, SIGTERM), not broken: rerun the day"
+    if classification is not None and classification.failure_class == RESOURCE_EXHAUSTION:
+        reason = classification.reason
+        disk = RESOURCE_PATTERN.search(reason) and any(
+            s in reason for s in ("Errno 28", "Errno 122", "No space", "quota")
+        )
+        if disk:
+            return (
+                f"the run ran out of disk ({reason}); a sample of {sample_rows} rows needs far "
+                "less. Free space or give the lake's volume more (see `df` on the lake "
+                "directory, or the S3 quota), then rerun the day"
+            )
+        return (
+            f"the run ran out of memory ({reason}); a sample of {sample_rows} rows needs far "
+            "less. Give the step more memory (its peak and suggested request: `ml-platform "
+            "health`), or fewer days per run, then rerun the day"
+        )
+    return f"try a larger --sample (now {sample_rows} rows per input partition)"
 
 
 def reproduce(
@@ -124,12 +422,26 @@ def reproduce(
     defs: dg.Definitions,
     scratch_dir: Path,
     sample_rows: int = DEFAULT_SAMPLE_ROWS,
+    contract: Contract | None = None,
 ) -> Target:
     """Rerun the run's failed asset on sampled real inputs; its exception propagates as raised.
 
-    Returns the target when the rerun succeeds (the sample did not reproduce the failure).
+    With `contract` (the one `defs` were built from by `build_definitions`), the definitions
+    are rebuilt with the volume expectations scaled to the sample, and a raw-data step's landed
+    file is compared with the one the run read. InputsChangedError if an input is no longer
+    what the run read. Returns the target when the rerun succeeds (the sample did not
+    reproduce the failure).
     """
     target = failed_target(instance, run_id, defs)
+    reads = check_inputs_unchanged(instance, target, defs, contract)
+    sizes = [r.rows for r in reads if r.rows]
+    largest = max(sizes, default=0)
+    if contract is not None and largest > sample_rows:
+        from ml_platform.definitions import build_definitions
+
+        scaled, note = scaled_contract(contract, sample_rows / largest)
+        defs = build_definitions(scaled)
+        python_logger.info(note)
     resources = dict(defs.resources or {})
     lake = resources.get("lake")
     io_manager = resources.get("io_manager")
@@ -137,22 +449,30 @@ def reproduce(
         raise NothingToReproduceError(
             "reproduce needs the lake storage and the LakeIOManager in the definitions"
         )
-    overlay = OverlayStorage(lake=lake.process_config_and_initialize(), write_dir=str(scratch_dir))
+    overlay = OverlayStorage(lake=configured(lake, instance), write_dir=str(scratch_dir))
     resources["lake"] = overlay
     resources["io_manager"] = SampleIOManager(
         storage=overlay, dataset=io_manager.dataset, sample_rows=sample_rows
     )
     python_logger.info(
-        f"reproducing run {run_id}: {target.asset.key.to_user_string()} partition "
+        f"reproducing run {target.run_id}: {target.asset.key.to_user_string()} partition "
         f"{target.partition or '-'} on {sample_rows} rows per input partition"
+        + (f" of the {len(reads)} it read, each unchanged since" if reads else "")
+        + ", without retries"
     )
+    assets = [
+        without_retries(a) if a.op.name == target.asset.op.name else a
+        for a in defs.assets or []
+        if isinstance(a, dg.AssetsDefinition)
+    ]
     with dg.DagsterInstance.ephemeral() as scratch_instance:
         dg.materialize(
-            [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)],
-            selection=[target.asset.key],
+            assets,
+            selection=list(target.asset.keys),
             partition_key=target.partition,
             resources=resources,
             instance=scratch_instance,
             raise_on_error=True,
+            run_config=QUIET,
         )
     return target

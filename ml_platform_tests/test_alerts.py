@@ -36,11 +36,26 @@ BEHAVIOUR: dict[str, object] = {"fail": None, "drift": False}
 
 @dg.asset(
     partitions_def=DAILY,
-    check_specs=[dg.AssetCheckSpec("drift_ks", asset="scored")],
+    check_specs=[
+        dg.AssetCheckSpec("drift_ks", asset="scored"),
+        dg.AssetCheckSpec("null_share", asset="scored", blocking=True),
+    ],
 )
 def scored(context: dg.AssetExecutionContext):
-    """A day's scores; fails or drifts as the test says."""
+    """A day's scores; fails, drifts or fails its blocking gate as the test says."""
     drift = bool(BEHAVIOUR["drift"])
+    gate_fails = BEHAVIOUR["fail"] == "gate"
+    yield dg.AssetCheckResult(
+        check_name="null_share",
+        passed=not gate_fails,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=(
+            f"scored (partition {context.partition_key}): 12% of x1 is null, above 5%\n"
+            "fix the upstream export, then rerun the day"
+            if gate_fails
+            else "no nulls"
+        ),
+    )
     yield dg.AssetCheckResult(
         check_name="drift_ks",
         passed=not drift,
@@ -218,6 +233,20 @@ def test_a_success_resets_the_streak(scene, webhook):
     assert alert["failure_class"] == CODE_BUG
     assert alert["cause"] == "division by zero while scoring"
     assert alert["runbook"].endswith("#failed-3-times-in-a-row")
+
+
+def test_a_failed_blocking_check_alert_names_the_check_and_its_reason(scene, webhook):
+    for _ in range(3):
+        scene.run(fail="gate")
+        scene.tick()
+
+    [alert] = alerts_of(webhook)
+    assert alert["rule"] == "failure_streak" and alert["failure_class"] == DATA
+    # Not Dagster's "1 blocking asset check failed with ERROR severity:", which names no check.
+    assert alert["cause"] == (
+        "check scored:null_share failed: scored (partition 2024-01-05): 12% of x1 is null, above 5%"
+    )
+    assert "Cause: check scored:null_share failed: scored (partition" in webhook.received[0]["text"]
 
 
 def test_a_retried_run_counts_once_and_evaluating_in_one_tick_changes_nothing(scene, webhook):

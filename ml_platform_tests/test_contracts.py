@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ml_platform import cli
 from ml_platform.contracts import ContractError, bundled_contracts, load_contract
 from ml_platform.contracts.model import BUNDLED_DIR
 
@@ -159,6 +160,49 @@ def test_semantic_mistakes_are_all_reported_at_once_with_their_lines(tmp_path):
     assert set(problems) == set(expected)
     for where, reason in expected.items():
         assert reason in problems[where], (where, problems[where])
+
+
+def test_type_errors_do_not_hide_cross_field_mistakes_of_other_sections(tmp_path, capsys):
+    text = FLIGHTS_TEXT
+    # Field mistakes: a window that is no number, a column of an unknown dtype, a contract name
+    # of the wrong form.
+    text = edit(text, "window_days: 28", "window_days: four weeks")
+    text = edit(text, "name: flights\n", "name: Flights 2013\n")
+    text = edit(
+        text, "    dtype: str\n    allowed_values: [9E", "    dtype: text\n    allowed_values: [9E"
+    )
+    # Cross-field mistakes elsewhere, one in a column listed after the broken one.
+    text = edit(
+        text,
+        "{name: hour, dtype: int, min: 0, max: 23}",
+        "{name: hour, dtype: int, min: 23, max: 0}",
+    )
+    text = edit(text, "timezone: America/New_York", "timezone: America/Gotham")
+    text = edit(text, "  source: arr_delay\n", "  source: arrival_delay\n")
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+
+    assert cli.main(["check-contract", str(path)]) == 2
+
+    err = capsys.readouterr().err
+    assert "6 problem(s) in the contract" in err
+    error = load_broken(tmp_path, text)
+    problems = located(error)
+    expected = {
+        (line_of(text, "name: Flights 2013"), "name"): "should match pattern",
+        (line_of(text, "window_days: four weeks"), "training.window_days"): "valid integer",
+        (line_of(text, "dtype: text"), "columns[9].dtype"): "'text'",
+        (line_of(text, "min: 23, max: 0"), "columns[16].min"): "above max",
+        (line_of(text, "America/Gotham"), "event_time.timezone"): "unknown timezone",
+        (line_of(text, "source: arrival_delay"), "label.source"): "not a declared column",
+    }
+    # The carrier feature reads the column whose dtype is wrong: that is no second mistake.
+    assert set(problems) == set(expected)
+    for where, reason in expected.items():
+        assert reason in problems[where], (where, problems[where])
+        assert problems[where] in err
+    lines = [int(PROBLEM.match(p)[1]) for p in error.problems]
+    assert lines == sorted(lines)  # listed by line, whichever rule found them
 
 
 def test_file_pattern_without_date_is_reported_on_its_line(tmp_path):

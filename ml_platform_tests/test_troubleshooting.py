@@ -8,12 +8,14 @@ exhaustion runs `dagster asset materialize` in a subprocess whose step caps its 
 with `resource.setrlimit`.
 """
 
+import datetime as dt
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from ml_platform.automation.classify import (
     RESOURCE_EXHAUSTION,
     RUNBOOK_ANCHORS,
     TRANSIENT_INFRASTRUCTURE,
+    Classification,
     StepFailure,
     classify_failure,
 )
@@ -39,7 +42,7 @@ from ml_platform.contracts import load_contract
 from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.logs import LOG_FILE_NAME
-from ml_platform.reproduce import reproduce
+from ml_platform.reproduce import InputsChangedError, not_reproduced_advice, reproduce
 from ml_platform.steps import each_day
 from ml_platform.storage import FORMAT_KEY, LakeIOManager, LocalStorage
 from ml_platform_tests.conftest import REPO, free_port
@@ -51,14 +54,22 @@ SECRET = "tok-7f3a9c1e5b2d"
 BIN = Path(sys.executable).parent
 
 
+# Flights cancelled per day: none, unless a test has the upstream deliver a corrected day.
+CANCELLED = {"rows": 0}
+
+
 @dg.asset(partitions_def=DAILY, metadata={FORMAT_KEY: "parquet"})
 def flights(context: dg.AssetExecutionContext) -> Iterator:
-    """1000 flights of the day, none cancelled."""
+    """1000 flights of the day, none cancelled (unless CANCELLED says otherwise)."""
 
     def day_of_flights(day: str) -> Iterator:
         context.log.info("generated the day's flights", extra={"rows": 1000})
+        cancelled = CANCELLED["rows"]
         frame = pd.DataFrame(
-            {"delay": [float(i % 60) for i in range(1000)], "status": ["landed"] * 1000}
+            {
+                "delay": [float(i % 60) for i in range(1000)],
+                "status": ["cancelled"] * cancelled + ["landed"] * (1000 - cancelled),
+            }
         )
         yield dg.MaterializeResult(value=frame)
 
@@ -375,10 +386,156 @@ def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incide
     lake_dir = Path(incidents["lake"].base_dir)
     stored = sorted(lake_dir.rglob("*"))
     # The same environment as the run: the platform's definitions of the synthetic dataset.
+    # The run's own gate fails (gx_validity), not the day's volume, which a sample cannot meet.
     with pytest.raises(dg.Failure, match=r"\(partition 2024-01-03\) failed the quality gate"):
-        cli.main(["reproduce", incidents["runs"][DATA], "--sample", "100"])
+        cli.main(["reproduce", incidents["runs"][DATA][:8], "--sample", "200"])
+    err = capsys.readouterr().err
+    assert "input raw_data (raw_data): 200 of 1000 rows" in err
+    assert "volume expectations scaled to the sample (20.0% of the rows): " in err
+    assert "quality.row_count 900..1100 -> 180..220" in err
     # validated_data writes its GE result and data docs beside the lake; they went to scratch.
     assert sorted(lake_dir.rglob("*")) == stored
+
+
+def test_reproduce_runs_the_step_once_and_raises_its_error_not_the_retries(incidents, tmp_path):
+    defs = dg.Definitions(
+        assets=[flights, weather],
+        resources={
+            "lake": incidents["lake"],
+            "io_manager": LakeIOManager(storage=incidents["lake"], dataset="incidents"),
+        },
+    )
+    # The run retried twice; a rerun with its retry policy would end in Dagster's
+    # DagsterMaxRetriesExceededError after the backoff, not in the step's own error.
+    with pytest.raises(ConnectionRefusedError) as raised:
+        reproduce(
+            incidents["instance"], incidents["runs"][TRANSIENT_INFRASTRUCTURE], defs, tmp_path
+        )
+    assert raised.traceback[-1].name in {"weather", "create_connection"}
+
+
+def test_reproduce_names_the_runs_own_gate_not_the_samples_volume(incidents, tmp_path):
+    contract = load_contract("synthetic")
+    defs = build_definitions(contract)
+    with pytest.raises(dg.Failure) as raised:
+        reproduce(
+            incidents["instance"], incidents["runs"][DATA], defs, tmp_path, 200, contract=contract
+        )
+    assert "failed the quality gate (gx_validity)" in str(raised.value)
+    assert "gx_volume" not in str(raised.value)
+
+
+def test_reproduce_after_the_lake_moved_on_uses_what_the_run_read_or_refuses(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    lake = LocalStorage(base_dir=str(tmp_path / "lake"))
+    resources = {"lake": lake, "io_manager": LakeIOManager(storage=lake, dataset="moved_on")}
+    defs = dg.Definitions(assets=[flights, cancellation_delay], resources=resources)
+    later = "2024-01-04"
+
+    def run(asset: dg.AssetsDefinition, day: str) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            [flights, cancellation_delay],
+            selection=[asset],
+            partition_key=day,
+            resources=resources,
+            instance=instance,
+            raise_on_error=False,
+        )
+
+    with dg.DagsterInstance.get() as instance:
+        assert run(flights, DAY).success
+        failed = run_id_of(run(cancellation_delay, DAY))
+        # The lake moves on: more days land and fail, the failed day's input stays as it was.
+        assert run(flights, later).success
+        assert not run(cancellation_delay, later).success
+
+        with pytest.raises(ZeroDivisionError):
+            reproduce(instance, failed, defs, tmp_path / "scratch1")
+
+        # A corrected delivery of the day is rerun and succeeds: the data the run failed on is
+        # gone, and a rerun on today's flights would succeed and prove nothing.
+        monkeypatch.setitem(CANCELLED, "rows", 10)
+        assert run(flights, DAY).success and run(cancellation_delay, DAY).success
+        with pytest.raises(InputsChangedError) as refused:
+            reproduce(instance, failed, defs, tmp_path / "scratch2")
+
+    message = str(refused.value)
+    assert (
+        f"cannot reproduce run {failed}: flights partition {DAY} changed since the run read it"
+        in message
+    )
+    assert "materialised by run" in message and "the data the run failed on is gone" in message
+    assert f"ml-platform materialize --start {DAY} --force" in message
+
+
+def test_reproduce_command_on_a_failed_raw_data_step_after_the_lake_moved_on(
+    tmp_path, monkeypatch, capsys
+):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("")
+    env = {
+        "DAGSTER_HOME": str(home),
+        "ML_PLATFORM_DATASET": "synthetic",
+        "ML_PLATFORM_LANDING_DIR": str(tmp_path / "landing"),
+        "ML_PLATFORM_LAKE_DIR": str(tmp_path / "lake"),
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    contract = load_contract("synthetic")
+    defs = build_definitions(contract)
+    zone = LandingZone(base_dir=env["ML_PLATFORM_LANDING_DIR"])
+    bad, later = dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+    list(land_days(contract, zone, [bad], fault="missing_column"))
+    list(land_days(contract, zone, [later]))
+    with dg.DagsterInstance.get() as instance:
+
+        def raw_data(day: dt.date) -> dg.ExecuteInProcessResult:
+            return dg.materialize(
+                list(defs.assets or []),
+                selection=["raw_data"],
+                partition_key=day.isoformat(),
+                resources=defs.resources,
+                instance=instance,
+                raise_on_error=False,
+            )
+
+        failed = run_id_of(raw_data(bad))
+        assert raw_data(later).success  # the lake moves on
+
+    # The landed file is the one the run read: the run's own error, and a quiet terminal.
+    command = [str(BIN / "ml-platform"), "reproduce", failed[:8]]
+    result = subprocess.run(
+        command, env={**os.environ}, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "dagster._core.definitions.events.Failure: synthetic_2024-01-02.csv" in result.stderr
+    assert f"reproducing run {failed}: raw_data partition 2024-01-02" in result.stderr
+    for noise in ("alembic", "SQLiteImpl", " - dagster - ", "INFO"):
+        assert noise not in result.stderr, noise
+
+    time.sleep(1.1)  # past the landing zone's one-second mtime slack
+    list(land_days(contract, zone, [bad]))  # a corrected file replaces the one the run read
+    assert cli.main(["reproduce", failed]) == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot reproduce run {failed}: the landed file " in err
+    assert "synthetic_2024-01-02.csv was replaced at " in err and "after the run read it" in err
+
+
+def test_a_resource_failure_not_reproduced_on_a_sample_says_what_to_change():
+    memory = Classification(RESOURCE_EXHAUSTION, "big_join raised MemoryError: ")
+    disk = Classification(
+        RESOURCE_EXHAUSTION, "model raised OSError: [Errno 28] No space left on device"
+    )
+    bug = Classification(CODE_BUG, "features raised KeyError: 'x1'")
+
+    assert "ran out of memory" in not_reproduced_advice(memory, 100)
+    assert "Give the step more memory" in not_reproduced_advice(memory, 100)
+    assert "ran out of disk" in not_reproduced_advice(disk, 100)
+    assert "Free space" in not_reproduced_advice(disk, 100)
+    for advice in (not_reproduced_advice(memory, 100), not_reproduced_advice(disk, 100)):
+        assert "--sample" not in advice
+    assert not_reproduced_advice(bug, 100).startswith("try a larger --sample")
 
 
 def test_json_lines_redact_escaped_secrets_and_url_passwords(monkeypatch):

@@ -311,6 +311,23 @@ def one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def failure_cause(outcome: RunOutcome) -> str:
+    """Why a failed run failed, in one line: the failed blocking check and its reason first.
+
+    A blocking check that fails at ERROR severity fails its step with Dagster's own message,
+    whose first line ("1 blocking asset check failed with ERROR severity:") names no check; the
+    check's evaluation carries its name and the reason a person acts on.
+    """
+    blocking = [c for c in outcome.failed_checks if c.severity == "ERROR"]
+    if blocking:
+        check = blocking[0]
+        reason = one_line(check.description) or "no reason recorded"
+        more = f" (and {len(blocking) - 1} more failed check(s))" if len(blocking) > 1 else ""
+        return one_line(f"check {check.asset}:{check.check} failed: {reason}{more}")
+    first = outcome.step_failures[0] if outcome.step_failures else None
+    return one_line(first.message if first else outcome.run_message) or "unknown cause"
+
+
 def evaluate_run(
     outcome: RunOutcome, streaks: dict[str, dict[str, Any]], notifier: Notifier, now: float
 ) -> list[Alert]:
@@ -356,7 +373,7 @@ def evaluate_run(
 
     classification = classify_outcome(outcome)
     first = outcome.step_failures[0] if outcome.step_failures else None
-    cause = one_line(first.message if first else outcome.run_message) or "unknown cause"
+    cause = failure_cause(outcome)
     anchor = classification.runbook_anchor
     alerts.append(
         alert(

@@ -5,6 +5,8 @@ the columns that leak the label, the features, how files land and the first part
 Loading a contract reports every mistake in it at once, each with its line and path in the file.
 """
 
+import copy
+import dataclasses
 import datetime as dt
 import re
 import typing
@@ -556,8 +558,108 @@ def _locate(lines: dict[tuple[Any, ...], int], path: tuple[Any, ...], reason: st
     return f"line {lines.get(shown, 1)}: {dotted or '(document)'}: {reason}"
 
 
+Path_ = tuple[Any, ...]
+
+
+def _existing(document: Any, loc: Path_) -> Path_:
+    """The longest start of `loc` that is a path in `document` (pydantic adds type tags)."""
+    path: list[Any] = []
+    node = document
+    for part in loc:
+        in_dict = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if not (in_dict or in_list):
+            break
+        node = node[part]
+        path.append(part)
+    return tuple(path)
+
+
+def _related(a: Path_, b: Path_) -> bool:
+    """Whether one path is the other or lies inside it."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+@dataclasses.dataclass
+class _Repair:
+    """The document with every field that failed validation taken out, for cross-field rules.
+
+    A bad field is removed (its default applies, or it is absent); a list item of a top-level
+    section (a column, a feature) that loses a required field is removed whole, and `kept`
+    maps the remaining items back to their index in the file. A top-level section that loses a
+    required field is removed; if the contract then lacks a required section, no cross-field
+    rule can run (each reads the columns and the label), and `contract` stays None.
+    """
+
+    document: dict[str, Any]
+    removed: list[Path_] = dataclasses.field(default_factory=list)  # in the file's indices
+    dropped_names: set[str] = dataclasses.field(default_factory=set)
+    kept: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    contract: Contract | None = None
+
+    def original(self, path: Path_) -> Path_:
+        """`path` of the repaired document in the file's list indices."""
+        if len(path) >= 2 and isinstance(path[1], int) and path[0] in self.kept:
+            return (path[0], self.kept[path[0]][path[1]], *path[2:])
+        return path
+
+    def remove(self, path: Path_) -> None:
+        parent = self.document
+        for part in path[:-1]:
+            parent = parent[part]
+        item = parent[path[-1]]
+        if len(path) == 2 and isinstance(path[1], int):
+            kept = self.kept.setdefault(path[0], list(range(len(parent))))
+            self.removed.append((path[0], kept.pop(path[1])))
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                self.dropped_names.add(item["name"])
+        else:
+            self.removed.append(self.original(path))
+        del parent[path[-1]]
+
+    def run(self, errors: list[Any]) -> None:
+        """Remove what `errors` point at until the document validates or cannot."""
+        while True:
+            targets = set()
+            for error in errors:
+                # A required field that is missing: the path stops at what lacks it, the list
+                # item or section, which then goes whole.
+                path = _existing(self.document, tuple(error["loc"]))
+                if len(path) > 2 and isinstance(path[-1], int):
+                    path = path[:-1]  # a bad element of a nested list: the list field goes
+                if tuple(error["loc"]) == ("name",):
+                    # No cross-field rule reads the contract's name: a stand-in lets them run.
+                    self.document["name"] = "unnamed"
+                    self.removed.append(("name",))
+                    continue
+                if not path:
+                    return  # a required top-level section is missing or broken
+                targets.add(path)
+            # Deepest and last first, so that removing one path keeps the others' indices.
+            for path in sorted(targets, reverse=True):
+                if not any(t != path and _related(t, path) and len(t) < len(path) for t in targets):
+                    self.remove(path)
+            try:
+                self.contract = Contract.model_validate(self.document)
+                return
+            except ValidationError as exc:
+                errors = exc.errors()
+
+    def consequence(self, path: Path_, reason: str) -> bool:
+        """Whether a cross-field problem only follows from a field already reported."""
+        if any(_related(path, removed) for removed in self.removed):
+            return True
+        return any(f"'{name}'" in reason for name in self.dropped_names)
+
+
 def parse_contract(text: str, source: str) -> Contract:
-    """Parse and validate contract text; raise ContractError listing every problem found."""
+    """Parse and validate contract text; raise ContractError listing every problem found.
+
+    Field mistakes (a wrong type, an unknown key) do not hide cross-field ones: the cross-field
+    rules run on the contract with the bad fields taken out (see `_Repair`), and report what
+    does not only follow from a field already reported. Problems are listed by line.
+    """
     try:
         document = yaml.safe_load(text)
         lines = _line_index(text)
@@ -566,13 +668,30 @@ def parse_contract(text: str, source: str) -> Contract:
     if not isinstance(document, dict):
         raise ContractError(source, ["the document must be a mapping of contract fields"])
     try:
-        contract = Contract.model_validate(document)
+        return _checked(Contract.model_validate(document), lines, source)
     except ValidationError as exc:
-        problems = [_locate(lines, tuple(e["loc"]), _pydantic_reason(e)) for e in exc.errors()]
-        raise ContractError(source, problems) from exc
-    semantic = [_locate(lines, path, reason) for path, reason in _semantic_problems(contract)]
+        field_errors = exc.errors()
+    repair = _Repair(copy.deepcopy(document))
+    repair.run(field_errors)
+    problems = [(tuple(e["loc"]), _pydantic_reason(e)) for e in field_errors]
+    if repair.contract is not None:
+        for path, reason in _semantic_problems(repair.contract):
+            where = repair.original(path)
+            if not repair.consequence(where, reason):
+                problems.append((where, reason))
+    raise ContractError(source, _by_line(lines, problems)) from None
+
+
+def _by_line(lines: dict[Path_, int], problems: list[tuple[Path_, str]]) -> list[str]:
+    located = [_locate(lines, path, reason) for path, reason in problems]
+    return sorted(located, key=lambda p: int(p.split(":", 1)[0].removeprefix("line ")))
+
+
+def _checked(contract: Contract, lines: dict[Path_, int], source: str) -> Contract:
+    """`contract` if no cross-field rule fails, else a ContractError listing every failure."""
+    semantic = list(_semantic_problems(contract))
     if semantic:
-        raise ContractError(source, semantic)
+        raise ContractError(source, _by_line(lines, semantic))
     return contract
 
 
