@@ -12,7 +12,7 @@ import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.ingestion.synthetic import BYTE_FAULTS, FAULTS, Drift
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 # Step events go to the instance (and the UI); the terminal shows one line a day and errors.
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+R = TypeVar("R")
 
 
 def _date(text: str) -> dt.date:
@@ -33,6 +34,20 @@ def _date(text: str) -> dt.date:
 
 def _days(start: dt.date, count: int) -> list[dt.date]:
     return [start + dt.timedelta(days=i) for i in range(count)]
+
+
+@contextlib.contextmanager
+def configured(resource: R) -> Iterator[R]:
+    """`resource` with its `EnvVar` fields resolved, for a command that runs outside a run.
+
+    Through `build_resources`, which closes what it opened when the block ends:
+    `process_config_and_initialize` leaves an ephemeral instance entered until it is garbage
+    collected, and Dagster later loads definitions against that instance's storage.
+    """
+    import dagster as dg
+
+    with dg.build_resources({"resource": resource}) as resources:
+        yield resources.resource
 
 
 def _require_env(name: str) -> str:
@@ -82,21 +97,24 @@ def landing_status(args: argparse.Namespace) -> int:
     )
 
     contract = load_contract(args.dataset)
-    zone: LandingStore
+    source: LandingStore
     if args.landing_dir or not os.environ.get(LANDING_URL_ENV):
-        zone = LandingZone(base_dir=args.landing_dir or _require_env("ML_PLATFORM_LANDING_DIR"))
+        source = LandingZone(base_dir=args.landing_dir or _require_env("ML_PLATFORM_LANDING_DIR"))
     else:
-        zone = landing_from_env().process_config_and_initialize()
-    entries = zone.entries()
-    refused = {e.name: e.refused for e in entries if e.refused is not None}
-    scan = scan_landing(contract, [e.name for e in entries if e.refused is None])
-    days = sorted(scan.days)
-    span = f" ({days[0]} to {days[-1]})" if days else ""
-    print(f"{zone.path_for('')}: {len(days)} day file(s) of {contract.name}{span}")
-    for name, reason in scan.problems.items():
-        print(f"error: {zone.path_for(name)} belongs to no partition: {reason}", file=sys.stderr)
-    for name, reason in refused.items():
-        print(f"error: {zone.path_for(name)} is refused: {reason}", file=sys.stderr)
+        source = landing_from_env()
+    with configured(source) as zone:
+        entries = zone.entries()
+        refused = {e.name: e.refused for e in entries if e.refused is not None}
+        scan = scan_landing(contract, [e.name for e in entries if e.refused is None])
+        days = sorted(scan.days)
+        span = f" ({days[0]} to {days[-1]})" if days else ""
+        print(f"{zone.path_for('')}: {len(days)} day file(s) of {contract.name}{span}")
+        for name, reason in scan.problems.items():
+            print(
+                f"error: {zone.path_for(name)} belongs to no partition: {reason}", file=sys.stderr
+            )
+        for name, reason in refused.items():
+            print(f"error: {zone.path_for(name)} is refused: {reason}", file=sys.stderr)
     return 1 if scan.problems or refused else 0
 
 
@@ -261,16 +279,17 @@ def score(args: argparse.Namespace) -> int:
 
     contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
     # The code location's lake, a directory or S3; resolving it fails naming a missing variable.
-    registry = ModelRegistry(lake_from_env().process_config_and_initialize(), contract.name)
-    version = args.version or registry.alias(args.alias)
-    if version is None:
-        raise SystemExit(f"error: alias '{args.alias}' points to no version yet")
-    try:
-        # Only a whole version loads: one whose registration never finished is refused.
-        model = registry.load(version)
-    except RegistryError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    with configured(lake_from_env()) as lake:
+        registry = ModelRegistry(lake, contract.name)
+        version = args.version or registry.alias(args.alias)
+        if version is None:
+            raise SystemExit(f"error: alias '{args.alias}' points to no version yet")
+        try:
+            # Only a whole version loads: one whose registration never finished is refused.
+            model = registry.load(version)
+        except RegistryError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     text_columns = [c.name for c in contract.columns if c.dtype == "str"]
     raw = read_landed_file(args.file.read_bytes(), args.file.name, "scoring", text_columns)
     features = build_features(type_rows(raw, contract, where=str(args.file)), contract)

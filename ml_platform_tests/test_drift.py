@@ -66,8 +66,12 @@ def test_drift_section_mistakes_are_reported_with_their_lines():
     first = len(BEFORE_DRIFT.splitlines())
     with pytest.raises(ContractError) as pydantic_error:
         with_drift(block)
+    # A field error does not hide the cross-field mistakes of the same section.
     assert pydantic_error.value.problems == [
-        f"line {first + 3}: drift.alpha: Input should be greater than 0 (got 0)"
+        f"line {first + 2}: drift.reference.mode: a baseline reference needs a 'start' day",
+        f"line {first + 3}: drift.alpha: Input should be greater than 0 (got 0)",
+        f"line {first + 5}: drift.features.x9: 'x9' is not a declared feature",
+        f"line {first + 6}: drift.features.x1: an excluded feature takes no other setting",
     ]
     with pytest.raises(ContractError) as semantic:
         with_drift(block.replace("  alpha: 0\n", ""))

@@ -386,13 +386,17 @@ def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incide
     lake_dir = Path(incidents["lake"].base_dir)
     stored = sorted(lake_dir.rglob("*"))
     # The same environment as the run: the platform's definitions of the synthetic dataset.
-    # The run's own gate fails (gx_validity), not the day's volume, which a sample cannot meet.
-    with pytest.raises(dg.Failure, match=r"\(partition 2024-01-03\) failed the quality gate"):
+    # validated_data audits the parse raw_data staged, which it reads from the lake, not as a
+    # sampled input: the rerun judges the whole day, so the run's own gate fails (gx_validity)
+    # and the day's volume, which is not scaled, still passes.
+    with pytest.raises(
+        dg.Failure, match=r"\(partition 2024-01-03\) failed the quality gate"
+    ) as failed:
         cli.main(["reproduce", incidents["runs"][DATA][:8], "--sample", "200"])
+    assert "(gx_validity)" in str(failed.value)
     err = capsys.readouterr().err
-    assert "input raw_data (raw_data): 200 of 1000 rows" in err
-    assert "volume expectations scaled to the sample (20.0% of the rows): " in err
-    assert "quality.row_count 900..1100 -> 180..220" in err
+    assert "reproducing run" in err and "validated_data partition 2024-01-03" in err
+    assert "volume expectations scaled" not in err
     # validated_data writes its GE result and data docs beside the lake; they went to scratch.
     assert sorted(lake_dir.rglob("*")) == stored
 
