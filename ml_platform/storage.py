@@ -57,8 +57,15 @@ def write_file_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> i
     return size
 
 
-class MissingPartitionError(FileNotFoundError):
-    """An upstream partition an asset needs has never been materialised."""
+class MissingPartitionError(dg.Failure, FileNotFoundError):
+    """An upstream partition an asset needs has never been materialised.
+
+    A `dg.Failure` that forbids retries: waiting does not store the partition, materialising
+    it does, and the message says which.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(description=message, allow_retries=False)
 
 
 class LakeStorage(dg.ConfigurableResource):

@@ -16,6 +16,7 @@ import pytest
 
 from ml_platform.automation.alerts import classify_outcome
 from ml_platform.automation.classify import DATA, Classification
+from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.automation.sensors import run_outcome
 from ml_platform.steps import SINGLE_RUN, WORKERS_ENV, each_day
 from ml_platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage, LocalStorage, S3Storage
@@ -54,7 +55,13 @@ def window_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
     yield from each_day(context, day_of, features=features)
 
 
-@dg.asset(partitions_def=DAILY, backfill_policy=SINGLE_RUN, metadata={FORMAT_KEY: "json"})
+@dg.asset(
+    partitions_def=DAILY,
+    backfill_policy=SINGLE_RUN,
+    metadata={FORMAT_KEY: "json"},
+    # As every daily asset: retries on storage errors, none for a partition never stored.
+    retry_policy=STORAGE_RETRY_POLICY,
+)
 def day_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
     """The day's own features (not a window): a missing day must fail, named."""
 
@@ -133,6 +140,7 @@ def test_a_missing_partition_of_a_non_window_input_still_fails_named(tmp_path):
 
     assert not result.success
     assert "features partition 2024-01-02 is not in storage" in failure_message(result)
+    assert attempts(result, "day_read") == 1  # waiting would not store it: no retry
     outcome = run_outcome(lake.instance, result.run_id, succeeded=False)
     assert outcome is not None
     assert classify_outcome(outcome).failure_class == DATA
