@@ -40,6 +40,7 @@ HOLIDAYS = {
     "2013-02-18": "Presidents' Day",
     "2013-05-27": "Memorial Day",
     "2013-07-04": "Independence Day",
+    "2013-07-05": "day after Independence Day",
     "2013-09-02": "Labor Day",
     "2013-10-14": "Columbus Day",
     "2013-11-11": "Veterans Day",

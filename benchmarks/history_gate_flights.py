@@ -19,6 +19,7 @@ import datetime as dt
 import time
 from collections import Counter
 
+from benchmarks.drift_flights_year import HOLIDAYS
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import DriftReferenceSpec
 from ml_platform.ingestion.assets import read_landed_file
@@ -34,24 +35,6 @@ from ml_platform.validation.schema import type_rows
 CONTRACT = load_contract("flights")
 FIRST = CONTRACT.partitions.start_date
 DAYS = [FIRST + dt.timedelta(days=i) for i in range(365)]
-# For reading the output only: US federal holidays of 2013 and the days around them.
-HOLIDAYS = {
-    "2013-01-01": "New Year's Day",
-    "2013-01-21": "Martin Luther King Jr. Day",
-    "2013-02-18": "Presidents' Day",
-    "2013-05-27": "Memorial Day",
-    "2013-07-04": "Independence Day",
-    "2013-07-05": "day after Independence Day",
-    "2013-09-02": "Labor Day",
-    "2013-10-14": "Columbus Day",
-    "2013-11-11": "Veterans Day",
-    "2013-11-28": "Thanksgiving",
-    "2013-11-29": "day after Thanksgiving",
-    "2013-11-30": "Thanksgiving weekend",
-    "2013-12-24": "Christmas Eve",
-    "2013-12-25": "Christmas Day",
-    "2013-12-31": "New Year's Eve",
-}
 
 
 def profile_of(day: dt.date) -> dict[str, float | None]:

@@ -29,6 +29,7 @@ from ml_platform.training.assets import (
 )
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
+from ml_platform_tests.test_backfill_range import materialize_range
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 DAYS = days_from("2024-01-01", 5)
@@ -229,20 +230,6 @@ def test_a_day_without_its_own_features_is_not_trained_however_full_its_window()
 def test_the_fill_command_spans_the_first_missing_day_through_the_day():
     assert fill_command("2024-01-30", "2024-02-02") == (
         "ml-platform materialize --start 2024-01-30 --days 4"
-    )
-
-
-def materialize_range(platform: Platform, first: str, last: str, selection: list[str]):
-    return dg.materialize(
-        [*(platform.defs.assets or []), *(platform.defs.asset_checks or [])],
-        resources=platform.defs.resources,
-        instance=platform.instance,
-        selection=selection,
-        tags={
-            "dagster/asset_partition_range_start": first,
-            "dagster/asset_partition_range_end": last,
-        },
-        raise_on_error=False,
     )
 
 
