@@ -172,6 +172,9 @@ class InputRead:
     partition: str | None
     read: dg.EventLogRecord | None  # the last materialisation before the step started
     stored: dg.EventLogRecord | None  # the last materialisation now
+    # Loaded through the IO manager, which hands the rerun a sample; a dependency the asset
+    # reads from the lake itself (validated_data's raw_data) comes whole.
+    sampled: bool = True
 
     @property
     def name(self) -> str:
@@ -248,8 +251,10 @@ def inputs_read(
     reads = []
     for input_def in target.asset.op.input_defs:
         key = target.asset.keys_by_input_name.get(input_def.name)
-        if key is None or input_def.dagster_type.is_nothing or key in target.asset.keys:
-            continue  # an ordering dependency (or the asset's own past), nothing loaded
+        # A dependency without a value counts too: validated_data reads the raw_data parse its
+        # dependency staged from the lake. The asset's own past is not an input.
+        if key is None or key in target.asset.keys:
+            continue
         for partition in upstream_partitions(
             target.asset, by_key.get(key), key, target.partition or ""
         ):
@@ -260,7 +265,8 @@ def inputs_read(
             now = dg.AssetRecordsFilter(asset_key=key, asset_partitions=wanted)
             read = next(iter(instance.fetch_materializations(before, limit=1).records), None)
             stored = next(iter(instance.fetch_materializations(now, limit=1).records), None)
-            reads.append(InputRead(key, partition, read, stored))
+            sampled = not input_def.dagster_type.is_nothing
+            reads.append(InputRead(key, partition, read, stored, sampled))
     return reads
 
 
@@ -434,7 +440,7 @@ def reproduce(
     """
     target = failed_target(instance, run_id, defs)
     reads = check_inputs_unchanged(instance, target, defs, contract)
-    sizes = [r.rows for r in reads if r.rows]
+    sizes = [r.rows for r in reads if r.rows and r.sampled]
     largest = max(sizes, default=0)
     if contract is not None and largest > sample_rows:
         from ml_platform.definitions import build_definitions

@@ -583,3 +583,37 @@ def test_missing_window_days_and_unstored_partitions_are_data_failures():
         verdict = classify_failure([failure], [])
         assert verdict.failure_class == DATA, verdict.reason
         assert failure.error_class in verdict.reason
+
+
+def test_reproduce_of_a_failed_gate_refuses_once_its_day_was_landed_again(tmp_path, monkeypatch):
+    # validated_data reads the parse raw_data staged from the lake, not as a sampled input:
+    # reproduce still checks that parse is the one the run judged.
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    contract = load_contract("synthetic")
+    root = tmp_path / "platform"
+    defs = build_definitions(
+        contract, landing_dir=str(root / "landing"), lake_dir=str(root / "lake")
+    )
+    zone = LandingZone(base_dir=str(root / "landing"))
+
+    def run(selection: list[str]) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            list(defs.assets or []),
+            selection=selection,
+            partition_key=DAY,
+            resources=defs.resources,
+            instance=instance,
+            raise_on_error=False,
+        )
+
+    with dg.DagsterInstance.get() as instance:
+        list(land_days(contract, zone, [dt.date.fromisoformat(DAY)], fault="out_of_range"))
+        failed = run_id_of(run(["raw_data", "validated_data"]))
+        with pytest.raises(dg.Failure, match=r"failed the quality gate \(gx_validity\)"):
+            reproduce(instance, failed, defs, tmp_path / "scratch1", contract=contract)
+
+        # The corrected file lands and raw_data stages it: the parse the run judged is gone.
+        list(land_days(contract, zone, [dt.date.fromisoformat(DAY)]))
+        assert run(["raw_data"]).success
+        with pytest.raises(InputsChangedError, match=f"raw_data partition {DAY} changed"):
+            reproduce(instance, failed, defs, tmp_path / "scratch2", contract=contract)
