@@ -132,7 +132,7 @@ def day_outcome(result: "dg.ExecuteInProcessResult") -> str:
 
 def run_errors(result: "dg.ExecuteInProcessResult") -> list[str]:
     """Each failed step of a run and the first line of its error."""
-    from ml_platform.automation.classify import user_error
+    from ml_platform.troubleshooting.classify import user_error
 
     errors = []
     for event in result.get_step_failure_events():
@@ -273,8 +273,8 @@ def score(args: argparse.Namespace) -> int:
     """Score a file of rows with a registered model, to see the model is real."""
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
+    from ml_platform.platform.storage import lake_from_env
     from ml_platform.registry.store import ModelRegistry, RegistryError
-    from ml_platform.storage import lake_from_env
     from ml_platform.validation.schema import type_rows
 
     contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
@@ -321,7 +321,7 @@ def diagnose(args: argparse.Namespace) -> int:
     """Explain a failed run from the instance's event log: step, last lines, class, runbook."""
     import dagster as dg
 
-    from ml_platform.diagnose import (
+    from ml_platform.troubleshooting.diagnose import (
         AmbiguousRunIdError,
         RunNotFoundError,
         diagnose_run,
@@ -348,14 +348,14 @@ def reproduce(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.definitions import build_definitions
-    from ml_platform.reproduce import NothingToReproduceError, not_reproduced_advice
-    from ml_platform.reproduce import reproduce as rerun
+    from ml_platform.troubleshooting.reproduce import NothingToReproduceError, not_reproduced_advice
+    from ml_platform.troubleshooting.reproduce import reproduce as rerun
 
     # What reproduce decides (inputs, sample, scaled expectations) goes to the terminal; the
     # instance's storage (alembic, SQLite) and Dagster's own INFO lines stay out of it.
     said = logging.StreamHandler(sys.stderr)
     said.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("ml_platform.reproduce")
+    logger = logging.getLogger("ml_platform.troubleshooting.reproduce")
     logger.addHandler(said)
     logger.setLevel(logging.INFO)
     logger.propagate = False
@@ -398,7 +398,7 @@ def health(args: argparse.Namespace) -> int:
     """Summarise the last N days of runs: success rates, durations, checks, memory requests."""
     import dagster as dg
 
-    from ml_platform.health import pipeline_health
+    from ml_platform.troubleshooting.health import pipeline_health
 
     with dg.DagsterInstance.get() as instance:
         print(pipeline_health(instance, args.days).render())

@@ -19,9 +19,9 @@ from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.landing import landing_from_env
-from ml_platform.partitions import daily_partitions
+from ml_platform.platform.partitions import daily_partitions
+from ml_platform.platform.storage import LakeIOManager, lake_from_env
 from ml_platform.registry.assets import build_registered_model
-from ml_platform.storage import LakeIOManager, lake_from_env
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
 

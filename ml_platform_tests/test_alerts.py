@@ -17,7 +17,8 @@ import dagster as dg
 import pytest
 
 from ml_platform.automation.alerts import Notifier, RunOutcome, evaluate_run, notifier_from_env
-from ml_platform.automation.classify import (
+from ml_platform.automation.sensors import AlertsCursor, build_run_alerts_sensor, run_outcome
+from ml_platform.troubleshooting.classify import (
     CODE_BUG,
     DATA,
     DEPENDENCY_MISMATCH,
@@ -27,7 +28,6 @@ from ml_platform.automation.classify import (
     StepFailure,
     classify_failure,
 )
-from ml_platform.automation.sensors import AlertsCursor, build_run_alerts_sensor, run_outcome
 from ml_platform_tests.conftest import REPO
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
@@ -393,10 +393,10 @@ def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
 
 
 def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_path):
-    from ml_platform.automation.classify import RUNBOOK_ANCHORS
     from ml_platform.contracts import load_contract
     from ml_platform.definitions import build_definitions
-    from ml_platform.runbook import RUNBOOK_PATH, check_anchor
+    from ml_platform.troubleshooting.classify import RUNBOOK_ANCHORS
+    from ml_platform.troubleshooting.runbook import RUNBOOK_PATH, check_anchor
 
     runbook = (REPO / "docs" / "runbook.md").read_text()
     headings = {
@@ -409,7 +409,7 @@ def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_pat
     )
     graph = defs.resolve_asset_graph()
     specs = [graph.get_check_spec(key) for key in graph.asset_check_keys]
-    from ml_platform.runbook import CHECK_SECTIONS
+    from ml_platform.troubleshooting.runbook import CHECK_SECTIONS
 
     assert {spec.name for spec in specs} == CHECK_SECTIONS
     for spec in specs:

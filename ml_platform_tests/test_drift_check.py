@@ -14,7 +14,7 @@ from ml_platform.drift.checks import FEATURES_DRIFT_CHECK
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.storage import serialise
+from ml_platform.platform.storage import serialise
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import Platform, days_from
 

@@ -9,8 +9,8 @@ import yaml
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
+from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry
-from ml_platform.storage import LocalStorage
 from ml_platform.validation.assets import days_depend_on_each_other
 from ml_platform.validation.expectations import HISTORY
 from ml_platform.validation.history import (

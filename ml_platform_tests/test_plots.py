@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from ml_platform.plots import Series, confusion_matrix, line_chart, nice_ticks, scatter
+from ml_platform.platform.plots import Series, confusion_matrix, line_chart, nice_ticks, scatter
 
 SVG = "{http://www.w3.org/2000/svg}"
 

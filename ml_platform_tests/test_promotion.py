@@ -23,9 +23,9 @@ from ml_platform.evaluation.metrics import (
     score_predictions,
 )
 from ml_platform.ingestion.flights import flights_for_day
+from ml_platform.platform.storage import LakeIOManager, LocalStorage
 from ml_platform.registry.assets import rejected_in_a_row
 from ml_platform.registry.store import ModelRegistry
-from ml_platform.storage import LakeIOManager, LocalStorage
 from ml_platform.training.model import TrainedModel, train_model
 from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range

@@ -11,8 +11,8 @@ from pydantic import PrivateAttr
 
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
+from ml_platform.platform.storage import LakeStorage, LocalStorage, S3Storage
 from ml_platform.registry.store import ModelRegistry, RegistryError
-from ml_platform.storage import LakeStorage, LocalStorage, S3Storage
 from ml_platform_tests.conftest import Platform
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 

@@ -37,7 +37,7 @@ from ml_platform.ingestion.landing import (
     RefusedLandingFileError,
     S3LandingZone,
 )
-from ml_platform.partitions import daily_partitions
+from ml_platform.platform.partitions import daily_partitions
 
 SYNTHETIC = load_contract("synthetic")
 JOB = "daily_pipeline_job"

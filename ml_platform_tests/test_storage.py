@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from ml_platform.ingestion.synthetic import Drift
-from ml_platform.storage import LocalStorage, deserialise, serialise, write_atomically
+from ml_platform.platform.storage import LocalStorage, deserialise, serialise, write_atomically
 
 
 def typed_frame() -> pd.DataFrame:

@@ -8,7 +8,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from ml_platform.storage import (
+from ml_platform.platform.storage import (
     LakeIOManager,
     LakeStorage,
     LocalStorage,

@@ -25,7 +25,14 @@ import pytest
 
 from ml_platform import cli
 from ml_platform.automation.alerts import Notifier
-from ml_platform.automation.classify import (
+from ml_platform.automation.sensors import build_run_alerts_sensor
+from ml_platform.contracts import load_contract
+from ml_platform.definitions import build_definitions
+from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform.platform.logs import LOG_FILE_NAME
+from ml_platform.platform.steps import each_day
+from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LocalStorage
+from ml_platform.troubleshooting.classify import (
     CODE_BUG,
     DATA,
     DEPENDENCY_MISMATCH,
@@ -37,14 +44,11 @@ from ml_platform.automation.classify import (
     StepFailure,
     classify_failure,
 )
-from ml_platform.automation.sensors import build_run_alerts_sensor
-from ml_platform.contracts import load_contract
-from ml_platform.definitions import build_definitions
-from ml_platform.ingestion.landing import LandingZone, land_days
-from ml_platform.logs import LOG_FILE_NAME
-from ml_platform.reproduce import InputsChangedError, not_reproduced_advice, reproduce
-from ml_platform.steps import each_day
-from ml_platform.storage import FORMAT_KEY, LakeIOManager, LocalStorage
+from ml_platform.troubleshooting.reproduce import (
+    InputsChangedError,
+    not_reproduced_advice,
+    reproduce,
+)
 from ml_platform_tests.conftest import REPO, free_port
 
 DAY = "2024-01-03"
@@ -370,7 +374,7 @@ def test_reproduce_raises_the_same_exception_on_a_100_row_sample(incidents, tmp_
             "io_manager": LakeIOManager(storage=incidents["lake"], dataset="incidents"),
         },
     )
-    caplog.set_level("INFO", logger="ml_platform.reproduce")
+    caplog.set_level("INFO", logger="ml_platform.troubleshooting.reproduce")
     lake_dir = Path(incidents["lake"].base_dir)
     stored = sorted(lake_dir.rglob("*"))
     with pytest.raises(ZeroDivisionError) as raised:
@@ -545,7 +549,7 @@ def test_a_resource_failure_not_reproduced_on_a_sample_says_what_to_change():
 def test_json_lines_redact_escaped_secrets_and_url_passwords(monkeypatch):
     import logging
 
-    from ml_platform.logs import JsonFormatter
+    from ml_platform.platform.logs import JsonFormatter
 
     monkeypatch.setenv("ML_PLATFORM_SMTP_PASSWORD", 'pa"ss\\word99')
     monkeypatch.setenv("ML_PLATFORM_SMTP_PORT", "587")  # not a secret: never redacted

@@ -15,11 +15,16 @@ import dagster as dg
 import pytest
 
 from ml_platform.automation.alerts import classify_outcome
-from ml_platform.automation.classify import DATA, Classification
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.automation.sensors import run_outcome
-from ml_platform.steps import SINGLE_RUN, WORKERS_ENV, each_day
-from ml_platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage, LocalStorage, S3Storage
+from ml_platform.platform.steps import SINGLE_RUN, WORKERS_ENV, each_day
+from ml_platform.platform.storage import (
+    FORMAT_KEY,
+    LakeIOManager,
+    LakeStorage,
+    LocalStorage,
+    S3Storage,
+)
 from ml_platform.training.assets import (
     WindowCoverageError,
     fill_command,
@@ -27,6 +32,7 @@ from ml_platform.training.assets import (
     window_coverage,
     window_input,
 )
+from ml_platform.troubleshooting.classify import DATA, Classification
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 from ml_platform_tests.test_backfill_range import materialize_range

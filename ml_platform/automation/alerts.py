@@ -34,13 +34,13 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ml_platform.automation.classify import (
+from ml_platform.troubleshooting.classify import (
     Classification,
     FailedCheck,
     StepFailure,
     classify_failure,
 )
-from ml_platform.runbook import check_anchor
+from ml_platform.troubleshooting.runbook import check_anchor
 
 CRITICAL = "CRITICAL"
 ERROR = "ERROR"

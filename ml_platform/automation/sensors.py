@@ -47,15 +47,15 @@ from ml_platform.automation.alerts import (
     evaluate_run,
     one_line,
 )
-from ml_platform.automation.classify import (
+from ml_platform.contracts import Contract
+from ml_platform.ingestion.landing import LandedObject, LandingStore, scan_landing
+from ml_platform.troubleshooting.classify import (
     FAILURE_CLASS_TAG,
     FailedCheck,
     StepFailure,
     error_chain,
     user_error,
 )
-from ml_platform.contracts import Contract
-from ml_platform.ingestion.landing import LandedObject, LandingStore, scan_landing
 
 LANDING_SENSOR = "landing_sensor"
 RUN_ALERTS_SENSOR = "run_alerts_sensor"

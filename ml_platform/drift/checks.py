@@ -19,9 +19,9 @@ from ml_platform.contracts import Contract
 from ml_platform.drift.detect import Calibration, FeatureVerdict, calibrate, detect_drift
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
-from ml_platform.runbook import check_description
-from ml_platform.steps import check_fields, map_days, partition_evaluation
-from ml_platform.storage import LakeIOManager
+from ml_platform.platform.steps import check_fields, map_days, partition_evaluation
+from ml_platform.platform.storage import LakeIOManager
+from ml_platform.troubleshooting.runbook import check_description
 
 FEATURES_DRIFT_CHECK = "features_drift"
 FEATURES = dg.AssetKey("features")

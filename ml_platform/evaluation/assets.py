@@ -16,12 +16,12 @@ from ml_platform.evaluation.metrics import (
     render_report,
     score_model,
 )
+from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.registry.store import ModelRegistry
-from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
+from ml_platform.troubleshooting.runbook import check_description
 
 VERDICT_CHECK = "promotion_verdict"
 

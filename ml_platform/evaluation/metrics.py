@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
+from ml_platform.platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
 from ml_platform.training.model import TrainedModel, labelled, split_holdout, window_frame
 
 LOWER_IS_BETTER = {"mae", "rmse"}

@@ -24,11 +24,11 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
+from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.registry.store import ModelRegistry, RegistryError
-from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.training.model import TrainedModel, labelled
+from ml_platform.troubleshooting.runbook import check_description
 
 CHAMPION_PERFORMANCE = "champion_performance"
 DECAY_CHECK = "champion_decay"

@@ -10,9 +10,9 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.profile import feature_profile
 from ml_platform.features.transforms import build_features
-from ml_platform.observability import table_schema
-from ml_platform.steps import SINGLE_RUN, each_day
-from ml_platform.storage import FORMAT_KEY
+from ml_platform.platform.observability import table_schema
+from ml_platform.platform.steps import SINGLE_RUN, each_day
+from ml_platform.platform.storage import FORMAT_KEY
 
 
 def build_features_asset(

@@ -26,10 +26,10 @@ from ml_platform.ingestion.landing import (
     MissingLandingFileError,
     RefusedLandingFileError,
 )
-from ml_platform.observability import record_bytes_read, table_schema
-from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import FORMAT_KEY, LakeStorage, serialise_into
+from ml_platform.platform.observability import record_bytes_read, table_schema
+from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.storage import FORMAT_KEY, LakeStorage, serialise_into
+from ml_platform.troubleshooting.runbook import check_description
 from ml_platform.validation.schema import raw_schema
 
 RAW_SCHEMA_CHECK = "raw_schema"

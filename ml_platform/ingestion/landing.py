@@ -27,7 +27,7 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.storage import (
+from ml_platform.platform.storage import (
     S3Prefix,
     is_missing_key,
     require_s3_url,
@@ -349,7 +349,7 @@ def landing_from_env(landing_dir: str | None = None) -> LandingStore:
     `ML_PLATFORM_S3_ENDPOINT_URL` and `ML_PLATFORM_S3_REGION` when set); otherwise the local
     directory `ML_PLATFORM_LANDING_DIR`. `landing_dir` (tests) forces a local directory. Values
     stay `EnvVar`s, so the UI shows variable names, not their values. The lake's twin is
-    `ml_platform.storage.lake_from_env`.
+    `ml_platform.platform.storage.lake_from_env`.
     """
     if landing_dir is not None:
         return LandingZone(base_dir=landing_dir)

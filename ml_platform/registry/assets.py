@@ -13,11 +13,11 @@ import dagster as dg
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.registry.store import ModelRegistry, environment_manifest
-from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.training.model import TrainedModel
+from ml_platform.troubleshooting.runbook import check_description
 
 REJECTION_STREAK_CHECK = "rejection_streak"
 # Days between two evaluations of a model kind: the daily model, and the weekly full retrain

@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ml_platform.storage import LakeStorage, deserialise, serialise
+from ml_platform.platform.storage import LakeStorage, deserialise, serialise
 from ml_platform.training.model import TrainedModel
 
 ALIASES = ("champion", "challenger")

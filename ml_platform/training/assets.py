@@ -21,11 +21,10 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.observability import StepTelemetry
-from ml_platform.plots import GREY, Series, line_chart
-from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
+from ml_platform.platform.observability import StepTelemetry
+from ml_platform.platform.plots import GREY, Series, line_chart
+from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
 from ml_platform.training.model import (
     Checkpoints,
     TrainedModel,
@@ -33,6 +32,7 @@ from ml_platform.training.model import (
     TrainingState,
     train_model,
 )
+from ml_platform.troubleshooting.runbook import check_description
 
 LOSS_PLATEAU_CHECK = "loss_plateau"
 FINITE_WEIGHTS_CHECK = "finite_weights"

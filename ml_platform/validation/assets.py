@@ -18,10 +18,9 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, published_key, rejected_key, staged_key
-from ml_platform.observability import record_bytes_read, table_schema
-from ml_platform.runbook import check_description
-from ml_platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.storage import (
+from ml_platform.platform.observability import record_bytes_read, table_schema
+from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.storage import (
     FORMAT_KEY,
     DailyInput,
     LakeStorage,
@@ -29,6 +28,7 @@ from ml_platform.storage import (
     deserialise_from,
     serialise,
 )
+from ml_platform.troubleshooting.runbook import check_description
 from ml_platform.validation.expectations import (
     CHECKS,
     HISTORY,

@@ -27,7 +27,7 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import HistoryStatistic
 from ml_platform.drift.reference import describe_reference, reference_days
-from ml_platform.storage import LakeStorage, deserialise_from
+from ml_platform.platform.storage import LakeStorage, deserialise_from
 
 # Scales a median absolute deviation to the standard deviation of a normal distribution.
 MAD_TO_SD = 1.4826

@@ -24,7 +24,7 @@ import joblib
 import pandas as pd
 from pydantic import Field, PrivateAttr
 
-from ml_platform.observability import record_bytes_read
+from ml_platform.platform.observability import record_bytes_read
 
 FORMAT_KEY = "ml_platform/format"
 # An input with this metadata (the window's length in days) receives its partitions as a dict,

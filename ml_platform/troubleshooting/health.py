@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from ml_platform.observability import STEP_PREFIX
+from ml_platform.platform.observability import STEP_PREFIX
 
 # Peak memory varies with the day's size; a request at the peak observed would OOM on the next
 # bigger day.

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ml_platform.automation.classify import error_chain, user_error
+from ml_platform.troubleshooting.classify import error_chain, user_error
 
 LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 LOG_FILE_NAME = "ml_platform.jsonl"

@@ -33,20 +33,24 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.classify import RESOURCE_EXHAUSTION, RESOURCE_PATTERN, Classification
 from ml_platform.automation.sensors import LANDED_VERSION_TAG
 from ml_platform.contracts import Contract
-from ml_platform.diagnose import Diagnosis, diagnose_run
 from ml_platform.ingestion.landing import LandingStore
-from ml_platform.observability import row_count
-from ml_platform.storage import LakeIOManager, LakeStorage, LocalStorage
+from ml_platform.platform.observability import row_count
+from ml_platform.platform.storage import LakeIOManager, LakeStorage, LocalStorage
+from ml_platform.troubleshooting.classify import (
+    RESOURCE_EXHAUSTION,
+    RESOURCE_PATTERN,
+    Classification,
+)
+from ml_platform.troubleshooting.diagnose import Diagnosis, diagnose_run
 
 DEFAULT_SAMPLE_ROWS = 100
 # The rerun's events go to its scratch instance; the terminal shows the asset's exception only.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 # History statistics that count rows or values: a sample's counts are not the day's.
 COUNT_STATISTICS = ("row_count", "distinct_count")
-python_logger = logging.getLogger("ml_platform.reproduce")
+python_logger = logging.getLogger("ml_platform.troubleshooting.reproduce")
 
 
 class NothingToReproduceError(RuntimeError):

@@ -33,8 +33,18 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from ml_platform.observability import STEP_PREFIX, StepTelemetry, row_count, take_bytes_read
-from ml_platform.storage import FORMAT_KEY, DailyInput, LakeIOManager, MissingPartitionError
+from ml_platform.platform.observability import (
+    STEP_PREFIX,
+    StepTelemetry,
+    row_count,
+    take_bytes_read,
+)
+from ml_platform.platform.storage import (
+    FORMAT_KEY,
+    DailyInput,
+    LakeIOManager,
+    MissingPartitionError,
+)
 
 T = TypeVar("T")
 WORKERS_ENV = "ML_PLATFORM_STEP_WORKERS"

@@ -1,0 +1,1 @@
+"""Platform plumbing: lake storage, IO manager, step execution, logs, metrics, plots."""
