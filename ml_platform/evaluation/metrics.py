@@ -266,9 +266,8 @@ def primary_metric(contract: Contract) -> str:
     value-threshold metric, else the task's default (ROC AUC, RMSE).
     """
     spec = contract.evaluation
-    for metric in (*spec.change_thresholds, *spec.value_thresholds):
-        return metric
-    return DEFAULT_PRIMARY_METRIC[contract.task]
+    named = [*spec.change_thresholds, *spec.value_thresholds]
+    return named[0] if named else DEFAULT_PRIMARY_METRIC[contract.task]
 
 
 def baseline_predictions(
