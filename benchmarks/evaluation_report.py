@@ -5,8 +5,9 @@ Run: .venv/bin/python benchmarks/evaluation_report.py [--end 2013-01-28] [--repe
 Trains the model of the window ending `--end` (the contract's W days) and a champion on the
 window ending the day before, then times, in CPU seconds of this process (other jobs on the
 machine move wall time, much less CPU time), each piece of the evaluation asset: scoring the
-candidate and the champion with bootstrap intervals, the report's images, the report's
-markdown, and the model asset's loss curve. Prints the best of `--repeat` runs after a warm-up.
+candidate, the champion and the trivial baseline with bootstrap intervals, the report's images,
+the report's markdown, and the model asset's loss curve. Prints the best of `--repeat` runs after
+a warm-up.
 """
 
 import argparse
@@ -17,7 +18,14 @@ import time
 from collections.abc import Callable
 
 from ml_platform.contracts import load_contract
-from ml_platform.evaluation.metrics import holdout_of, judge, plots, render_report, score_model
+from ml_platform.evaluation.metrics import (
+    judge,
+    plots,
+    render_report,
+    score_baseline,
+    score_model,
+    split_of,
+)
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.landing import source_day
@@ -54,24 +62,26 @@ def main() -> None:
     keys = sorted(features)
     model = train_model({k: features[k] for k in keys[1:]}, contract)
     champion = train_model({k: features[k] for k in keys[:-1]}, contract)
-    holdout = holdout_of(model, {k: features[k] for k in keys[1:]}, contract)
+    train, holdout = split_of(model, {k: features[k] for k in keys[1:]}, contract)
     samples, seed = contract.evaluation.bootstrap_samples, contract.training.random_seed
     candidate = score_model(model, holdout, samples, seed)
     incumbent = score_model(champion, holdout, samples, seed)
-    verdict = judge(contract, candidate, incumbent)
+    baseline = score_baseline(model, train, holdout, samples, seed)
+    verdict = judge(contract, candidate, incumbent, baseline)
     images = plots(model, holdout, candidate)
     pieces = {
         "score_candidate": lambda: score_model(model, holdout, samples, seed),
         "score_champion": lambda: score_model(champion, holdout, samples, seed),
+        "score_baseline": lambda: score_baseline(model, train, holdout, samples, seed),
         "plots": lambda: plots(model, holdout, candidate),
         "render_report": lambda: render_report(
-            args.end.isoformat(), model, candidate, incumbent, "champion", verdict, images
+            args.end.isoformat(), model, candidate, incumbent, "champion", verdict, images, baseline
         ),
         "loss_curve": lambda: loss_curve(model),
     }
     cpu = {name: cpu_ms(work, args.repeat) for name, work in pieces.items()}
     report = render_report(
-        args.end.isoformat(), model, candidate, incumbent, "champion", verdict, images
+        args.end.isoformat(), model, candidate, incumbent, "champion", verdict, images, baseline
     )
     print(
         json.dumps(

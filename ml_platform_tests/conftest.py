@@ -32,7 +32,8 @@ def rejected_days(contract: Contract, lake_dir: Path, days: list[str]) -> list[s
     A small day's model can land either side of a value threshold (the first flights day, 167
     held-out rows, does), so tests that run whole days check what a verdict must follow from
     instead of which verdict it is: a report rejects exactly when a recorded metric misses its
-    contract bound (mae and rmse are maximums, the others minimums).
+    contract bound (mae and rmse are maximums, the others minimums) or the lower bound of the
+    recorded lift over the trivial baseline on its primary metric is not above 0.
     """
     rejected = []
     for day in days:
@@ -46,6 +47,9 @@ def rejected_days(contract: Contract, lake_dir: Path, days: list[str]) -> list[s
                 metrics[metric] <= bound if metric in {"mae", "rmse"} else metrics[metric] >= bound
             )
         ]
+        baseline = report["baseline"]
+        if not baseline["lifts"][baseline["primary_metric"]]["low"] > 0:
+            misses.append("trivial baseline")
         assert (report["decision"] == "reject") == bool(misses), (day, report["decision"], misses)
         if misses:
             rejected.append(day)

@@ -52,6 +52,7 @@ def test_the_evaluation_report_benchmark_times_each_piece():
     assert set(out["cpu_ms"]) == {
         "score_candidate",
         "score_champion",
+        "score_baseline",
         "plots",
         "render_report",
         "loss_curve",

@@ -9,12 +9,16 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
+    BASELINE_STRATEGY,
     Verdict,
-    holdout_of,
+    improvement,
     judge,
     plots,
+    primary_metric,
     render_report,
+    score_baseline,
     score_model,
+    split_of,
 )
 from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.platform.storage import FORMAT_KEY, LakeStorage
@@ -56,8 +60,9 @@ def build_evaluation_report(
                 blocking=False,
                 description=check_description(
                     VERDICT_CHECK,
-                    "The candidate meets the contract's value thresholds; otherwise it is "
-                    "rejected, not registered, and the champion stays.",
+                    "The candidate meets the contract's value thresholds and beats the "
+                    "trivial baseline; otherwise it is rejected, not registered, and the "
+                    "champion stays.",
                 ),
             )
         ],
@@ -69,11 +74,14 @@ def build_evaluation_report(
 
         The rows are the latest of the model's window, never trained on. Each metric has a
         bootstrap 95 % interval; ROC and precision-recall curves and the confusion matrix (or
-        residuals) are embedded in the report. The verdict applies the contract's value
-        thresholds, then its change thresholds to the improvement over the champion, whose 95 %
-        interval comes from scoring both models on the same bootstrap samples: `promote` only
-        when the interval's lower bound clears the threshold, `challenger` when the candidate is
-        good but not shown better, `reject` when it misses a value threshold (a WARN outcome:
+        residuals) are embedded in the report. Next to them is a trivial baseline fitted on the
+        labels of the model's training rows (the class prior, or the training mean), with the
+        candidate's lift over it. The verdict applies the contract's value thresholds and the
+        baseline, then its change thresholds to the improvement over the champion; each 95 %
+        interval of a difference comes from scoring both models on the same bootstrap samples:
+        `promote` only when the interval's lower bound clears the threshold, `challenger` when
+        the candidate is good but not shown better, `reject` when it misses a value threshold or
+        its lift over the baseline on the primary metric is not shown above 0 (a WARN outcome:
         the run succeeds and the champion stays). Classification: precision, recall, F1,
         accuracy, ROC AUC. Regression: MAE, RMSE, R².
 
@@ -91,11 +99,12 @@ def build_evaluation_report(
         ) -> Iterator:
             nonlocal promoted
             try:
-                holdout = holdout_of(model, features, contract)
+                train, holdout = split_of(model, features, contract)
             except ValueError as exc:
                 # The model and its window disagree: only rematerialising the model fixes that.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
+            baseline = score_baseline(model, train, holdout, spec.bootstrap_samples, seed)
             champion_version: str | None
             champion_model: TrainedModel | None
             if promoted is not None:
@@ -110,7 +119,7 @@ def build_evaluation_report(
                 if champion_model is not None
                 else None
             )
-            verdict = judge(contract, candidate, champion)
+            verdict = judge(contract, candidate, champion, baseline)
             if verdict.decision == "promote":
                 promoted = (f"{kind}-{day}", model)
             report = render_report(
@@ -121,6 +130,7 @@ def build_evaluation_report(
                 champion_version,
                 verdict,
                 plots(model, holdout, candidate),
+                baseline,
             )
             yield verdict_check(verdict, champion_version)
             improvements = {
@@ -132,6 +142,10 @@ def build_evaluation_report(
                 }
                 for metric, (gain, low, high) in verdict.improvements.items()
             }
+            lifts = {}
+            for metric in candidate.values:
+                gain, low, high = improvement(metric, candidate, baseline)
+                lifts[metric] = {"lift": gain, "low": low, "high": high}
             value = {
                 "partition": day,
                 "task": model.task,
@@ -140,6 +154,14 @@ def build_evaluation_report(
                 "champion_version": champion_version,
                 "champion_metrics": champion.values if champion is not None else None,
                 "improvements": improvements,
+                "baseline": {
+                    "strategy": BASELINE_STRATEGY[model.task],
+                    "metrics": baseline.values,
+                    "intervals": baseline.intervals,
+                    "lifts": lifts,
+                    "primary_metric": primary_metric(contract),
+                    "beats": verdict.beats_baseline,
+                },
                 "decision": verdict.decision,
                 "cause": verdict.cause,
                 "reasons": verdict.reasons,
@@ -154,6 +176,11 @@ def build_evaluation_report(
                 metadata.update(
                     {f"champion_{n}": dg.MetadataValue.float(v) for n, v in champion.values.items()}
                 )
+            for metric, lift in lifts.items():
+                metadata[f"baseline_{metric}"] = dg.MetadataValue.float(baseline.values[metric])
+                metadata[f"lift_{metric}"] = dg.MetadataValue.float(lift["lift"])
+                metadata[f"lift_{metric}_low"] = dg.MetadataValue.float(lift["low"])
+                metadata[f"lift_{metric}_high"] = dg.MetadataValue.float(lift["high"])
             for metric, (gain, low, high) in verdict.improvements.items():
                 metadata[f"improvement_{metric}"] = dg.MetadataValue.float(gain)
                 metadata[f"improvement_{metric}_low"] = dg.MetadataValue.float(low)
@@ -164,6 +191,7 @@ def build_evaluation_report(
                     **metadata,
                     "decision": verdict.decision,
                     "cause": verdict.cause,
+                    "beats_baseline": verdict.beats_baseline,
                     "holdout_rows": model.holdout_rows,
                     "report": dg.MetadataValue.md(report),
                 },
@@ -177,7 +205,13 @@ def build_evaluation_report(
 def verdict_check(verdict: Verdict, champion_version: str | None) -> dg.AssetCheckResult:
     """The day's verdict as a WARN check: it fails only when the candidate is rejected."""
     decision = verdict.decision
-    if decision == "reject":
+    if not verdict.beats_baseline:
+        advice = (
+            " Not registered; the champion stays. The model predicts no better than the label's "
+            "distribution alone: check that the features still carry the label's signal (a "
+            "broken join or source column, a label shifted in time) before retraining."
+        )
+    elif decision == "reject":
         advice = (
             " Not registered; the champion stays. Read the day's evaluation report and its data "
             "checks: a bad window or a real decline; several days in a row raise rejection_streak."

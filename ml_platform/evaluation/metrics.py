@@ -9,6 +9,14 @@ improvements is the noise of the comparison. The candidate is promoted only when
 of the improvement's 95 % interval is above the contract's change threshold: a tie, or a gain the
 resampling cannot tell from zero, keeps the champion. A first model, with no champion, is judged
 on values alone.
+
+Every candidate, first or not, must also beat a trivial baseline fitted on the labels of its
+training rows: the class prior (`DummyClassifier(strategy="prior")`, whose ROC AUC is exactly
+0.5) or the training mean (`DummyRegressor(strategy="mean")`). The baseline is scored on the same
+bootstrap samples, and the candidate beats it when the lower bound of the paired 95 % interval of
+its lift on the primary metric is above 0: the rule that promotes over a champion, with no margin.
+A candidate that cannot be told from the baseline has learned nothing the label's distribution
+alone does not give, whatever its value thresholds say, and is rejected.
 """
 
 import dataclasses
@@ -27,25 +35,32 @@ LOWER_IS_BETTER = {"mae", "rmse"}
 UNIT_RANGE = (-0.02, 1.02)
 
 
-def holdout_of(
+def split_of(
     model: TrainedModel, partitions: dict[str, pd.DataFrame], contract: Contract
-) -> pd.DataFrame:
-    """The rows `model` held out, recomputed from the same window of feature partitions."""
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(train, holdout): the rows `model` learned from and held out, recomputed from its window."""
     if sorted(partitions) != model.window:
         raise ValueError(
             f"evaluation window {sorted(partitions)} differs from the model's training window "
             f"{model.window}; rematerialise the model for this partition"
         )
-    _, holdout = split_holdout(
+    train, holdout = split_holdout(
         labelled(window_frame(partitions), contract), contract.training.holdout_fraction
     )
-    if len(holdout) != model.holdout_rows:
+    if (len(train), len(holdout)) != (model.train_rows, model.holdout_rows):
         raise ValueError(
-            f"the window now holds {len(holdout)} hold-out rows but the model recorded "
-            f"{model.holdout_rows}: its feature partitions changed after training; "
-            "rematerialise the model"
+            f"the window now holds {len(train)} training and {len(holdout)} hold-out rows but "
+            f"the model recorded {model.train_rows} and {model.holdout_rows}: its feature "
+            "partitions changed after training; rematerialise the model"
         )
-    return holdout
+    return train, holdout
+
+
+def holdout_of(
+    model: TrainedModel, partitions: dict[str, pd.DataFrame], contract: Contract
+) -> pd.DataFrame:
+    """The rows `model` held out, recomputed from the same window of feature partitions."""
+    return split_of(model, partitions, contract)[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,26 +229,87 @@ def _intervals(draws: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
     }
 
 
-def improvement(metric: str, candidate: Scores, champion: Scores) -> tuple[float, float, float]:
-    """The candidate's improvement over the champion: (point, 95 % low, 95 % high).
+def improvement(metric: str, candidate: Scores, reference: Scores) -> tuple[float, float, float]:
+    """The candidate's improvement over a reference model: (point, 95 % low, 95 % high).
 
-    Positive is better whatever the metric's direction (for mae and rmse it is the champion's
+    The reference is the champion, or the trivial baseline (the improvement is then its lift).
+    Positive is better whatever the metric's direction (for mae and rmse it is the reference's
     error minus the candidate's). The interval comes from the paired draws: each bootstrap
     sample's difference of the two models on the same rows. A sample where the metric is
     undefined (ROC AUC of a sample with one class) is left out; with no defined sample the
     interval is NaN, which clears no threshold.
     """
-    if candidate.pairing != champion.pairing:
+    if candidate.pairing != reference.pairing:
         raise ValueError(
-            "the candidate and the champion were not scored on the same bootstrap samples "
-            "(different hold-out rows, seed or sample count): their difference is not paired"
+            "the candidate and the model it is compared with were not scored on the same "
+            "bootstrap samples (different hold-out rows, seed or sample count): their "
+            "difference is not paired"
         )
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
-    point = sign * (candidate.values[metric] - champion.values[metric])
-    diffs = sign * (candidate.draws[metric] - champion.draws[metric])
+    point = sign * (candidate.values[metric] - reference.values[metric])
+    diffs = sign * (candidate.draws[metric] - reference.draws[metric])
     if np.isnan(diffs).all():
         return point, math.nan, math.nan
     return point, float(np.nanpercentile(diffs, 2.5)), float(np.nanpercentile(diffs, 97.5))
+
+
+# The metric a trivial baseline is beaten on when the contract names none to promote on: the
+# ranking (ROC AUC) of a classifier, the error (RMSE) of a regressor.
+DEFAULT_PRIMARY_METRIC = {"classification": "roc_auc", "regression": "rmse"}
+BASELINE_STRATEGY = {"classification": "prior", "regression": "mean"}
+
+
+def primary_metric(contract: Contract) -> str:
+    """The metric a candidate must beat the trivial baseline on.
+
+    The contract's first change-threshold metric (the one it promotes on), else its first
+    value-threshold metric, else the task's default (ROC AUC, RMSE).
+    """
+    spec = contract.evaluation
+    named = [*spec.change_thresholds, *spec.value_thresholds]
+    return named[0] if named else DEFAULT_PRIMARY_METRIC[contract.task]
+
+
+def baseline_predictions(
+    task: str, train_labels: np.ndarray, rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted, score) of the trivial baseline fitted on `train_labels`, for `rows` rows.
+
+    The class prior (`DummyClassifier(strategy="prior")`: the majority class, scored with the
+    share of positives, the same for every row) or the training mean
+    (`DummyRegressor(strategy="mean")`). Neither reads a feature, so the rows are zero columns.
+    """
+    from sklearn.dummy import DummyClassifier, DummyRegressor
+
+    if len(train_labels) == 0:
+        raise ValueError("the trivial baseline needs at least one training label")
+    train_x = np.zeros((len(train_labels), 1))
+    x = np.zeros((rows, 1))
+    if task == "classification":
+        prior = DummyClassifier(strategy="prior").fit(train_x, train_labels)
+        classes = list(prior.classes_)
+        proba = prior.predict_proba(x)
+        score = proba[:, classes.index(1)] if 1 in classes else np.zeros(rows)
+        return prior.predict(x), score
+    mean = DummyRegressor(strategy="mean").fit(train_x, train_labels)
+    predicted = mean.predict(x)
+    return predicted, predicted
+
+
+def score_baseline(
+    model: TrainedModel, train: pd.DataFrame, holdout: pd.DataFrame, samples: int, seed: int
+) -> Scores:
+    """The trivial baseline, fitted on the labels of `model`'s training rows, on the hold-out.
+
+    With the same `samples` and `seed` as the candidate it is scored on the same bootstrap
+    samples, so `improvement` pairs the two.
+    """
+    dtype = "int64" if model.task == "classification" else "float64"
+    y = holdout[model.label].astype(dtype).to_numpy()
+    predicted, score = baseline_predictions(
+        model.task, train[model.label].astype(dtype).to_numpy(), len(y)
+    )
+    return score_predictions(model.task, y, predicted, score, samples, seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,8 +317,9 @@ class Verdict:
     """Whether the candidate may be registered, and whether it becomes champion.
 
     `improvements[metric]` is (improvement, 95 % low, 95 % high) over the champion for each
-    change-threshold metric (empty without a champion); `cause` is the reason for the decision
-    in one line, for the run's summary and the registry.
+    change-threshold metric (empty without a champion); `lift` is the same over the trivial
+    baseline for the primary metric (empty when judged without a baseline); `cause` is the reason
+    for the decision in one line, for the run's summary and the registry.
     """
 
     passes_values: bool
@@ -250,20 +327,54 @@ class Verdict:
     reasons: list[str]
     improvements: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
     cause: str = ""
+    beats_baseline: bool = True
+    lift: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def decision(self) -> str:
         """'promote', 'challenger' (good, but not better than the champion) or 'reject'."""
-        if not self.passes_values:
+        if not (self.passes_values and self.beats_baseline):
             return "reject"
         return "promote" if self.beats_champion else "challenger"
 
 
-def judge(contract: Contract, candidate: Scores, champion: Scores | None) -> Verdict:
-    """Apply the contract's value thresholds, then its change thresholds to the paired improvement.
+def judge_baseline(
+    metric: str, candidate: Scores, baseline: Scores
+) -> tuple[bool, tuple[float, float, float], str]:
+    """(beats, (lift, 95 % low, 95 % high), reason): the candidate against the trivial baseline.
+
+    It beats the baseline when the lower bound of the paired interval of its lift on `metric`
+    is strictly above 0 (False for a NaN bound): a lift the resampling cannot tell from zero is
+    no evidence the model learned anything.
+    """
+    lift, low, high = improvement(metric, candidate, baseline)
+    beats = low > 0
+    comparison = (
+        f"{metric} {candidate.values[metric]:.4f} vs {baseline.values[metric]:.4f}: lift "
+        f"{lift:+.4f} (95 % interval {low:+.4f} to {high:+.4f})"
+    )
+    if beats:
+        reason = f"beats the trivial baseline: {comparison}"
+    else:
+        reason = (
+            f"does not beat the trivial baseline: {comparison}, whose lower bound is not above 0"
+        )
+    return beats, (lift, low, high), reason
+
+
+def judge(
+    contract: Contract,
+    candidate: Scores,
+    champion: Scores | None,
+    baseline: Scores | None = None,
+) -> Verdict:
+    """Apply the contract's value thresholds, the trivial baseline, then its change thresholds.
 
     A change-threshold metric clears its threshold when the lower bound of the improvement's
     95 % interval is strictly above it; the candidate beats the champion when every one does.
+    The candidate beats the baseline (`score_baseline`) when the lower bound of its lift on the
+    primary metric is above 0; one that does not is rejected, first model or not. Without a
+    baseline only the thresholds apply.
     """
     spec = contract.evaluation
     reasons = []
@@ -279,10 +390,20 @@ def judge(contract: Contract, candidate: Scores, champion: Scores | None) -> Ver
         reasons.append(reason)
         if not ok:
             misses.append(reason)
+    beats_baseline = True
+    lift: dict[str, tuple[float, float, float]] = {}
+    if baseline is not None:
+        metric = primary_metric(contract)
+        beats_baseline, lift[metric], reason = judge_baseline(metric, candidate, baseline)
+        reasons.append(reason)
+        if not beats_baseline:
+            # Said first: with no lift over the baseline, the thresholds' misses follow.
+            misses.insert(0, reason)
     if champion is None:
-        reasons.append("there is no champion yet: judged on value thresholds only")
+        judged_on = "value thresholds" if baseline is None else "value thresholds and baseline"
+        reasons.append(f"there is no champion yet: judged on {judged_on} only")
         cause = "; ".join(misses) if misses else "first model, no champion to beat"
-        return Verdict(passes_values, True, reasons, {}, cause)
+        return Verdict(passes_values, True, reasons, {}, cause, beats_baseline, lift)
     beats = True
     improvements = {}
     short_of: list[str] = []
@@ -305,7 +426,7 @@ def judge(contract: Contract, candidate: Scores, champion: Scores | None) -> Ver
         cause = "; ".join(short_of)
     else:
         cause = "; ".join(cleared) or "no change thresholds: a good candidate is promoted"
-    return Verdict(passes_values, beats, reasons, improvements, cause)
+    return Verdict(passes_values, beats, reasons, improvements, cause, beats_baseline, lift)
 
 
 def plots(model: TrainedModel, holdout: pd.DataFrame, scores: Scores) -> list[str]:
@@ -377,35 +498,54 @@ def render_report(
     champion_version: str | None,
     verdict: Verdict,
     images: list[str],
+    baseline: Scores | None = None,
 ) -> str:
-    """Markdown report of one evaluation."""
+    """Markdown report of one evaluation (with the trivial baseline's columns when given)."""
     header = "| metric | candidate (95 % interval) |"
     rule = "|---|---|"
     if champion is not None:
         header += f" champion {champion_version} (95 % interval) |"
         header += " improvement (paired 95 % interval) |"
         rule += "---|---|"
+    if baseline is not None:
+        header += f" trivial baseline, {BASELINE_STRATEGY[model.task]} (95 % interval) |"
+        header += " lift over baseline (paired 95 % interval) |"
+        rule += "---|---|"
     rows = []
     for name, value in candidate.values.items():
         low, high = candidate.intervals.get(name, (math.nan, math.nan))
         row = f"| {name} | {value:.4f} ({low:.4f} – {high:.4f}) |"
-        if champion is not None:
-            c_low, c_high = champion.intervals.get(name, (math.nan, math.nan))
-            row += f" {champion.values[name]:.4f} ({c_low:.4f} – {c_high:.4f}) |"
-            gain, g_low, g_high = improvement(name, candidate, champion)
+        for reference in (champion, baseline):
+            if reference is None:
+                continue
+            r_low, r_high = reference.intervals.get(name, (math.nan, math.nan))
+            row += f" {reference.values[name]:.4f} ({r_low:.4f} – {r_high:.4f}) |"
+            gain, g_low, g_high = improvement(name, candidate, reference)
             row += f" {gain:+.4f} ({g_low:+.4f} – {g_high:+.4f}) |"
         rows.append(row)
-    pairing = (
-        [
+    explained = []
+    if champion is not None:
+        explained += [
             "Improvement: candidate minus champion (champion minus candidate for errors), each "
             "bootstrap sample scoring both models on the same held-out rows. The candidate is "
             "promoted only when the lower bound of that interval is above the contract's change "
             "threshold for every change-threshold metric.",
             "",
         ]
-        if champion is not None
-        else []
-    )
+    if baseline is not None:
+        what = (
+            "the class prior of the training rows: the majority class for every row, each "
+            "scored with the share of positives, so its ROC AUC is exactly 0.5"
+            if model.task == "classification"
+            else "the mean label of the training rows, predicted for every row"
+        )
+        metric = ", ".join(verdict.lift) or "the primary metric"
+        explained += [
+            f"Trivial baseline: {what}. Lift: candidate minus baseline (baseline minus candidate "
+            "for errors) on the same bootstrap samples. The candidate must beat it: the lower "
+            f"bound of the lift's interval on {metric} must be above 0, or it is rejected.",
+            "",
+        ]
     lines = [
         f"# Evaluation of the model of {partition}",
         "",
@@ -416,7 +556,7 @@ def render_report(
         "",
         f"**Verdict: {verdict.decision}.** " + "; ".join(verdict.reasons) + ".",
         "",
-        *pairing,
+        *explained,
         header,
         rule,
         *rows,
