@@ -11,8 +11,9 @@ from ml_platform.platform import plots
 
 # Plotting every feature would make a report of a wide dataset long and slow to load in the
 # UI: the report plots the features that drifted (up to MAX_PLOTTED), the ones a person has to
-# look at. A quiet day's report is its table: drawing plots nobody needs cost about 1 s a day,
-# most of a day's drift check, and a year backfill checks 365 days.
+# look at. A quiet day's report is its table: a feature's plots cost about 80 ms of CPU and
+# 40 kB of report, and the first plot of a process 0.5 s more to import matplotlib; a year
+# backfill checks 365 days.
 MAX_PLOTTED = 4
 ECDF_POINTS = 512
 HISTOGRAM_BINS = 40
