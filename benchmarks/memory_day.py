@@ -161,7 +161,8 @@ class StepMemory:
 def import_libraries() -> None:
     """Import what the steps import lazily, so a step's increment is its data, not its imports."""
     import great_expectations  # noqa: F401
-    import matplotlib.pyplot  # noqa: F401
+    import matplotlib.backends.backend_svg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
     import scipy.stats  # noqa: F401
     import sklearn.linear_model  # noqa: F401
 

@@ -2,8 +2,11 @@
 verdict rule, calibration by each feature's day-to-day movement, feature profile and the stored
 report."""
 
+import base64
 import datetime as dt
 import json
+import re
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pandas as pd
@@ -292,7 +295,14 @@ def test_report_json_and_markdown_name_what_drifted():
     assert {"n_reference", "n_current", "effect", "threshold", "p_value", "status"} <= set(row)
     markdown = render_markdown(report, "summary line", ref, cur)
     assert "| x1 " in markdown and "drift" in markdown
-    assert "![drift plots](data:image/png;base64,iVBOR" in markdown  # an embedded PNG
+    # The drifted feature's histogram and ECDF, drawn by the report charts as an embedded SVG.
+    image = re.search(r"!\[drift plots\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", markdown)
+    assert image, markdown[-200:]
+    svg = ET.fromstring(base64.b64decode(image.group(1)))
+    drawn = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert {"ref", "day"} <= set(drawn), drawn
+    assert any(t.startswith("x1: drift, effect ") for t in drawn), drawn
+    assert any(t.startswith("ECDF: KS D = ") for t in drawn), drawn
 
 
 def moving_days(n: int, seed: int, rows: int = 1000) -> list[pd.DataFrame]:

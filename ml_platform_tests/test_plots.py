@@ -1,13 +1,14 @@
-"""SVG report charts: well-formed images with their title, legend, ticks and data."""
+"""Report charts: SVG a browser can size, read back for title, legend, ticks, colours and data."""
 
 import base64
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import numpy as np
-import pytest
 
-from ml_platform.platform.plots import Series, confusion_matrix, line_chart, nice_ticks, scatter
+from ml_platform.platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -20,7 +21,8 @@ def svg_of(markdown: str, alt: str) -> ET.Element:
     root = ET.fromstring(base64.b64decode(match.group(1)))
     assert root.tag == f"{SVG}svg"
     # A natural size, which the UI's <img> needs to lay the chart out.
-    assert int(root.get("width")) > 100 and int(root.get("height")) > 100
+    assert float(root.get("width").removesuffix("pt")) > 100
+    assert float(root.get("height").removesuffix("pt")) > 100
     return root
 
 
@@ -28,26 +30,50 @@ def texts(root: ET.Element) -> list[str]:
     return [t.text for t in root.iter(f"{SVG}text")]
 
 
-def test_line_chart_has_title_axis_labels_ticks_and_legend():
+def line(root: ET.Element, index: int) -> dict[str, str]:
+    """Path data and style properties of the `index`-th series of a line chart."""
+    group = root.find(f".//{SVG}g[@id='series-{index}']")
+    assert group is not None, f"no series {index}"
+    path = group.find(f"{SVG}path")
+    style = dict(p.split(": ", 1) for p in path.get("style").split("; "))
+    return {"d": path.get("d"), **style}
+
+
+def vertices(d: str) -> np.ndarray:
+    return np.array([[float(v) for v in p.split()] for p in re.split(r"[ML]", d) if p.strip()])
+
+
+def test_line_chart_shows_title_axis_labels_ticks_legend_and_each_series():
     x = np.linspace(0, 1, 5000)
     markdown = line_chart(
         "ROC curve",
         [
             Series("candidate (AUC = 0.61)", x, x**0.5),
-            Series("chance", [0, 1], [0, 1], dashed=True),
+            Series("chance", [0, 1], [0, 1], GREY, dashed=True),
         ],
         "false positive rate",
         "true positive rate",
         (-0.02, 1.02),
         (-0.02, 1.02),
     )
-    labels = texts(svg_of(markdown, "ROC curve"))
+    root = svg_of(markdown, "ROC curve")
+    labels = texts(root)
     for label in ["ROC curve", "false positive rate", "true positive rate", "chance"]:
         assert label in labels
     assert "candidate (AUC = 0.61)" in labels
     assert {"0.0", "0.2", "0.4", "0.6", "0.8", "1.0"} <= set(labels)
+    candidate, chance = line(root, 0), line(root, 1)
+    # The first colour of the cycle, solid; the chance line grey and dashed.
+    assert candidate["stroke"] == "#1f77b4" and "stroke-dasharray" not in candidate
+    assert chance["stroke"] == GREY and "stroke-dasharray" in chance
+    # A concave curve: above the diagonal at every drawn point (SVG's y axis points down).
+    start, end = vertices(chance["d"])
+    points = vertices(candidate["d"])
+    points = points[(points[:, 0] > start[0]) & (points[:, 0] < end[0])]
+    diagonal = start[1] + (points[:, 0] - start[0]) / (end[0] - start[0]) * (end[1] - start[1])
+    assert (points[:, 1] < diagonal).all()
     # 5,000 points collapse to what shows at screen size.
-    assert len(markdown) < 20_000
+    assert len(points) < 1000 and len(markdown) < 40_000
 
 
 def test_line_chart_draws_steps_and_survives_non_finite_and_constant_values():
@@ -57,38 +83,56 @@ def test_line_chart_draws_steps_and_survives_non_finite_and_constant_values():
         "epoch",
         "loss",
     )
-    assert "kept" in texts(svg_of(markdown, "Loss per epoch"))
+    root = svg_of(markdown, "Loss per epoch")
+    assert {"training", "kept", "epoch", "loss"} <= set(texts(root))
     steps = line_chart("PR", [Series("s", [1.0, 0.5, 0.0], [0.2, 0.4, 1.0], steps=True)], "r", "p")
-    path = next(p for p in svg_of(steps, "PR").iter(f"{SVG}path"))
     # steps-post: the value holds until the next x, then jumps.
-    assert path.get("d").count("L") == 4
+    drawn = vertices(line(svg_of(steps, "PR"), 0)["d"])
+    assert len(drawn) == 5
+    assert drawn[1, 1] == drawn[0, 1] and drawn[2, 0] == drawn[1, 0]
 
 
-def test_confusion_matrix_shows_counts_and_labels():
+def test_whole_number_x_values_get_whole_number_ticks():
+    epochs = list(range(1, 21))
+    markdown = line_chart("Loss per epoch", [Series("training", epochs, epochs)], "epoch", "loss")
+    x_axis = svg_of(markdown, "Loss per epoch").find(f".//{SVG}g[@id='matplotlib.axis_1']")
+    labels = texts(x_axis)
+    assert {"5", "10", "15", "20"} <= set(labels) and not any("." in label for label in labels)
+
+
+def test_confusion_matrix_shows_counts_labels_and_darker_cells_for_larger_counts():
     root = svg_of(
         confusion_matrix("Confusion matrix", np.array([[50, 7], [3, 40]]), ["0", "1"]),
         "Confusion matrix",
     )
     labels = texts(root)
-    assert {"50", "7", "3", "40", "Predicted label", "True label"} <= set(labels)
-    assert len(list(root.iter(f"{SVG}rect"))) == 1 + 4  # background and the cells
+    assert {"50", "7", "3", "40", "Predicted label", "True label", "0", "1"} <= set(labels)
+    ink = {t.text: t.get("style") for t in root.iter(f"{SVG}text")}
+    # Counts above half the largest sit on dark cells and are written in white.
+    assert "fill: #ffffff" in ink["50"] and "fill: #ffffff" in ink["40"]
+    assert "fill: #ffffff" not in ink["7"] and "fill: #ffffff" not in ink["3"]
+    assert len(list(root.iter(f"{SVG}image"))) == 1  # the cells
 
 
-def test_scatter_keeps_one_dot_per_pixel():
+def test_scatter_is_one_image_of_points_whatever_the_rows():
     rng = np.random.default_rng(0)
-    x = rng.normal(size=20_000)
-    markdown = scatter("Residuals", x, rng.normal(size=20_000), "predicted", "actual - predicted")
-    dots = next(p for p in svg_of(markdown, "Residuals").iter(f"{SVG}path")).get("d")
-    assert 0 < dots.count("h0") < 20_000
+    small, large = (
+        scatter("Residuals", rng.normal(size=n), rng.normal(size=n), "predicted", "residual")
+        for n in (200, 20_000)
+    )
+    for markdown in (small, large):
+        root = svg_of(markdown, "Residuals")
+        assert {"Residuals", "predicted", "residual"} <= set(texts(root))
+        assert len(list(root.iter(f"{SVG}image"))) == 1
+        zero = root.find(f".//{SVG}g[@id='zero']/{SVG}path")
+        assert f"stroke: {GREY}" in zero.get("style")
+    assert len(large) < 150_000
 
 
-@pytest.mark.parametrize(
-    ("low", "high", "expected"),
-    [
-        (-0.02, 1.02, [0, 0.2, 0.4, 0.6, 0.8, 1.0]),
-        (0.6512, 0.6761, [0.655, 0.66, 0.665, 0.67, 0.675]),
-        (0, 30, [0, 5, 10, 15, 20, 25, 30]),
-    ],
-)
-def test_nice_ticks(low, high, expected):
-    np.testing.assert_allclose(nice_ticks(low, high), expected)
+def test_loading_the_code_location_leaves_matplotlib_unimported():
+    # Every run process loads the definitions; only a step that draws may pay for matplotlib.
+    code = (
+        "import sys, ml_platform.definitions; "
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'matplotlib']"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
