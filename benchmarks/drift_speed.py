@@ -166,10 +166,10 @@ def measure_step(
     io_manager = LakeIOManager(storage=LocalStorage(base_dir=lake.name), dataset=contract.name)
     days = [BASELINE_DAY.isoformat()]
     rows = len(current)
-    decision = timed(lambda: detect_drift(reference, current, contract), repeat, rows)
+    decision = timed(lambda: detect_drift([reference], current, contract), repeat, rows)
     check = timed(
         lambda: drift_check_result(
-            contract, CURRENT_DAY.isoformat(), current, reference, days, [], io_manager
+            contract, CURRENT_DAY.isoformat(), current, [reference], days, [], io_manager
         ),
         repeat,
         rows,
