@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine with Python 3.11:
 #   make run    environment, a month of real flights landed and materialised, Dagster UI + daemon
-#   make test   environment, lint, type check, the whole test suite
+#   make test   environment, lint, type check, the whole test suite (what CI runs)
 SHELL := /bin/bash
 PYTHON ?= python3.11
 UV_VERSION := 0.13.9
@@ -18,7 +18,7 @@ export UV_PYTHON := $(PYTHON)
 UV := .tools/bin/uv
 VENV_STAMP := .venv/.synced
 
-.PHONY: run test env lint system-packages clean
+.PHONY: run test test-fast env lint system-packages clean
 
 env: $(VENV_STAMP)
 
@@ -61,6 +61,12 @@ system-packages:
 
 test: lint system-packages
 	.venv/bin/pytest -ra --durations=15
+
+# The unit layer, for the edit-test loop (about 2 minutes): pure functions, sensors and schedules
+# ticked in-process, S3 against moto's server. Modules that run days of the real graph or start
+# processes are marked `slow` or `integration` and run only in `make test`.
+test-fast: env
+	.venv/bin/pytest -ra -m "not integration and not slow"
 
 clean:
 	rm -rf .venv .tools .dagster_home data

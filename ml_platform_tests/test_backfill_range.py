@@ -6,11 +6,14 @@ import dagster as dg
 import joblib
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
+
+pytestmark = pytest.mark.slow
 
 DAYS = days_from("2024-01-01", 3)
 

@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 from ml_platform_tests.test_benchmarks_smoke import run_script
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_memory_benchmark_measures_every_step_of_a_day_and_the_plain_script():

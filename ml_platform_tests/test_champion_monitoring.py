@@ -29,6 +29,8 @@ from ml_platform.troubleshooting.classify import FailedCheck
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 
+pytestmark = pytest.mark.slow
+
 GOOD = days_from("2024-01-01", 2)
 CHANGED = days_from("2024-01-03", 3)
 

@@ -20,6 +20,8 @@ import pytest
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 
+pytestmark = pytest.mark.slow
+
 DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
 BIN = Path(sys.executable).parent
 

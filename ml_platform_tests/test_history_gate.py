@@ -27,6 +27,8 @@ from ml_platform.validation.history import (
 )
 from ml_platform_tests.conftest import Platform, days_from
 
+pytestmark = pytest.mark.slow
+
 GOOD_DAYS = days_from("2013-01-01", 4)
 EMPTIED_LABEL_DAY = "2013-01-05"
 HALF_EMPTY_DAY = "2013-01-06"

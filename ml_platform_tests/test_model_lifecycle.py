@@ -9,6 +9,7 @@ import time
 
 import dagster as dg
 import pandas as pd
+import pytest
 import yaml
 
 from ml_platform.contracts import load_contract
@@ -18,6 +19,8 @@ from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.assets import LOSS_PLATEAU_CHECK
 from ml_platform.training.model import data_version
 from ml_platform_tests.conftest import REPO, Platform, days_from
+
+pytestmark = pytest.mark.slow
 
 DAYS = days_from("2024-01-01", 3)
 DAILY = ["raw_data", "validated_data", "features", "model", "evaluation_report"]

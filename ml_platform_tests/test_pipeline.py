@@ -9,6 +9,8 @@ import pytest
 
 from ml_platform_tests.conftest import ALL_ASSETS, contract_with, days_from, rejected_days
 
+pytestmark = pytest.mark.slow
+
 FLIGHTS_DAYS = days_from("2013-01-01", 3)
 SYNTHETIC_DAYS = days_from("2024-01-01", 3)
 CLASSIFICATION_METRICS = {"precision", "recall", "f1", "roc_auc"}

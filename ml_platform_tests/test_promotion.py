@@ -31,6 +31,8 @@ from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 from ml_platform_tests.test_training import features_of
 
+pytestmark = pytest.mark.slow
+
 FLIGHTS = load_contract("flights")
 DAYS = days_from("2024-01-01", 4)
 SAMPLES = 200

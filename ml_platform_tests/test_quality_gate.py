@@ -20,6 +20,8 @@ from ml_platform.validation.history import day_profile, window_from_profiles
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import ALL_ASSETS, Platform, days_from
 
+pytestmark = pytest.mark.slow
+
 GOOD_DAYS = ["2024-01-01", "2024-01-02"]
 BAD_DAY = "2024-01-03"
 BAD_FILE = f"synthetic_{BAD_DAY}.csv"

@@ -51,6 +51,8 @@ from ml_platform.troubleshooting.reproduce import (
 )
 from ml_platform_tests.conftest import REPO, free_port
 
+pytestmark = pytest.mark.slow
+
 DAY = "2024-01-03"
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 SECRET_VAR = "ML_PLATFORM_TEST_API_TOKEN"

@@ -37,6 +37,8 @@ from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, da
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 from ml_platform_tests.test_backfill_range import materialize_range
 
+pytestmark = pytest.mark.slow
+
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 DAYS = days_from("2024-01-01", 5)
 

@@ -14,6 +14,8 @@ import pytest
 from ml_platform.ingestion.assets import staged_key
 from ml_platform_tests.conftest import Platform, contract_with
 
+pytestmark = pytest.mark.slow
+
 DAY = "2024-01-01"
 FILE = f"synthetic_{DAY}.csv"
 WHERE = f"{FILE} (partition {DAY})"

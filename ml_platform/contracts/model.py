@@ -700,7 +700,7 @@ def _pydantic_reason(error: Any) -> str:
     if error["type"] not in ("missing", "extra_forbidden") and "input" in error:
         reason += f" (got {error['input']!r})"
     if error["type"] == "extra_forbidden":
-        reason = "unknown field; check its spelling against the contract format in the README"
+        reason = "unknown field; check its spelling against the format in docs/contracts.md"
     return reason
 
 
