@@ -438,14 +438,21 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         where = ("features", i)
         if feature_names.index(f.name) != i:
             yield (*where, "name"), f"feature '{f.name}' is declared twice"
-        if f.name in (lab.name, EVENT_TIME):
+        if f.name in (lab.name, EVENT_TIME, LOCAL_EVENT_TIME):
             yield (*where, "name"), f"feature name '{f.name}' is reserved"
         if f.source in c.leakage_columns or f.source == lab.source:
             yield (*where, "source"), f"'{f.source}' leaks the label and cannot feed a feature"
-        if f.source == EVENT_TIME:
+        if f.source == LOCAL_EVENT_TIME and c.event_time.timezone_column is None:
+            yield (
+                (*where, "source"),
+                f"'{LOCAL_EVENT_TIME}' exists with event_time.timezone_column only; without one "
+                f"the '{EVENT_TIME}' is the local time already: use it",
+            )
+            continue
+        if f.source in (EVENT_TIME, LOCAL_EVENT_TIME):
             if f.transform not in TIME_TRANSFORMS:
                 allowed = ", ".join(sorted(TIME_TRANSFORMS))
-                yield (*where, "transform"), f"event_time features need one of: {allowed}"
+                yield (*where, "transform"), f"{f.source} features need one of: {allowed}"
             elif f.constant_within_day and f.transform in WITHIN_DAY_TRANSFORMS:
                 yield (
                     (*where, "constant_within_day"),

@@ -217,7 +217,8 @@ def calendar_dates(values: pd.Series) -> pd.Series:
 
 
 @functools.cache
-def _known_zones() -> frozenset[str]:
+def known_zones() -> frozenset[str]:
+    """The IANA timezone names this machine's zone database holds."""
     return frozenset(zoneinfo.available_timezones())
 
 
@@ -247,7 +248,7 @@ def _event_time_misfits(frame: pd.DataFrame, contract: Contract) -> dict[str, st
     zones = spec.timezone_column
     if zones is not None and zones in frame.columns:
         names = _as_text(frame[zones]).dropna()
-        unknown = sorted(set(names.unique()) - _known_zones())
+        unknown = sorted(set(names.unique()) - known_zones())
         if unknown:
             count = int(names.isin(unknown).sum())
             found[zones] = (
