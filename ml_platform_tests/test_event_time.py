@@ -200,6 +200,15 @@ def test_event_time_misuse_is_reported_by_check_contract(tmp_path, old, new, sni
     assert problems[(line_of(text, snippet), path)].startswith(reason), problems
 
 
+def test_with_an_hour_column_the_date_column_may_be_constant_within_day():
+    text = edit(
+        VISITS,
+        "{name: visit_date, dtype: str}",
+        "{name: visit_date, dtype: str, constant_within_day: true}",
+    )
+    assert parse_contract(text, "visits.yaml").column("visit_date").constant_within_day
+
+
 def test_an_hour_with_parts_and_local_time_features_without_a_zone_column_are_reported(tmp_path):
     text = edit(
         VISITS,

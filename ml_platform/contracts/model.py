@@ -412,7 +412,9 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 f"'{col.name}' is the label's source: a label with one value per day gives the "
                 "model nothing to learn within a day; remove constant_within_day",
             )
-        if col.constant_within_day and col.name == c.event_time.column:
+        # With an hour column, the event time's `column` is a date: one value all day.
+        at_once = c.event_time.hour is None
+        if col.constant_within_day and col.name == c.event_time.column and at_once:
             yield (
                 ("columns", i, "constant_within_day"),
                 f"'{col.name}' is the event time, which varies within a day; remove "
