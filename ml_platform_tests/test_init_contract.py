@@ -166,7 +166,7 @@ def test_init_contract_with_the_label_chosen_passes_check_contract_and_a_week_ma
     assert by_day[dt.date(2024, 3, 10)].tolist() == [-7.0]
 
 
-def test_without_a_key_the_draft_says_so(tmp_path):
+def test_without_a_key_or_a_spread_the_draft_says_so(tmp_path):
     folder = tmp_path / "samples"
     folder.mkdir()
     paths = []
@@ -179,6 +179,11 @@ def test_without_a_key_the_draft_says_so(tmp_path):
     text = draft_contract(paths, "visits")
     assert drafted(text)["quality"]["row_key"] == []
     assert "# No column, or pair of columns, is unique within every sample day" in text
+    # Thursday and Friday are no holidays: one value everywhere is neither a range nor a sign
+    # of a column constant within a day (that needs days that differ).
+    holiday = next(c for c in drafted(text)["columns"] if c["name"] == "holiday")
+    assert holiday == {"name": "holiday", "dtype": "int"}
+    assert "always 0 in the samples: no range guessed" in text
 
 
 def test_sample_names_must_carry_their_day(tmp_path):

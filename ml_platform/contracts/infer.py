@@ -35,6 +35,9 @@ from ml_platform.validation.schema import (
 FILE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Text with at most this many distinct values (and each seen several times) gets allowed_values.
 MAX_ALLOWED_VALUES = 20
+# An hour column holds at most 24 hours in a few spellings each ('6am', '6 AM', '06:00').
+MAX_HOUR_SPELLINGS = 24 * 6
+MAX_DATE_SPELLINGS = 3
 # Ranges are widened by this share of the observed span on each side.
 RANGE_MARGIN = 0.1
 # Text columns with more distinct values than this share of the rows are identifiers, no feature.
@@ -158,7 +161,9 @@ class EventTimeGuess:
 
 
 def _is_date_column(column: Column, samples: Sequence[Sample]) -> bool:
-    if column.dtype != "str":
+    # A day file's date column holds its day (a handful of spellings at most): checking that
+    # first spares parsing each distinct value of an identifier column.
+    if column.dtype != "str" or column.values.nunique() > MAX_DATE_SPELLINGS * len(samples):
         return False
     for sample in samples:
         dates = calendar_dates(sample.frame[column.name].dropna())
@@ -168,7 +173,8 @@ def _is_date_column(column: Column, samples: Sequence[Sample]) -> bool:
 
 
 def _is_hour_column(column: Column) -> bool:
-    if column.dtype not in ("int", "str") or column.values.nunique() < 2:
+    distinct = column.values.nunique()
+    if column.dtype not in ("int", "str") or not 2 <= distinct <= MAX_HOUR_SPELLINGS:
         return False
     if column.dtype == "int" and "hour" not in column.name.lower():
         return False  # any small whole number reads as an hour: only a named one is a guess
@@ -219,10 +225,13 @@ def _timezone_column(columns: Sequence[Column]) -> Column | None:
     return None
 
 
-def _bounds(column: Column) -> tuple[float, float]:
+def _bounds(column: Column) -> tuple[float, float] | None:
+    """The observed range widened by the margin; None for one value, which shows no spread."""
     assert column.numbers is not None
     low, high = float(column.numbers.min()), float(column.numbers.max())
-    margin = RANGE_MARGIN * (high - low) or RANGE_MARGIN * abs(high) or 1.0
+    if low == high:
+        return None
+    margin = RANGE_MARGIN * (high - low)
     wide_low, wide_high = low - margin, high + margin
     if low >= 0:
         wide_low = max(wide_low, 0.0)  # a count or an amount stays non-negative
@@ -354,11 +363,15 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             and column.name not in sources
             and column.name not in key_columns
         ):
-            spec["min"], spec["max"] = _bounds(column)
-            notes.append(
-                f"seen {column.numbers.min():g} to {column.numbers.max():g}, "
-                f"range widened by {RANGE_MARGIN:.0%}"
-            )
+            bounds = _bounds(column)
+            if bounds is None:
+                notes.append(f"always {column.numbers.min():g} in the samples: no range guessed")
+            else:
+                spec["min"], spec["max"] = bounds
+                notes.append(
+                    f"seen {column.numbers.min():g} to {column.numbers.max():g}, "
+                    f"range widened by {RANGE_MARGIN:.0%}"
+                )
         if (
             column.dtype == "str"
             and column.name not in sources
@@ -393,10 +406,17 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
         spec = {"name": feature_name, "kind": kind, "source": clock, "transform": transform}
         out.append(f"  - {_flow(spec)}")
     feature_names = {"hour", "day_of_week"}
+
+    def feature_name_of(column: Column) -> str:
+        name = column.name
+        while name in feature_names:
+            name += "_"
+        feature_names.add(name)
+        return name
+
     for column in columns:
         if column.name in sources or column.name in (key or []) or column in label_candidates:
             continue
-        feature_name = column.name if column.name not in feature_names else f"{column.name}_"
         if column.dtype in ("int", "float"):
             kind = "numeric"
         elif column.dtype in ("str", "bool"):
@@ -405,13 +425,13 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             kind = "categorical"
         else:
             continue
-        feature_names.add(feature_name)
-        out.append(f"  - {_flow({'name': feature_name, 'kind': kind, 'source': column.name})}")
+        feature = {"name": feature_name_of(column), "kind": kind, "source": column.name}
+        out.append(f"  - {_flow(feature)}")
     if label_candidates:
         out.append("  # Features of the label candidates: uncomment all but the label's.")
         for column in label_candidates:
             kind = "categorical" if column.dtype == "bool" else "numeric"
-            feature = {"name": column.name, "kind": kind, "source": column.name}
+            feature = {"name": feature_name_of(column), "kind": kind, "source": column.name}
             out.append(f"  # - {_flow(feature)}")
     out += [
         "quality:",
@@ -419,7 +439,10 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
         f"  row_count: {_flow({'min': max(1, min(rows) // 2), 'max': max(rows) * 2})}",
     ]
     if key is not None:
-        out.append(f"  # {' + '.join(key)}: unique within every sample day.")
+        out.append(
+            f"  # A guess: {' + '.join(key)} is unique within every sample day; check that the "
+            "source system keys rows so."
+        )
         out.append(f"  row_key: {_value(key)}")
     else:
         out += [
