@@ -317,6 +317,24 @@ def check_contract(args: argparse.Namespace) -> int:
     return 0
 
 
+def init_contract(args: argparse.Namespace) -> int:
+    """Write a draft contract inferred from sample day files."""
+    from ml_platform.contracts.infer import InferenceError, draft_contract
+
+    try:
+        text = draft_contract(args.samples, args.name)
+    except InferenceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    output = args.output or Path(f"{args.name}.yaml")
+    output.write_text(text)
+    print(
+        f"wrote {output}: choose the label there (uncomment one `label:` line), then run "
+        f"`ml-platform check-contract {output}`"
+    )
+    return 0
+
+
 def diagnose(args: argparse.Namespace) -> int:
     """Explain a failed run from the instance's event log: step, last lines, class, runbook."""
     import dagster as dg
@@ -468,6 +486,12 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check-contract", help="validate a contract file")
     p.add_argument("contract", help="bundled contract name or path")
     p.set_defaults(func=check_contract)
+
+    p = sub.add_parser("init-contract", help="draft a contract from sample day files")
+    p.add_argument("samples", nargs="+", type=Path, help="sample day files (CSV), one per day")
+    p.add_argument("--name", required=True, help="dataset name: lowercase letters, digits, _")
+    p.add_argument("-o", "--output", type=Path, help="default: NAME.yaml")
+    p.set_defaults(func=init_contract)
     return top
 
 

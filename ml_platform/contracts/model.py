@@ -25,6 +25,9 @@ TIME_TRANSFORMS = {"hour", "minute_of_day", "day_of_week", "month", "day_of_year
 # Time transforms whose value changes from one row of a day to the next.
 WITHIN_DAY_TRANSFORMS = {"hour", "minute_of_day"}
 EVENT_TIME = "event_time"
+# With a timezone column, the event time is in UTC and this column of validated rows holds each
+# row's local wall-clock time, which tells the day a row belongs to.
+LOCAL_EVENT_TIME = "local_event_time"
 
 
 class ContractError(ValueError):
@@ -72,11 +75,22 @@ class EventTimeParts(_Strict):
 
 
 class EventTimeSpec(_Strict):
-    """How the event time of a row is built: from one datetime column or from date parts."""
+    """How the event time of a row is built, and in which timezone its local times are.
+
+    From one datetime column; from a date column (`column`, text) and an `hour` column; or from
+    date parts. Local times are in the one `timezone`, and the event time is that wall-clock
+    time; or each row names its own zone in `timezone_column`, and the event time is in UTC.
+    """
 
     column: str | None = None
+    # With `column` holding a date as text: each row's hour, an int 0-23 or text ("6am",
+    # "18:00", "6 PM").
+    hour: str | None = None
     parts: EventTimeParts | None = None
     timezone: str = "UTC"
+    # A text column of IANA zone names ("Europe/Paris"), instead of one `timezone`: rows local
+    # to different zones (flights from several airports) get one clock, UTC.
+    timezone_column: str | None = None
 
 
 class LabelRule(_Strict):
@@ -398,7 +412,9 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 f"'{col.name}' is the label's source: a label with one value per day gives the "
                 "model nothing to learn within a day; remove constant_within_day",
             )
-        if col.constant_within_day and col.name == c.event_time.column:
+        # With an hour column, the event time's `column` is a date: one value all day.
+        at_once = c.event_time.hour is None
+        if col.constant_within_day and col.name == c.event_time.column and at_once:
             yield (
                 ("columns", i, "constant_within_day"),
                 f"'{col.name}' is the event time, which varies within a day; remove "
@@ -407,21 +423,7 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     for i, leak in enumerate(c.leakage_columns):
         if leak not in dtypes:
             yield ("leakage_columns", i), f"'{leak}' is not a declared column"
-    et = c.event_time
-    if (et.column is None) == (et.parts is None):
-        yield ("event_time",), "give exactly one of 'column' or 'parts'"
-    elif et.column is not None and dtypes.get(et.column) not in ("datetime", "str"):
-        yield ("event_time", "column"), f"'{et.column}' is not a declared datetime or str column"
-    elif et.parts is not None:
-        for part, col_name in et.parts.model_dump(exclude_none=True).items():
-            if dtypes.get(col_name) != "int":
-                yield ("event_time", "parts", part), f"'{col_name}' is not a declared int column"
-    try:
-        import zoneinfo
-
-        zoneinfo.ZoneInfo(et.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        yield ("event_time", "timezone"), f"unknown timezone '{et.timezone}'"
+    yield from _event_time_problems(c, dtypes)
     lab = c.label
     if lab.source not in dtypes:
         yield ("label", "source"), f"'{lab.source}' is not a declared column"
@@ -438,14 +440,21 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         where = ("features", i)
         if feature_names.index(f.name) != i:
             yield (*where, "name"), f"feature '{f.name}' is declared twice"
-        if f.name in (lab.name, EVENT_TIME):
+        if f.name in (lab.name, EVENT_TIME, LOCAL_EVENT_TIME):
             yield (*where, "name"), f"feature name '{f.name}' is reserved"
         if f.source in c.leakage_columns or f.source == lab.source:
             yield (*where, "source"), f"'{f.source}' leaks the label and cannot feed a feature"
-        if f.source == EVENT_TIME:
+        if f.source == LOCAL_EVENT_TIME and c.event_time.timezone_column is None:
+            yield (
+                (*where, "source"),
+                f"'{LOCAL_EVENT_TIME}' exists with event_time.timezone_column only; without one "
+                f"the '{EVENT_TIME}' is the local time already: use it",
+            )
+            continue
+        if f.source in (EVENT_TIME, LOCAL_EVENT_TIME):
             if f.transform not in TIME_TRANSFORMS:
                 allowed = ", ".join(sorted(TIME_TRANSFORMS))
-                yield (*where, "transform"), f"event_time features need one of: {allowed}"
+                yield (*where, "transform"), f"{f.source} features need one of: {allowed}"
             elif f.constant_within_day and f.transform in WITHIN_DAY_TRANSFORMS:
                 yield (
                     (*where, "constant_within_day"),
@@ -489,6 +498,82 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     if p.end_date is not None and p.end_date < p.start_date:
         yield ("partitions", "end_date"), "end_date is before start_date"
     yield from _drift_problems(c)
+
+
+def _event_time_problems(
+    c: Contract, dtypes: dict[str, Dtype]
+) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Mistakes of the `event_time` section: its columns, their types and its timezone."""
+    et = c.event_time
+    if (et.column is None) == (et.parts is None):
+        yield ("event_time",), "give exactly one of 'column' or 'parts'"
+    elif et.column is not None and dtypes.get(et.column) not in ("datetime", "str"):
+        yield ("event_time", "column"), f"'{et.column}' is not a declared datetime or str column"
+    elif et.parts is not None:
+        for part, col_name in et.parts.model_dump(exclude_none=True).items():
+            if dtypes.get(col_name) != "int":
+                yield ("event_time", "parts", part), f"'{col_name}' is not a declared int column"
+    if et.hour is not None:
+        if et.parts is not None:
+            yield (
+                ("event_time", "hour"),
+                "an hour column goes with a date 'column', not with 'parts' (give the time of "
+                "day there as parts.hhmm)",
+            )
+        elif et.hour not in dtypes:
+            yield ("event_time", "hour"), f"'{et.hour}' is not a declared column"
+        elif dtypes[et.hour] not in ("int", "str"):
+            yield (
+                ("event_time", "hour"),
+                f"'{et.hour}' is a {dtypes[et.hour]} column; an hour column holds an int 0-23 "
+                "or text such as '6am', '18:00', '6 PM': declare it int or str",
+            )
+        if et.column is not None and dtypes.get(et.column) == "datetime":
+            yield (
+                ("event_time", "hour"),
+                f"'{et.column}' is a datetime column, which carries its own time of day: with "
+                "an hour column, declare it str (a date such as 2024-03-05), or remove 'hour'",
+            )
+        elif et.column is not None and et.column == et.hour:
+            yield ("event_time", "hour"), "the hour column must differ from the date column"
+    if et.timezone_column is not None:
+        if "timezone" in et.model_fields_set:
+            yield (
+                ("event_time", "timezone_column"),
+                "give either 'timezone' (one zone for every row) or 'timezone_column' (each "
+                "row's zone), not both",
+            )
+        if et.timezone_column not in dtypes:
+            yield (
+                ("event_time", "timezone_column"),
+                f"'{et.timezone_column}' is not a declared column",
+            )
+        elif dtypes[et.timezone_column] != "str":
+            yield (
+                ("event_time", "timezone_column"),
+                f"'{et.timezone_column}' must be a str column of IANA zone names "
+                "(e.g. Europe/Paris)",
+            )
+        if LOCAL_EVENT_TIME in dtypes:
+            yield (
+                ("event_time", "timezone_column"),
+                f"with a timezone column, validated rows get a '{LOCAL_EVENT_TIME}' column, "
+                "which clashes with a landed column of that name",
+            )
+    try:
+        import zoneinfo
+
+        zoneinfo.ZoneInfo(et.timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        yield ("event_time", "timezone"), f"unknown timezone '{et.timezone}'"
+    varying = {et.hour: "hour", et.parts.hhmm if et.parts else None: "time of day (parts.hhmm)"}
+    for i, col in enumerate(c.columns):
+        if col.constant_within_day and col.name in varying:
+            yield (
+                ("columns", i, "constant_within_day"),
+                f"'{col.name}' is the event time's {varying[col.name]}, which varies within a "
+                "day; remove constant_within_day",
+            )
 
 
 def _drift_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:

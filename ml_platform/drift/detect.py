@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract, FeatureSpec
-from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
 from ml_platform.drift.categorical import CategoricalComparison, compare_categorical
 from ml_platform.drift.correction import CORRECTIONS
 from ml_platform.drift.ks import ks_2samp_columns
@@ -89,7 +89,9 @@ def skip_reason(spec: FeatureSpec, contract: Contract) -> str | None:
     override = contract.drift.features.get(spec.name)
     if override is not None and override.exclude:
         return "excluded in the contract's drift settings"
-    if spec.source == EVENT_TIME and spec.transform in CALENDAR_TRANSFORMS:
+    # With a timezone column the event time is in UTC, and a local day spans two UTC dates.
+    local = LOCAL_EVENT_TIME if contract.event_time.timezone_column else EVENT_TIME
+    if spec.source == local and spec.transform in CALENDAR_TRANSFORMS:
         return "calendar feature: every row of a day has the same value, set by the date"
     if spec.constant_within_day:
         return "constant within a day (constant_within_day in the contract): one value per day"

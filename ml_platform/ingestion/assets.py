@@ -236,6 +236,7 @@ def schema_check_result(
             "missing_columns": report.missing,
             "unexpected_columns": report.unexpected,
             "retyped_columns": report.retyped,
+            "unreadable_columns": report.unreadable,
             **links,
         },
     )

@@ -250,17 +250,18 @@ def build_validated_data(
     def validated_data(context: dg.AssetExecutionContext, lake: LakeStorage) -> Iterator:
         """Rows of day D, typed per the contract, that passed the Great Expectations gate.
 
-        Each row gets its local event time and its label. The gate is generated from the
-        contract and checks columns and types, missing values, ranges and allowed values,
-        duplicates, row count and that every row falls on day D, and compares the day's null
-        shares, labelled share, positive rate, row count and distinct counts with those of its
-        reference days that are stored (the history gate). It judges the file raw_data
-        staged; when the day passes, that file becomes the day's published raw_data. When it
-        fails, the step fails, raw_data and validated_data of the day keep their previous,
-        good version, and the rejected file's parse is kept in the day's quarantine; the GE
-        result and a Data Docs page are stored either way. Under the `quarantine` policy, rows
-        failing a row-level expectation are set aside with their reasons and the day passes if
-        they are few enough. Rows without a label yet (a cancelled flight) are kept and counted.
+        Each row gets its event time (local; or UTC, beside each row's local time, when the contract
+        names a timezone column) and its label. The gate is generated from the contract and checks
+        columns and types, missing values, ranges and allowed values, duplicates, row count and that
+        every row falls on day D (by its local time), and compares the day's null shares, labelled
+        share, positive rate, row count and distinct counts with those of its reference days that
+        are stored (the history gate). It judges the file raw_data staged; when the day passes, that
+        file becomes the day's published raw_data. When it fails, the step fails, raw_data and
+        validated_data of the day keep their previous, good version, and the rejected file's parse
+        is kept in the day's quarantine; the GE result and a Data Docs page are stored either way.
+        Under the `quarantine` policy, rows failing a row-level expectation are set aside with their
+        reasons and the day passes if they are few enough. Rows without a label yet (a cancelled
+        flight) are kept and counted.
         """
 
         def day_of_validated_data(day: str, raw_data: pd.DataFrame) -> Iterator:

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
 from ml_platform.validation.history import (
     HistoryWindow,
     Statistic,
@@ -113,8 +113,10 @@ def _expectations(contract: Contract) -> list[Any]:
             max_value=contract.quality.row_count.max,
             meta={"check": VOLUME},
         ),
+        # With a timezone column the event time is in UTC: a row's day is that of its local
+        # time, as the day file holds each place's own day.
         e.ExpectColumnValuesToBeBetween(
-            column=EVENT_TIME,
+            column=EVENT_TIME if contract.event_time.timezone_column is None else LOCAL_EVENT_TIME,
             min_value={"$PARAMETER": "day_start"},
             max_value={"$PARAMETER": "day_end"},
             meta={"check": PARTITION_DAY},

@@ -6,12 +6,17 @@ the local event time and derives the label.
 """
 
 import dataclasses
+import datetime as dt
+import functools
 import operator
+import zoneinfo
 
+import numpy as np
 import pandas as pd
+from dateutil import parser as dateutil_parser
 
 from ml_platform.contracts import ColumnSpec, Contract
-from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
 
 SAMPLE_SIZE = 5
 PANDAS_DTYPES = {
@@ -50,11 +55,13 @@ class SchemaReport:
     missing: list[str]
     unexpected: list[str]
     retyped: dict[str, str]  # column -> what was found instead of the contract dtype
+    # Event-time column -> values that give no event time (an hour, a date, a zone name).
+    unreadable: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """True when the frame fits the contract's columns and types."""
-        return not (self.missing or self.unexpected or self.retyped)
+        return not (self.missing or self.unexpected or self.retyped or self.unreadable)
 
     def describe(self) -> str:
         """The differences in words, or a statement that there are none."""
@@ -64,6 +71,7 @@ class SchemaReport:
         if self.unexpected:
             parts.append(f"unexpected column(s) {', '.join(self.unexpected)}")
         parts.extend(f"column {col} {found}" for col, found in self.retyped.items())
+        parts.extend(f"column {col} {found}" for col, found in self.unreadable.items())
         return "; ".join(parts) if parts else "columns and types match the contract"
 
 
@@ -132,7 +140,123 @@ def raw_schema(frame: pd.DataFrame, contract: Contract) -> SchemaReport:
                 f"should be {spec.dtype} but {len(bad)} of {len(frame)} value(s) are not, "
                 f"e.g. {sample}"
             )
-    return SchemaReport(missing=missing, unexpected=unexpected, retyped=retyped)
+    unreadable = {
+        name: found
+        for name, found in _event_time_misfits(frame, contract).items()
+        if name not in retyped and name not in missing
+    }
+    return SchemaReport(
+        missing=missing, unexpected=unexpected, retyped=retyped, unreadable=unreadable
+    )
+
+
+# Two defaults that differ in every date field: a field a text leaves out takes the default's,
+# so parsing it with both tells which fields it gave.
+_DEFAULTS = (dt.datetime(2000, 1, 1), dt.datetime(2001, 2, 2))
+
+
+def _parsed_twice(text: str) -> tuple[dt.datetime, dt.datetime] | None:
+    try:
+        first, second = (dateutil_parser.parse(text, default=d) for d in _DEFAULTS)
+    except (ValueError, OverflowError):
+        return None
+    return first, second
+
+
+@functools.lru_cache(maxsize=4096)
+def _time_of_day(text: str) -> pd.Timedelta | None:
+    """The time of day an hour value names ("6", "6am", "18:00", "6 PM"), or None."""
+    if text.isdigit():
+        # dateutil reads a lone number as a day of the month; in an hour column it is the hour.
+        hour = int(text)
+        return pd.Timedelta(hours=hour) if hour <= 23 else None
+    parsed = _parsed_twice(text)
+    if parsed is None or parsed[0].tzinfo is not None:
+        return None
+    first, second = parsed
+    if (first.date(), second.date()) != tuple(d.date() for d in _DEFAULTS):
+        return None  # the text holds a date, so it is no hour of the day
+    return pd.Timedelta(hours=first.hour, minutes=first.minute, seconds=first.second)
+
+
+@functools.lru_cache(maxsize=4096)
+def _calendar_date(text: str) -> pd.Timestamp | None:
+    """The date a text names in full ("2024-03-05", "03/05/2024", "March 5, 2024"), or None."""
+    parsed = _parsed_twice(text)
+    if parsed is None or parsed[0] != parsed[1]:
+        return None  # no date, or one missing its year, month or day
+    if parsed[0].tzinfo is not None or parsed[0].time() != dt.time(0):
+        return None  # a time of day here would contradict the hour column
+    return pd.Timestamp(parsed[0])
+
+
+def _by_value(values: pd.Series, parse) -> pd.Series:
+    """`parse` of each value's text, computed once per distinct value (a day repeats them)."""
+    text = _as_text(values)
+    distinct = {v: parse(v) for v in text.dropna().unique()}
+    return text.map(distinct)
+
+
+def _as_text(values: pd.Series) -> pd.Series:
+    """Values as stripped text, missing where missing; whole floats (6.0) lose their '.0'."""
+    if pd.api.types.is_float_dtype(values):
+        whole = values.dropna() % 1 == 0
+        if whole.all():
+            values = values.astype("Int64")
+    return values.astype("str").where(values.notna()).str.strip()
+
+
+def time_of_day(values: pd.Series) -> pd.Series:
+    """Each hour value as a time of day (timedelta64); NaT where missing or no hour."""
+    return pd.to_timedelta(_by_value(values, _time_of_day))
+
+
+def calendar_dates(values: pd.Series) -> pd.Series:
+    """Each date text as a date at midnight (datetime64); NaT where missing or no full date."""
+    return pd.to_datetime(_by_value(values, _calendar_date)).astype("datetime64[ns]")
+
+
+@functools.cache
+def known_zones() -> frozenset[str]:
+    """The IANA timezone names this machine's zone database holds."""
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _sample(values: pd.Series, limit: int = SAMPLE_SIZE) -> str:
+    return ", ".join(repr(v) for v in values.astype(str).unique()[:limit])
+
+
+def _event_time_misfits(frame: pd.DataFrame, contract: Contract) -> dict[str, str]:
+    """Event-time columns whose values give no event time, with how many and a sample."""
+    spec = contract.event_time
+    found = {}
+    checks = []
+    if spec.hour is not None:
+        checks.append((spec.hour, time_of_day, "an hour of the day (0-23, '6am', '18:00', '6 PM')"))
+        if spec.column is not None:
+            checks.append((spec.column, calendar_dates, "a full date (e.g. 2024-03-05)"))
+    for name, parse, wanted in checks:
+        if name not in frame.columns:
+            continue
+        values = frame[name]
+        bad = values[values.notna() & parse(values).isna()]
+        if not bad.empty:
+            found[name] = (
+                f"should hold {wanted} but {len(bad)} of {len(frame)} value(s) do not, "
+                f"e.g. {_sample(bad)}"
+            )
+    zones = spec.timezone_column
+    if zones is not None and zones in frame.columns:
+        names = _as_text(frame[zones]).dropna()
+        unknown = sorted(set(names.unique()) - known_zones())
+        if unknown:
+            count = int(names.isin(unknown).sum())
+            found[zones] = (
+                f"should hold IANA timezone names (e.g. Europe/Paris) but {count} of "
+                f"{len(frame)} row(s) name unknown zones: {', '.join(map(repr, unknown[:20]))}"
+                + (f" and {len(unknown) - 20} more" if len(unknown) > 20 else "")
+            )
+    return found
 
 
 def _cast(series: pd.Series, spec: ColumnSpec, where: str) -> pd.Series:
@@ -163,7 +287,7 @@ def _cast_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     return parsed.astype("datetime64[ns]")
 
 
-def event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract) -> pd.Series:
+def local_event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract) -> pd.Series:
     """Local (wall-clock, naive) event time of each row, per the contract.
 
     A zone-aware source (e.g. '...Z') is converted to the contract's timezone; a naive one is
@@ -171,6 +295,10 @@ def event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract) -> p
     datetime columns as naive UTC.
     """
     spec = contract.event_time
+    if spec.hour is not None:
+        assert spec.column is not None, "the contract loader allows an hour with a column only"
+        local = calendar_dates(raw[spec.column]) + time_of_day(raw[spec.hour])
+        return local.astype("datetime64[ns]")
     if spec.parts is not None:
         p = spec.parts
         # A missing part or an impossible date (February 30) gives no event time, which
@@ -190,6 +318,50 @@ def event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract) -> p
     if getattr(source.dt, "tz", None) is not None:
         source = source.dt.tz_convert(spec.timezone).dt.tz_localize(None)
     return source.astype("datetime64[ns]")
+
+
+def _per_zone(times: pd.Series, zones: pd.Series, convert) -> pd.Series:
+    """`convert(times_of_one_zone, zone)` for each zone named in `zones` (NaT where none is)."""
+    out = pd.Series(pd.NaT, index=times.index, dtype="datetime64[ns]")
+    for zone, rows in times.groupby(_as_text(zones), sort=False).groups.items():
+        out.loc[rows] = convert(times.loc[rows], str(zone)).astype("datetime64[ns]")
+    return out
+
+
+def utc_times(local: pd.Series, zones: pd.Series) -> pd.Series:
+    """Naive UTC time of each row's naive local time in its own zone (NaT where none is named).
+
+    A wall-clock time the autumn change repeats is taken in summer time (its first
+    occurrence); one the spring change skips is moved forward by the gap, as clocks did.
+    """
+
+    def to_utc(times: pd.Series, zone: str) -> pd.Series:
+        summer = np.ones(len(times), dtype=bool)
+        aware = times.dt.tz_localize(zone, ambiguous=summer, nonexistent="shift_forward")
+        return aware.dt.tz_convert("UTC").dt.tz_localize(None)
+
+    return _per_zone(local, zones, to_utc)
+
+
+def zoned_event_times(
+    raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract
+) -> tuple[pd.Series, pd.Series]:
+    """With a timezone column: each row's event time in UTC, and its local wall-clock time."""
+    spec = contract.event_time
+    assert spec.timezone_column is not None
+    zones = typed[spec.timezone_column]
+    if spec.column is not None and spec.hour is None:
+        source = _parse_times(raw[spec.column], "raise")
+        if getattr(source.dt, "tz", None) is not None:
+            # An instant already (its zone is in the text): the row's zone gives its local time.
+            utc = source.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]")
+
+            def to_local(times: pd.Series, zone: str) -> pd.Series:
+                return times.dt.tz_localize("UTC").dt.tz_convert(zone).dt.tz_localize(None)
+
+            return utc, _per_zone(utc, zones, to_local)
+    local = local_event_times(raw, typed, contract)
+    return utc_times(local, zones), local
 
 
 def derive_label(typed: pd.DataFrame, contract: Contract) -> pd.Series:
@@ -215,7 +387,10 @@ def type_rows(raw: pd.DataFrame, contract: Contract, where: str) -> pd.DataFrame
     typed = pd.DataFrame(
         {spec.name: _cast(raw[spec.name], spec, where) for spec in contract.columns}
     )
-    typed[EVENT_TIME] = event_times(raw, typed, contract)
+    if contract.event_time.timezone_column is None:
+        typed[EVENT_TIME] = local_event_times(raw, typed, contract)
+    else:
+        typed[EVENT_TIME], typed[LOCAL_EVENT_TIME] = zoned_event_times(raw, typed, contract)
     typed[contract.label_name] = derive_label(typed, contract)
     return typed
 
@@ -224,5 +399,7 @@ def expected_typed_dtypes(contract: Contract) -> dict[str, str]:
     """Column name -> pandas dtype of a validated frame."""
     dtypes = {spec.name: PANDAS_DTYPES[spec.dtype] for spec in contract.columns}
     dtypes[EVENT_TIME] = "datetime64[ns]"
+    if contract.event_time.timezone_column is not None:
+        dtypes[LOCAL_EVENT_TIME] = "datetime64[ns]"
     dtypes[contract.label_name] = "float64" if contract.task == "regression" else "Int8"
     return dtypes

@@ -1,0 +1,455 @@
+"""A draft contract inferred from sample day files, as TFDV's `infer_schema` drafts a schema.
+
+The machine reads what the samples show: each column's type, its nulls (with the share seen),
+numeric ranges widened by a margin, the allowed values of low-cardinality text, a row key, the
+file name pattern and the day it carries, how the event time is built (a datetime column, or a
+date column and an hour column), a column of timezone names, and the columns that hold one value
+all day. What it cannot know, which column is the label and which columns leak it, it leaves as
+commented choices: the draft is a starting point a person edits, and `check-contract` passes
+once the label line is uncommented.
+"""
+
+import dataclasses
+import datetime as dt
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.validation.schema import (
+    FALSE_WORDS,
+    TRUE_WORDS,
+    calendar_dates,
+    known_zones,
+    time_of_day,
+)
+
+# The day as landing.file_pattern's {date} writes it.
+FILE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Text with at most this many distinct values (and each seen several times) gets allowed_values.
+MAX_ALLOWED_VALUES = 20
+# An hour column holds at most 24 hours in a few spellings each ('6am', '6 AM', '06:00').
+MAX_HOUR_SPELLINGS = 24 * 6
+MAX_DATE_SPELLINGS = 3
+# Ranges are widened by this share of the observed span on each side.
+RANGE_MARGIN = 0.1
+# Text columns with more distinct values than this share of the rows are identifiers, no feature.
+MAX_CATEGORICAL_SHARE = 0.5
+
+
+class InferenceError(ValueError):
+    """The sample files cannot give a draft contract; the message says which and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One sample day file, read as text as the landing zone reads it."""
+
+    path: Path
+    day: dt.date
+    frame: pd.DataFrame
+
+
+@dataclasses.dataclass
+class Column:
+    """What the samples show of one column."""
+
+    name: str
+    dtype: str
+    null_share: float
+    values: pd.Series  # non-null values of every sample, as text
+    constant_within_day: bool = False
+    numbers: pd.Series | None = None
+
+
+def file_pattern(paths: Sequence[Path]) -> tuple[str, list[dt.date]]:
+    """The landing file pattern shared by the samples' names, and the day each name carries."""
+    patterns, days = set(), []
+    for path in paths:
+        found = FILE_DATE.findall(path.name)
+        if len(found) != 1:
+            raise InferenceError(
+                f"{path.name}: a day file's name must carry its day once as YYYY-MM-DD "
+                f"(found {len(found)}), e.g. sales_2024-03-05.csv"
+            )
+        try:
+            days.append(dt.date.fromisoformat(found[0]))
+        except ValueError as exc:
+            raise InferenceError(f"{path.name}: '{found[0]}' is no date: {exc}") from exc
+        patterns.add(path.name.replace(found[0], "{date}"))
+    if len(patterns) != 1:
+        raise InferenceError(f"the samples' names follow different patterns: {sorted(patterns)}")
+    if len(set(days)) != len(days):
+        raise InferenceError("two sample files carry the same day: give one file per day")
+    return patterns.pop(), days
+
+
+def read_samples(paths: Sequence[Path]) -> tuple[str, list[Sample]]:
+    """The file pattern and each sample, every column read as text."""
+    if not paths:
+        raise InferenceError("give at least one sample day file")
+    pattern, days = file_pattern(paths)
+    samples = []
+    for path, day in zip(paths, days, strict=True):
+        data = path.read_bytes()
+        header = pd.read_csv(path, nrows=0).columns
+        frame = read_landed_file(data, path.name, day.isoformat(), text_columns=list(header))
+        if frame.empty:
+            raise InferenceError(f"{path.name} holds no rows")
+        samples.append(Sample(path, day, frame))
+    columns = [list(s.frame.columns) for s in samples]
+    if any(c != columns[0] for c in columns):
+        raise InferenceError(
+            "the samples have different columns: "
+            + "; ".join(f"{s.path.name}: {list(s.frame.columns)}" for s in samples)
+        )
+    return pattern, sorted(samples, key=lambda s: s.day)
+
+
+def _dtype(values: pd.Series) -> tuple[str, pd.Series | None]:
+    """The contract dtype of non-null text values, and their numbers if numeric."""
+    if values.empty:
+        return "str", None
+    words = values.str.strip().str.lower()
+    if words.isin(TRUE_WORDS | FALSE_WORDS).all() and not words.isin({"0", "1"}).all():
+        return "bool", None
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.notna().all():
+        whole = pd.api.types.is_integer_dtype(numbers)
+        return ("int" if whole else "float"), numbers
+    times = pd.to_datetime(values, errors="coerce", format="ISO8601")
+    # A column of midnights is a column of dates: text, read as the event time's date.
+    if times.notna().all() and (times.dt.floor("D") != times).any():
+        return "datetime", None
+    return "str", None
+
+
+def profile(samples: Sequence[Sample]) -> list[Column]:
+    """Each column's dtype, null share and values over all samples."""
+    profiled = []
+    total = sum(len(s.frame) for s in samples)
+    for name in samples[0].frame.columns:
+        per_day = [s.frame[name] for s in samples]
+        values = pd.concat(per_day).dropna().astype("str")
+        dtype, numbers = _dtype(values)
+        nulls = sum(int(v.isna().sum()) for v in per_day)
+        distinct_per_day = [v.nunique(dropna=True) for v in per_day]
+        constant = (
+            len(samples) > 1
+            and nulls == 0
+            and all(n == 1 for n in distinct_per_day)
+            and values.nunique() > 1
+        )
+        profiled.append(Column(name, dtype, nulls / total, values, constant, numbers))
+    return profiled
+
+
+@dataclasses.dataclass(frozen=True)
+class EventTimeGuess:
+    """How the event time is built, and the sentence saying why, for the draft's comment."""
+
+    spec: dict[str, Any]
+    why: str
+    sources: tuple[str, ...]
+
+
+def _is_date_column(column: Column, samples: Sequence[Sample]) -> bool:
+    # A day file's date column holds its day (a handful of spellings at most): checking that
+    # first spares parsing each distinct value of an identifier column.
+    if column.dtype != "str" or column.values.nunique() > MAX_DATE_SPELLINGS * len(samples):
+        return False
+    for sample in samples:
+        dates = calendar_dates(sample.frame[column.name].dropna())
+        if dates.empty or dates.isna().any() or (dates.dt.date != sample.day).any():
+            return False
+    return True
+
+
+def _is_hour_column(column: Column) -> bool:
+    distinct = column.values.nunique()
+    if column.dtype not in ("int", "str") or not 2 <= distinct <= MAX_HOUR_SPELLINGS:
+        return False
+    if column.dtype == "int" and "hour" not in column.name.lower():
+        return False  # any small whole number reads as an hour: only a named one is a guess
+    return bool(time_of_day(column.values).notna().all())
+
+
+def guess_event_time(columns: Sequence[Column], samples: Sequence[Sample]) -> EventTimeGuess:
+    """A datetime column; else a date column (the file's day) and an hour column."""
+    for column in columns:
+        if column.dtype == "datetime":
+            return EventTimeGuess(
+                {"column": column.name},
+                f"'{column.name}' holds date and time",
+                (column.name,),
+            )
+    dates = [c for c in columns if _is_date_column(c, samples)]
+    hours = sorted(
+        (c for c in columns if _is_hour_column(c) and c not in dates),
+        key=lambda c: (c.dtype != "str", "hour" not in c.name.lower()),
+    )
+    if dates and hours:
+        date, hour = dates[0], hours[0]
+        return EventTimeGuess(
+            {"column": date.name, "hour": hour.name},
+            f"'{date.name}' holds each file's day and '{hour.name}' the hour",
+            (date.name, hour.name),
+        )
+    if dates:
+        return EventTimeGuess(
+            {"column": date.name},
+            f"'{dates[0].name}' holds each file's day, and no column holds an hour: every "
+            "row's event time is midnight",
+            (dates[0].name,),
+        )
+    return EventTimeGuess(
+        {"column": None},
+        "no column holds the event time (a datetime, or a date and an hour): give `column` "
+        "(a datetime column) or `parts` (year, month, day, hhmm int columns)",
+        (),
+    )
+
+
+def _timezone_column(columns: Sequence[Column]) -> Column | None:
+    zones = known_zones()
+    for column in columns:
+        if column.dtype == "str" and len(column.values) and column.values.isin(zones).all():
+            return column
+    return None
+
+
+def _bounds(column: Column) -> tuple[float, float] | None:
+    """The observed range widened by the margin; None for one value, which shows no spread."""
+    assert column.numbers is not None
+    low, high = float(column.numbers.min()), float(column.numbers.max())
+    if low == high:
+        return None
+    margin = RANGE_MARGIN * (high - low)
+    wide_low, wide_high = low - margin, high + margin
+    if low >= 0:
+        wide_low = max(wide_low, 0.0)  # a count or an amount stays non-negative
+    if column.dtype == "int":
+        # Whole units only: a 0/1 flag keeps its range instead of growing to [0, 2].
+        whole = math.floor(margin)
+        return max(math.floor(low) - whole, math.floor(wide_low)), math.ceil(high) + whole
+    return round(wide_low, 6), round(wide_high, 6)
+
+
+def _low_cardinality(column: Column) -> bool:
+    distinct = column.values.nunique()
+    return distinct <= MAX_ALLOWED_VALUES and len(column.values) >= 5 * distinct
+
+
+def row_key(
+    columns: Sequence[Column], samples: Sequence[Sample], event_time: EventTimeGuess
+) -> list[str] | None:
+    """The fewest columns (one or two; the event time counts as one) unique within each day."""
+    units: dict[str, list[str]] = {}
+    if event_time.sources:
+        units[EVENT_TIME] = list(event_time.sources)
+    for column in columns:
+        keyable = column.dtype != "float" and column.null_share == 0
+        if keyable and not column.constant_within_day and column.name not in event_time.sources:
+            units[column.name] = [column.name]
+    for size in (1, 2):
+        for combo in itertools.combinations(units, size):
+            fields = [f for unit in combo for f in units[unit]]
+            if all(not s.frame.duplicated(subset=fields).any() for s in samples):
+                return list(combo)
+    return None
+
+
+def _flow(mapping: dict[str, Any]) -> str:
+    """One mapping as a one-line YAML flow mapping."""
+    text = yaml.safe_dump(mapping, default_flow_style=True, sort_keys=False, width=10_000)
+    return text.strip()
+
+
+def _value(value: Any) -> str:
+    """One value as YAML text (quoted where YAML needs it)."""
+    return _flow({"v": value})[len("{v: ") : -1]
+
+
+def _label_choice(column: Column, landed: set[str]) -> str:
+    name = f"{column.name}_label"
+    while name in landed:
+        name += "_"
+    if column.dtype == "bool":
+        return _flow({"name": name, "task": "classification", "source": column.name})
+    assert column.numbers is not None
+    if column.numbers.nunique() == 2:
+        rule = {"op": "==", "value": float(column.numbers.max())}
+        spec = {"name": name, "task": "classification", "source": column.name, "rule": rule}
+        return _flow(spec)
+    return _flow({"name": name, "task": "regression", "source": column.name})
+
+
+def draft_contract(paths: Sequence[Path], name: str) -> str:
+    """The YAML text of a draft contract for the sample day files at `paths`."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise InferenceError(
+            f"'{name}' is no dataset name: use lowercase letters, digits and _, e.g. shop_sales"
+        )
+    pattern, samples = read_samples(paths)
+    columns = profile(samples)
+    event_time = guess_event_time(columns, samples)
+    zones = _timezone_column(columns)
+    key = row_key(columns, samples, event_time)
+    key_columns = set(key or [])
+    rows = [len(s.frame) for s in samples]
+    sources = set(event_time.sources)
+    label_candidates = [
+        c
+        for c in columns
+        if c.dtype in ("int", "float", "bool")
+        and c.name not in sources
+        and not c.constant_within_day
+        and c.name not in (key or [])
+    ]
+    landed = {c.name for c in columns}
+    names = ", ".join(s.path.name for s in samples)
+
+    out = [
+        f"# Draft contract inferred by `ml-platform init-contract` from {len(samples)} sample "
+        f"file(s): {names}.",
+        "# Read every line: the machine guessed what the samples show; choose the label below,",
+        "# then run `ml-platform check-contract` on this file.",
+        f"name: {name}",
+        f"description: {_value(f'Daily files {pattern}.')}",
+        "source:",
+        "  # Files are delivered to the landing zone by your system.",
+        "  kind: external",
+        "partitions:",
+        f"  start_date: {samples[0].day.isoformat()}",
+        "landing:",
+        f"  # Each sample's name carries its day: {samples[0].path.name} is {samples[0].day}.",
+        f"  file_pattern: {_value(pattern)}",
+        "  format: csv",
+        "event_time:",
+        f"  # Guess: {event_time.why}.",
+    ]
+    for field, value in event_time.spec.items():
+        out.append(f"  {field}: {_value(value)}")
+    if zones is not None:
+        out += [
+            f"  # '{zones.name}' holds IANA timezone names: each row's local time is in its own",
+            "  # zone, and the event time is stored in UTC.",
+            f"  timezone_column: {zones.name}",
+        ]
+    else:
+        out += [
+            "  # No column holds timezone names: set the zone of the local times (IANA name).",
+            "  timezone: UTC",
+        ]
+    out.append("columns:")
+    for column in columns:
+        spec: dict[str, Any] = {"name": column.name, "dtype": column.dtype}
+        notes = []
+        if column.null_share > 0:
+            spec["nullable"] = True
+            notes.append(f"{column.null_share:.1%} null in the samples")
+        else:
+            notes.append("no nulls in the samples")
+        # A key's values (ticket numbers) move on from day to day: no range holds them.
+        if (
+            column.numbers is not None
+            and column.name not in sources
+            and column.name not in key_columns
+        ):
+            bounds = _bounds(column)
+            if bounds is None:
+                notes.append(f"always {column.numbers.min():g} in the samples: no range guessed")
+            else:
+                spec["min"], spec["max"] = bounds
+                notes.append(
+                    f"seen {column.numbers.min():g} to {column.numbers.max():g}, "
+                    f"range widened by {RANGE_MARGIN:.0%}"
+                )
+        if (
+            column.dtype == "str"
+            and column.name not in sources
+            and column is not zones
+            and _low_cardinality(column)
+        ):
+            spec["allowed_values"] = sorted(column.values.unique().tolist())
+        if key == [column.name]:
+            spec["unique"] = True
+        if column.constant_within_day and column.name not in sources:
+            spec["constant_within_day"] = True
+            notes.append("one value all day in every sample, drift does not test it")
+        out.append(f"  - {_flow(spec)}  # {'; '.join(notes)}")
+    out += [
+        "# The label: uncomment the ONE line of the column to predict (each line's task is a",
+        "# guess: two values read as classification), and uncomment its column's feature below",
+        "# only if it is not the label.",
+    ]
+    if label_candidates:
+        out += [f"# label: {_label_choice(c, landed)}" for c in label_candidates]
+    else:
+        out.append("# (no numeric or bool column: add one to predict)")
+    out += [
+        "# Columns known only after the label (they would leak it): list them, e.g. [col_a].",
+        "leakage_columns: []",
+        "features:",
+    ]
+    time_features = [("hour", "numeric", "hour"), ("day_of_week", "categorical", "day_of_week")]
+    # Hours and weekdays as people live them: with a zone per row, of each row's local time.
+    clock = EVENT_TIME if zones is None else LOCAL_EVENT_TIME
+    for feature_name, kind, transform in time_features:
+        spec = {"name": feature_name, "kind": kind, "source": clock, "transform": transform}
+        out.append(f"  - {_flow(spec)}")
+    feature_names = {"hour", "day_of_week"}
+
+    def feature_name_of(column: Column) -> str:
+        name = column.name
+        while name in feature_names:
+            name += "_"
+        feature_names.add(name)
+        return name
+
+    for column in columns:
+        if column.name in sources or column.name in (key or []) or column in label_candidates:
+            continue
+        if column.dtype in ("int", "float"):
+            kind = "numeric"
+        elif column.dtype in ("str", "bool"):
+            if column.values.nunique() > MAX_CATEGORICAL_SHARE * max(len(column.values), 1):
+                continue  # an identifier, not a category
+            kind = "categorical"
+        else:
+            continue
+        feature = {"name": feature_name_of(column), "kind": kind, "source": column.name}
+        out.append(f"  - {_flow(feature)}")
+    if label_candidates:
+        out.append("  # Features of the label candidates: uncomment all but the label's.")
+        for column in label_candidates:
+            kind = "categorical" if column.dtype == "bool" else "numeric"
+            feature = {"name": feature_name_of(column), "kind": kind, "source": column.name}
+            out.append(f"  # - {_flow(feature)}")
+    out += [
+        "quality:",
+        f"  # The samples hold {min(rows)} to {max(rows)} rows a day.",
+        f"  row_count: {_flow({'min': max(1, min(rows) // 2), 'max': max(rows) * 2})}",
+    ]
+    if key is not None:
+        out.append(
+            f"  # A guess: {' + '.join(key)} is unique within every sample day; check that the "
+            "source system keys rows so."
+        )
+        out.append(f"  row_key: {_value(key)}")
+    else:
+        out += [
+            "  # No column, or pair of columns, is unique within every sample day: rows have no",
+            "  # key, so duplicated rows are not detected. Name the key columns if there is one.",
+            "  row_key: []",
+        ]
+    text = "\n".join(out) + "\n"
+    yaml.safe_load(text)  # the draft must stay valid YAML whatever the samples hold
+    return text

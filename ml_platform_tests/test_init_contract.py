@@ -1,0 +1,193 @@
+"""`init-contract`: a draft contract from sample files of a new shape, checked and materialised."""
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from ml_platform import cli
+from ml_platform.contracts import load_contract
+from ml_platform.contracts.infer import InferenceError, draft_contract
+from ml_platform_tests.conftest import DAILY_ASSETS, Platform
+
+ZONES = ["America/Los_Angeles", "Europe/Paris", "Asia/Tokyo"]
+# A week across the night Los Angeles changes to summer time (2024-03-10), Paris not yet.
+WEEK = [dt.date(2024, 3, 7) + dt.timedelta(days=i) for i in range(7)]
+
+
+def hour_text(hour: int, style: int) -> str:
+    """An hour as exports write it: '6pm', '6 PM' or '18:00'."""
+    twelve, half = hour % 12 or 12, "am" if hour < 12 else "pm"
+    return (f"{twelve}{half}", f"{twelve} {half.upper()}", f"{hour}:00")[style]
+
+
+def visits_day(day: dt.date, seed: int, rows: int = 240) -> tuple[pd.DataFrame, pd.Series]:
+    """A shuffled day file of shop visits, and each row's event time in UTC by ticket."""
+    rng = np.random.default_rng(seed)
+    hours = rng.integers(6, 23, rows)
+    zones = rng.choice(ZONES, rows)
+    store = rng.choice(["north", "south", "east"], rows)
+    temperature = rng.normal(12, 4, rows).round(1)
+    temperature[rng.random(rows) < 0.1] = np.nan
+    holiday = int(day.weekday() == 6)  # one value all day, another on Sundays
+    visitors = 20 + 2 * hours + 5 * (store == "north") + 10 * holiday + rng.normal(0, 2, rows)
+    tickets = np.arange(rows) + seed * 10_000
+    frame = pd.DataFrame(
+        {
+            "visit_date": day.strftime("%b %d, %Y"),
+            "visit_hour": [
+                hour_text(h, int(s)) for h, s in zip(hours, rng.integers(0, 3, rows), strict=True)
+            ],
+            "tz": zones,
+            "store": store,
+            "holiday": holiday,
+            "temperature": temperature,
+            "ticket": tickets,
+            "visitors": visitors.round().astype(int),
+        }
+    )
+    utc = [
+        pd.Timestamp(f"{day} {h:02d}:00", tz=z).tz_convert("UTC").tz_localize(None)
+        for h, z in zip(hours, zones, strict=True)
+    ]
+    return frame.sample(frac=1, random_state=seed), pd.Series(utc, index=tickets)
+
+
+def write_week(folder: Path) -> tuple[list[Path], pd.Series]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, truths = [], []
+    for i, day in enumerate(WEEK):
+        frame, utc = visits_day(day, seed=i + 1)
+        path = folder / f"visits_{day}.csv"
+        frame.to_csv(path, index=False)
+        paths.append(path)
+        truths.append(utc)
+    return paths, pd.concat(truths)
+
+
+@pytest.fixture
+def week(tmp_path):
+    return write_week(tmp_path / "samples")
+
+
+def drafted(text: str) -> dict:
+    return yaml.safe_load(text)
+
+
+def test_the_draft_reads_types_nulls_ranges_key_pattern_and_event_time(week):
+    paths, _ = week
+    text = draft_contract(paths, "visits")
+    document = drafted(text)
+    assert document["landing"]["file_pattern"] == "visits_{date}.csv"
+    assert document["partitions"]["start_date"] == WEEK[0]
+    assert document["event_time"] == {
+        "column": "visit_date",
+        "hour": "visit_hour",
+        "timezone_column": "tz",
+    }
+    columns = {c["name"]: c for c in document["columns"]}
+    assert {n: c["dtype"] for n, c in columns.items()} == {
+        "visit_date": "str",
+        "visit_hour": "str",
+        "tz": "str",
+        "store": "str",
+        "holiday": "int",
+        "temperature": "float",
+        "ticket": "int",
+        "visitors": "int",
+    }
+    assert columns["temperature"]["nullable"] is True
+    assert "null in the samples" in next(
+        line for line in text.splitlines() if "temperature, " in line
+    )
+    assert not any(c.get("nullable") for n, c in columns.items() if n != "temperature")
+    assert columns["store"]["allowed_values"] == ["east", "north", "south"]
+    assert columns["holiday"] == {
+        "name": "holiday",
+        "dtype": "int",
+        "min": 0,
+        "max": 1,
+        "constant_within_day": True,
+    }
+    # The observed range widened by a margin: a new day slightly beyond it still passes.
+    seen = pd.concat(pd.read_csv(p)["visitors"] for p in paths)
+    assert columns["visitors"]["min"] < seen.min() and columns["visitors"]["max"] > seen.max()
+    # A key's values move on from day to day, so it gets no range.
+    assert columns["ticket"] == {"name": "ticket", "dtype": "int", "unique": True}
+    assert document["quality"]["row_key"] == ["ticket"]
+    # Undecided: the label is only offered, and no column is guessed to leak it.
+    assert "label" not in document
+    assert "# label: {name: visitors_label, task: regression, source: visitors}" in text
+    assert document["leakage_columns"] == []
+    sources = {f["source"] for f in document["features"]}
+    assert "visitors" not in sources and "ticket" not in sources
+    assert {"local_event_time", "store", "tz", "holiday"} <= sources
+
+
+def test_init_contract_with_the_label_chosen_passes_check_contract_and_a_week_materialises(
+    week, tmp_path, capsys
+):
+    paths, utc = week
+    output = tmp_path / "visits.yaml"
+    argv = ["init-contract", *map(str, paths), "--name", "visits", "-o", str(output)]
+    assert cli.main(argv) == 0
+    assert "choose the label there" in capsys.readouterr().out
+    assert cli.main(["check-contract", str(output)]) == 2  # no label yet
+    assert "label" in capsys.readouterr().err
+    choice = "# label: {name: visitors_label, task: regression, source: visitors}"
+    output.write_text(output.read_text().replace(choice, choice.removeprefix("# ")))
+    assert cli.main(["check-contract", str(output)]) == 0
+    assert "contract 'visits' is valid" in capsys.readouterr().out
+
+    platform = Platform(load_contract(output), tmp_path / "platform")
+    platform.landing_dir.mkdir(parents=True)
+    for path in paths:
+        shutil.copy(path, platform.landing_dir / path.name)
+    days = [day.isoformat() for day in WEEK]
+    for day in days:
+        assert platform.materialize(day).success, day
+    for asset in DAILY_ASSETS:
+        assert platform.materialized(asset) == set(days), asset
+    validated = pd.concat(
+        pd.read_parquet(platform.stored("validated_data", day, "parquet")) for day in days
+    )
+    assert len(validated) == 7 * 240
+    expected = utc.loc[validated["ticket"].to_numpy()].to_numpy()
+    assert (validated["event_time"].to_numpy() == expected).all()
+    # The Sunday's Los Angeles rows are in summer time, UTC-7; the Saturday's in winter, UTC-8.
+    la = validated[validated["tz"] == "America/Los_Angeles"]
+    offset = (la["local_event_time"] - la["event_time"]).dt.total_seconds() / 3600
+    by_day = offset.groupby(la["local_event_time"].dt.date).unique()
+    assert by_day[dt.date(2024, 3, 9)].tolist() == [-8.0]
+    assert by_day[dt.date(2024, 3, 10)].tolist() == [-7.0]
+
+
+def test_without_a_key_or_a_spread_the_draft_says_so(tmp_path):
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    paths = []
+    for i, day in enumerate(WEEK[:2]):
+        frame, _ = visits_day(day, seed=i + 1, rows=60)
+        frame = frame.drop(columns=["ticket"])
+        path = folder / f"visits_{day}.csv"
+        pd.concat([frame, frame.iloc[:3]]).to_csv(path, index=False)  # three rows twice
+        paths.append(path)
+    text = draft_contract(paths, "visits")
+    assert drafted(text)["quality"]["row_key"] == []
+    assert "# No column, or pair of columns, is unique within every sample day" in text
+    # Thursday and Friday are no holidays: one value everywhere is neither a range nor a sign
+    # of a column constant within a day (that needs days that differ).
+    holiday = next(c for c in drafted(text)["columns"] if c["name"] == "holiday")
+    assert holiday == {"name": "holiday", "dtype": "int"}
+    assert "always 0 in the samples: no range guessed" in text
+
+
+def test_sample_names_must_carry_their_day(tmp_path):
+    (tmp_path / "visits_latest.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InferenceError, match="visits_latest.csv: a day file's name must carry"):
+        draft_contract([tmp_path / "visits_latest.csv"], "visits")
+    assert cli.main(["init-contract", str(tmp_path / "visits_latest.csv"), "--name", "v"]) == 2
