@@ -22,6 +22,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from ml_platform.automation.alert_sensors import ALERT_DELIVERY_SENSOR
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
@@ -151,7 +152,7 @@ class Stack(DagsterProcesses):
             # state it read, which can undo the stop: stop it again.
             self.sensor("stop")
             return False
-        alerts = [t for t in self.ticks("run_alerts_sensor") if t["timestamp"] > timestamp]
+        alerts = [t for t in self.ticks(ALERT_DELIVERY_SENSOR) if t["timestamp"] > timestamp]
         landing = state["ticks"]
         landing_busy = any(t["status"] == "STARTED" for t in landing)
         # A running sensor ticks every 5 s: 15 s without a landing tick means none is pending.
