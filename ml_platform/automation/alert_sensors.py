@@ -21,7 +21,7 @@ what the Runs page shows.
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -152,32 +152,34 @@ def build_alert_sensors(
     every run of the instance, whichever code location launched it.
     """
 
-    @dg.run_failure_sensor(
+    def raising(succeeded: bool) -> Callable[[dg.RunStatusSensorContext, Notifier], None]:
+        def evaluate(context: dg.RunStatusSensorContext, notifier: Notifier) -> None:
+            raise_alerts(context, notifier, succeeded)
+
+        return evaluate
+
+    watch_every_run: dict[str, Any] = {
+        "minimum_interval_seconds": minimum_interval_seconds,
+        "monitor_all_code_locations": True,
+        "default_status": dg.DefaultSensorStatus.RUNNING,
+    }
+    run_failure_alerts_sensor = dg.run_failure_sensor(
         name=RUN_FAILURE_ALERTS_SENSOR,
-        minimum_interval_seconds=minimum_interval_seconds,
-        monitor_all_code_locations=True,
-        default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             "Tags each failed run with its failure class and raises its alerts (CRITICAL after "
             "3 failed runs in a row of a job or asset); see docs/runbook.md."
         ),
-    )
-    def run_failure_alerts_sensor(context: dg.RunFailureSensorContext, notifier: Notifier) -> None:
-        raise_alerts(context, notifier, succeeded=False)
-
-    @dg.run_status_sensor(
+        **watch_every_run,
+    )(raising(succeeded=False))
+    run_success_alerts_sensor = dg.run_status_sensor(
         run_status=dg.DagsterRunStatus.SUCCESS,
         name=RUN_SUCCESS_ALERTS_SENSOR,
-        minimum_interval_seconds=minimum_interval_seconds,
-        monitor_all_code_locations=True,
-        default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             "Raises the alerts of successful runs: failed warning checks, and the end of a "
             "failure streak; see docs/runbook.md."
         ),
-    )
-    def run_success_alerts_sensor(context: dg.RunStatusSensorContext, notifier: Notifier) -> None:
-        raise_alerts(context, notifier, succeeded=True)
+        **watch_every_run,
+    )(raising(succeeded=True))
 
     @dg.sensor(
         name=ALERT_DELIVERY_SENSOR,
