@@ -395,6 +395,26 @@ def test_a_failed_warning_check_on_a_successful_run_pages(scene, webhook):
     assert FAILURE_CLASS_TAG not in scene.instance.get_run_by_id(run_id).tags
 
 
+def test_an_asset_streak_counts_its_failures_in_any_job(scene, webhook):
+    scene.run(fail="data")
+    scene.run(fail="data", day="2024-01-06")
+    BEHAVIOUR.update(fail="data")
+    # The third failure is an ad-hoc materialisation: the job's streak stays at 2.
+    adhoc = dg.materialize(
+        [scored],
+        partition_key="2024-01-07",
+        instance=scene.instance,
+        resources=scene.defs.resources,
+        raise_on_error=False,
+    )
+    assert not adhoc.success
+    scene.tick()
+
+    [alert] = alerts_of(webhook)
+    assert alert["title"] == "asset scored failed 3 times in a row"
+    assert alert["run_id"] == adhoc.run_id
+
+
 def test_streaks_are_counted_from_the_runs_whatever_the_sensors_remember(scene, webhook):
     scene.run(fail="data")
     scene.run(fail="data")

@@ -96,6 +96,8 @@ def failure_streaks(
                     continue
                 ended = not failed
             else:
+                if run.step_keys_to_execute is not None and name not in run.step_keys_to_execute:
+                    continue  # the run did not plan this step: no need to read its events
                 if run.run_id not in outcomes:
                     outcomes[run.run_id] = run_outcome(instance, run.run_id, not failed)
                 earlier = outcomes[run.run_id]
@@ -106,7 +108,7 @@ def failure_streaks(
                 elif any(f.step == name for f in earlier.step_failures):
                     ended = False
                 else:
-                    continue  # the run did not run this step
+                    continue  # the step did not run (an upstream step failed)
             if not ended and root not in roots[key]:
                 roots[key].append(root)
             if ended or len(roots[key]) >= threshold:
