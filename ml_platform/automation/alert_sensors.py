@@ -205,7 +205,7 @@ def build_alert_sensors(
         for run in runs:
             context.instance.add_run_tags(run.run_id, {ALERT_DELIVERY_TAG: DELIVERED})
         summary = (
-            f"{len(alerts)} alert(s) of {len(runs)} run(s) delivered, "
+            f"{len(alerts)} alert(s) of {len(runs)} run(s) handed to the notifier, "
             f"{len(state.outbox)} awaiting delivery"
         )
         return dg.SensorResult(cursor=json.dumps(state.to_json()), skip_reason=summary)
