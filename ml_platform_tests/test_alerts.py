@@ -591,3 +591,32 @@ def test_only_the_rejection_streak_pages_a_rejected_candidate_is_logged():
     assert streak.runbook == "docs/runbook.md#check-rejection_streak"
     assert streak.cause.startswith("3 candidates in a row were rejected")
     assert by_check["evaluation_report:promotion_verdict"].page is False
+
+
+def test_a_failed_run_announces_the_recovery_of_a_step_that_now_succeeds():
+    outcome = RunOutcome(
+        run_id="run-9",
+        root_run_id="run-9",
+        job_name="daily_pipeline_job",
+        partition="2024-01-09",
+        succeeded=False,
+        step_failures=[StepFailure("model", "ValueError", "bad shape", user_failure=False)],
+        succeeded_steps=["raw_data"],
+        failed_checks=[],
+        run_message="",
+    )
+    streaks = {"job daily_pipeline_job": 1, "asset model": 1, "asset raw_data": 3}
+
+    alerts = evaluate_run(outcome, streaks, Notifier(), now=0.0)
+
+    assert [(a.severity, a.rule) for a in alerts] == [
+        ("RESOLVED", "recovered"),
+        ("ERROR", "run_failed"),
+    ]
+    resolved = alerts[0]
+    assert resolved.subject == "asset raw_data" and resolved.page
+    assert resolved.cause == "step(s) raw_data succeeded"
+    # A streak that never reached the threshold ends silently.
+    assert evaluate_run(outcome, {**streaks, "asset raw_data": 2}, Notifier(), 0.0)[0].rule == (
+        "run_failed"
+    )
