@@ -33,7 +33,7 @@ from typing import Any
 import dagster as dg
 import yaml
 
-from ml_platform.automation.sensors import (
+from ml_platform.automation.landing_sensor import (
     LANDING_SENSOR,
     MAX_REQUESTS_PER_TICK,
     PAGE_SIZE,

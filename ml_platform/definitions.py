@@ -4,14 +4,11 @@ import os
 
 import dagster as dg
 
+from ml_platform.automation.alert_sensors import build_alert_sensors
 from ml_platform.automation.alerts import notifier_from_env
 from ml_platform.automation.jobs import TRAINING_TAGS, build_ingestion_job
+from ml_platform.automation.landing_sensor import build_landing_sensor, sensor_interval_from_env
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
-from ml_platform.automation.sensors import (
-    build_landing_sensor,
-    build_run_alerts_sensor,
-    sensor_interval_from_env,
-)
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.drift.checks import build_drift_checks
 from ml_platform.evaluation.assets import build_evaluation_report
@@ -90,7 +87,7 @@ def build_definitions(
                 DAILY_JOB,
                 minimum_interval_seconds=sensor_interval_from_env(),
             ),
-            build_run_alerts_sensor(minimum_interval_seconds=sensor_interval_from_env()),
+            *build_alert_sensors(minimum_interval_seconds=sensor_interval_from_env()),
         ],
         resources={
             # A local directory, or an S3 prefix when ML_PLATFORM_LANDING_URL=s3://... is set.

@@ -1,8 +1,9 @@
-"""Alerts: streaks of failures, resets, dedup, retries, warning checks, and real delivery.
+"""Alerts: streaks of failures, recoveries, resets, dedup, retries, warning checks, delivery.
 
 Webhook alerts are received by a real HTTP server on 127.0.0.1 and email by a real SMTP
-server on 127.0.0.1, both in threads; runs are real runs in an ephemeral instance, read by the
-run alerts sensor through `build_sensor_context`.
+server on 127.0.0.1, both in threads; runs are real runs in an ephemeral instance, and the
+alert sensors (Dagster's run-status sensors and the delivery sensor) tick over them through
+`SensorDefinition.evaluate_tick`, with their cursors carried as the daemon carries them.
 """
 
 import email
@@ -12,22 +13,33 @@ import logging
 import socketserver
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import pytest
 
-from ml_platform.automation.alerts import Notifier, RunOutcome, evaluate_run, notifier_from_env
-from ml_platform.automation.sensors import AlertsCursor, build_run_alerts_sensor, run_outcome
+from ml_platform.automation.alert_sensors import (
+    ALERT_DELIVERY_SENSOR,
+    ALERT_DELIVERY_TAG,
+    ALERTS_TAG,
+    DELIVERED,
+    RUN_FAILURE_ALERTS_SENSOR,
+    RUN_SUCCESS_ALERTS_SENSOR,
+    build_alert_sensors,
+)
+from ml_platform.automation.alerts import Notifier, evaluate_run, notifier_from_env
 from ml_platform.troubleshooting.classify import (
     CODE_BUG,
     DATA,
     DEPENDENCY_MISMATCH,
+    FAILURE_CLASS_TAG,
     RESOURCE_EXHAUSTION,
     TRANSIENT_INFRASTRUCTURE,
     FailedCheck,
     StepFailure,
     classify_failure,
 )
+from ml_platform.troubleshooting.run_events import RunOutcome, run_outcome
 from ml_platform_tests.conftest import REPO
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
@@ -145,8 +157,35 @@ def smtp_server() -> Iterator[socketserver.ThreadingTCPServer]:
     server.server_close()
 
 
+class AlertSensors:
+    """The alert sensors over an instance, each ticked in turn as the daemon ticks them."""
+
+    def __init__(self, instance: dg.DagsterInstance, notifier: Notifier):
+        self.instance = instance
+        self.notifier = notifier
+        self.sensors = build_alert_sensors(minimum_interval_seconds=0)
+        self.cursors: dict[str, str | None] = {s.name: None for s in self.sensors}
+        self.tick()  # the first tick only marks where alerting starts
+
+    def tick(self) -> dict[str, Any]:
+        """One tick of each sensor; fails on an error the sensor reported for a run."""
+        results = {}
+        for sensor in self.sensors:
+            context = dg.build_sensor_context(
+                instance=self.instance,
+                cursor=self.cursors[sensor.name],
+                resources={"notifier": self.notifier},
+            )
+            data = sensor.evaluate_tick(context)
+            errors = [r.error for r in data.dagster_run_reactions or [] if r.error]
+            assert not errors, errors
+            self.cursors[sensor.name] = data.cursor
+            results[sensor.name] = data
+        return results
+
+
 class Scene:
-    """Runs of a named job in one instance, and the run alerts sensor ticking after them."""
+    """Runs of a named job in one instance, and the alert sensors ticking after them."""
 
     def __init__(self, tmp_path, notifier: Notifier):
         self.defs = dg.Definitions(
@@ -157,9 +196,7 @@ class Scene:
         self.job = self.defs.resolve_job_def("scoring_job")
         self.instance = dg.DagsterInstance.ephemeral()
         self.notifier = notifier
-        self.sensor = build_run_alerts_sensor()
-        self.cursor: str | None = None
-        self.tick()  # the first tick only marks where alerting starts
+        self.alerts = AlertSensors(self.instance, notifier)
 
     def run(self, day="2024-01-05", fail=None, drift=False, tags=None) -> str:
         BEHAVIOUR.update(fail=fail, drift=drift)
@@ -169,14 +206,8 @@ class Scene:
         assert result.success == (fail is None)
         return result.run_id
 
-    def tick(self) -> dg.SensorResult:
-        context = dg.build_sensor_context(
-            instance=self.instance, cursor=self.cursor, resources={"notifier": self.notifier}
-        )
-        result = self.sensor(context)
-        assert isinstance(result, dg.SensorResult)
-        self.cursor = result.cursor
-        return result
+    def tick(self) -> dict[str, Any]:
+        return self.alerts.tick()
 
 
 @pytest.fixture
@@ -223,8 +254,6 @@ def test_a_success_resets_the_streak(scene, webhook):
         scene.run(fail=fail)
         scene.tick()
     assert webhook.received == []
-    streaks = AlertsCursor.loads(scene.cursor).streaks
-    assert streaks["job scoring_job"]["count"] == 2
 
     scene.run(fail="software")
     scene.tick()
@@ -256,7 +285,6 @@ def test_a_retried_run_counts_once_and_evaluating_in_one_tick_changes_nothing(sc
     scene.run(fail="data", day="2024-01-06")
     scene.tick()  # all three at once
     assert webhook.received == []
-    assert AlertsCursor.loads(scene.cursor).streaks["job scoring_job"]["count"] == 2
 
     scene.run(fail="data", day="2024-01-07")
     scene.tick()
@@ -287,14 +315,117 @@ def test_a_failing_webhook_is_retried_on_the_next_tick_without_duplicates(scene,
     webhook.fail_next = 1
     for _ in range(3):
         scene.run(fail="data")
-    first = scene.tick()
+    first = scene.tick()[ALERT_DELIVERY_SENSOR]
     assert webhook.received == [] and webhook.refused == 1
-    assert "1 awaiting delivery" in str(first.skip_reason)
+    assert "1 awaiting delivery" in str(first.skip_message)
 
+    # No run finishes in between: the delivery sensor retries by itself.
     scene.tick()
-    scene.tick()
+    last = scene.tick()[ALERT_DELIVERY_SENSOR]
     assert [a["severity"] for a in alerts_of(webhook)] == ["CRITICAL"]
-    assert AlertsCursor.loads(scene.cursor).delivery.outbox == []
+    assert "0 awaiting delivery" in str(last.skip_message)
+
+
+def test_the_failure_sensor_handles_a_failed_run_once(tmp_path, webhook):
+    # A streak of one: every failed run pages, so a run handled twice would page twice.
+    url = f"http://127.0.0.1:{webhook.server_port}/hooks/alerts"
+    scene = Scene(tmp_path, Notifier(webhook_url=url, failure_streak=1))
+    try:
+        run_id = scene.run(fail="data")
+        ticks = [scene.tick() for _ in range(3)]
+    finally:
+        BEHAVIOUR.update(fail=None)
+
+    [alert] = alerts_of(webhook)
+    assert (alert["severity"], alert["run_id"]) == ("CRITICAL", run_id)
+    assert alert["title"] == "job scoring_job and asset scored failed 1 times in a row"
+    assert [len(t[RUN_FAILURE_ALERTS_SENSOR].dagster_run_reactions) for t in ticks] == [1, 0, 0]
+    tags = scene.instance.get_run_by_id(run_id).tags
+    assert tags[FAILURE_CLASS_TAG] == DATA
+    assert tags[ALERT_DELIVERY_TAG] == DELIVERED
+    raised = json.loads(tags[ALERTS_TAG])
+    assert [(a["rule"], a["page"]) for a in raised] == [
+        ("run_failed", False),
+        ("failure_streak", True),
+    ]
+
+
+def test_a_recovery_is_announced_once(scene, webhook):
+    for _ in range(3):
+        scene.run(fail="software")
+    scene.tick()
+    recovery = scene.run(day="2024-01-06")
+    scene.tick()
+    scene.run(day="2024-01-07")
+    scene.tick()
+
+    critical, resolved = alerts_of(webhook)
+    assert critical["severity"] == "CRITICAL"
+    assert resolved["severity"] == "RESOLVED" and resolved["rule"] == "recovered"
+    assert resolved["title"] == (
+        "job scoring_job and asset scored recovered after failing 3 or more times in a row"
+    )
+    assert (resolved["run_id"], resolved["partition"]) == (recovery, "2024-01-06")
+    assert resolved["cause"] == "the run succeeded"
+    assert resolved["runbook"] == "docs/runbook.md#failed-3-times-in-a-row"
+    assert webhook.received[1]["text"].startswith("[RESOLVED] job scoring_job and asset scored")
+
+
+def test_a_short_streak_ends_without_an_announcement(scene, webhook):
+    for fail in ["software", "software", None]:
+        scene.run(fail=fail)
+    scene.tick()
+    assert webhook.received == []
+
+
+def test_a_failed_warning_check_on_a_successful_run_pages(scene, webhook):
+    run_id = scene.run(drift=True)
+    ticks = scene.tick()
+
+    [alert] = alerts_of(webhook)
+    assert (alert["severity"], alert["rule"], alert["run_id"]) == (
+        "WARNING",
+        "check_failed",
+        run_id,
+    )
+    assert alert["title"] == "check drift_ks on scored failed"
+    # The success sensor raised it; the failure sensor saw no failed run.
+    assert len(ticks[RUN_SUCCESS_ALERTS_SENSOR].dagster_run_reactions) == 1
+    assert ticks[RUN_FAILURE_ALERTS_SENSOR].dagster_run_reactions == []
+    assert FAILURE_CLASS_TAG not in scene.instance.get_run_by_id(run_id).tags
+
+
+def test_an_asset_streak_counts_its_failures_in_any_job(scene, webhook):
+    scene.run(fail="data")
+    scene.run(fail="data", day="2024-01-06")
+    BEHAVIOUR.update(fail="data")
+    # The third failure is an ad-hoc materialisation: the job's streak stays at 2.
+    adhoc = dg.materialize(
+        [scored],
+        partition_key="2024-01-07",
+        instance=scene.instance,
+        resources=scene.defs.resources,
+        raise_on_error=False,
+    )
+    assert not adhoc.success
+    scene.tick()
+
+    [alert] = alerts_of(webhook)
+    assert alert["title"] == "asset scored failed 3 times in a row"
+    assert alert["run_id"] == adhoc.run_id
+
+
+def test_streaks_are_counted_from_the_runs_whatever_the_sensors_remember(scene, webhook):
+    scene.run(fail="data")
+    scene.run(fail="data")
+    scene.tick()
+    # Sensors turned off and on again (their cursors reset): the instance's runs still count.
+    scene.alerts = AlertSensors(scene.instance, scene.notifier)
+    scene.run(fail="data")
+    scene.tick()
+
+    [alert] = alerts_of(webhook)
+    assert alert["title"] == "job scoring_job and asset scored failed 3 times in a row"
 
 
 def test_critical_alert_by_email(tmp_path, smtp_server):
@@ -460,3 +591,32 @@ def test_only_the_rejection_streak_pages_a_rejected_candidate_is_logged():
     assert streak.runbook == "docs/runbook.md#check-rejection_streak"
     assert streak.cause.startswith("3 candidates in a row were rejected")
     assert by_check["evaluation_report:promotion_verdict"].page is False
+
+
+def test_a_failed_run_announces_the_recovery_of_a_step_that_now_succeeds():
+    outcome = RunOutcome(
+        run_id="run-9",
+        root_run_id="run-9",
+        job_name="daily_pipeline_job",
+        partition="2024-01-09",
+        succeeded=False,
+        step_failures=[StepFailure("model", "ValueError", "bad shape", user_failure=False)],
+        succeeded_steps=["raw_data"],
+        failed_checks=[],
+        run_message="",
+    )
+    streaks = {"job daily_pipeline_job": 1, "asset model": 1, "asset raw_data": 3}
+
+    alerts = evaluate_run(outcome, streaks, Notifier(), now=0.0)
+
+    assert [(a.severity, a.rule) for a in alerts] == [
+        ("RESOLVED", "recovered"),
+        ("ERROR", "run_failed"),
+    ]
+    resolved = alerts[0]
+    assert resolved.subject == "asset raw_data" and resolved.page
+    assert resolved.cause == "step(s) raw_data succeeded"
+    # A streak that never reached the threshold ends silently.
+    assert evaluate_run(outcome, {**streaks, "asset raw_data": 2}, Notifier(), 0.0)[0].rule == (
+        "run_failed"
+    )

@@ -22,6 +22,11 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from ml_platform.automation.alert_sensors import (
+    ALERT_DELIVERY_SENSOR,
+    RUN_FAILURE_ALERTS_SENSOR,
+    RUN_SUCCESS_ALERTS_SENSOR,
+)
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
@@ -135,6 +140,15 @@ class Stack(DagsterProcesses):
             "ticks"
         ]
 
+    def reacted_runs(self, sensor: str) -> set[str]:
+        """The runs a run-status sensor was handed; fails on a tick that errored."""
+        selector = {**LOCATION, "sensorName": sensor}
+        data = self.graphql(REACTION_TICKS_QUERY, {"selector": selector})["sensorOrError"]
+        ticks = data["sensorState"]["ticks"]
+        errors = [t["error"]["message"] for t in ticks if t["status"] == "FAILURE" and t["error"]]
+        assert not errors, errors
+        return {run_id for t in ticks for run_id in t["originRunIds"]}
+
     def sensor_ticks_since(self, timestamp: float) -> int:
         return sum(1 for t in self.ticks("landing_sensor") if t["timestamp"] > timestamp)
 
@@ -151,7 +165,7 @@ class Stack(DagsterProcesses):
             # state it read, which can undo the stop: stop it again.
             self.sensor("stop")
             return False
-        alerts = [t for t in self.ticks("run_alerts_sensor") if t["timestamp"] > timestamp]
+        alerts = [t for t in self.ticks(ALERT_DELIVERY_SENSOR) if t["timestamp"] > timestamp]
         landing = state["ticks"]
         landing_busy = any(t["status"] == "STARTED" for t in landing)
         # A running sensor ticks every 5 s: 15 s without a landing tick means none is pending.
@@ -182,6 +196,15 @@ SENSOR_QUERY = """
 query Sensor($selector: SensorSelector!) {
   sensorOrError(sensorSelector: $selector) {
     ... on Sensor { sensorState { id status ticks(limit: 20) { timestamp status } } }
+  }
+}
+"""
+REACTION_TICKS_QUERY = """
+query Ticks($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    ... on Sensor {
+      sensorState { ticks(limit: 100) { status originRunIds error { message } } }
+    }
   }
 }
 """
@@ -342,6 +365,14 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
     for run in everything:
         at_once = [r for r in everything if r["startTime"] <= run["startTime"] < r["endTime"]]
         assert len(at_once) <= 2, "more than 2 runs at once"
+    # The daemon hands every finished run to the success alerts sensor, which runs without error.
+    finished = {r["runId"] for r in everything}
+    stack.wait_for(
+        lambda: stack.reacted_runs(RUN_SUCCESS_ALERTS_SENSOR) >= finished,
+        120,
+        "the success alerts sensor to handle every run",
+    )
+    assert stack.reacted_runs(RUN_FAILURE_ALERTS_SENSOR) == set()
 
 
 class LocalZoneStack(Stack):

@@ -6,9 +6,10 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import pytest
 
+from ml_platform.automation.alert_sensors import ALERT_SENSORS
 from ml_platform.automation.jobs import INGESTION_JOB, WORKLOAD_TAG
+from ml_platform.automation.landing_sensor import LANDING_SENSOR
 from ml_platform.automation.schedules import DAILY_SCHEDULE, WEEKLY_RETRAIN_SCHEDULE
-from ml_platform.automation.sensors import LANDING_SENSOR, RUN_ALERTS_SENSOR
 from ml_platform.contracts import load_contract
 from ml_platform.definitions import DAILY_JOB, WEEKLY_RETRAIN_JOB, build_definitions
 
@@ -101,9 +102,8 @@ def test_automation_is_registered_with_safe_defaults(flights):
     for name in (DAILY_SCHEDULE, WEEKLY_RETRAIN_SCHEDULE):
         assert defs.resolve_schedule_def(name).default_status == dg.DefaultScheduleStatus.STOPPED
     # Alerts are on from the start: failing in silence is the one thing never wanted.
-    assert (
-        defs.resolve_sensor_def(RUN_ALERTS_SENSOR).default_status == dg.DefaultSensorStatus.RUNNING
-    )
+    for name in ALERT_SENSORS:
+        assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING
 
 
 def test_jobs_carry_the_workload_tag_the_concurrency_limits_use(flights):

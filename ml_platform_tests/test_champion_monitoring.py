@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ml_platform.automation.alerts import WARNING, Notifier, RunOutcome, evaluate_run
-from ml_platform.automation.sensors import run_outcome
+from ml_platform.automation.alerts import WARNING, Notifier, evaluate_run
 from ml_platform.contracts import load_contract
 from ml_platform.evaluation.monitoring import (
     CHAMPION_PERFORMANCE,
@@ -26,6 +25,7 @@ from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform.platform.storage import write_atomically
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.troubleshooting.classify import FailedCheck
+from ml_platform.troubleshooting.run_events import RunOutcome, run_outcome
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 

@@ -21,7 +21,7 @@ import yaml
 from moto.server import ThreadedMotoServer
 
 from ml_platform.automation.alerts import Notifier
-from ml_platform.automation.sensors import (
+from ml_platform.automation.landing_sensor import (
     LANDED_FILE_TAG,
     LANDED_VERSION_TAG,
     SLACK_SECONDS,

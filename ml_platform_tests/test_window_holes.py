@@ -14,9 +14,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from ml_platform.automation.alerts import classify_outcome
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
-from ml_platform.automation.sensors import run_outcome
 from ml_platform.platform.steps import SINGLE_RUN, WORKERS_ENV, each_day
 from ml_platform.platform.storage import (
     FORMAT_KEY,
@@ -33,6 +31,7 @@ from ml_platform.training.assets import (
     window_input,
 )
 from ml_platform.troubleshooting.classify import DATA, Classification
+from ml_platform.troubleshooting.run_events import classify_outcome, run_outcome
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 from ml_platform_tests.test_backfill_range import materialize_range

@@ -3,7 +3,9 @@
 Rules (see docs/runbook.md for what to do about each):
 
 - A job, or an asset's step, failing in 3 runs in a row -> one CRITICAL alert, reset by a
-  success. Retries of a run (same root run) count once.
+  success. Retries of a run (same root run) count once. The success that ends such a streak
+  is announced (RESOLVED, sent where the CRITICAL alert went). Streaks are counted from the
+  instance's runs, not remembered by a sensor.
 - A failed check of WARN severity (drift, loss plateau, low utilisation, schema change...) ->
   WARNING. A failed ERROR check in a run that still succeeded (non-blocking) -> ERROR.
 - A rejected candidate (`promotion_verdict`) is logged but pages nobody: one rejection is an
@@ -15,8 +17,8 @@ Rules (see docs/runbook.md for what to do about each):
 Every alert carries the run id, partition, failure class, the one-line cause, a link to the run
 in the UI and the runbook section. Alerts that say the same thing (same rule, subject,
 partition and cause) within the dedup window are sent once. Delivery state (what was sent, what
-still has to be sent after a sink failed) lives in the sensor cursor, so it survives restarts
-and moves with the instance.
+still has to be sent after a sink failed) lives in the delivering sensor's cursor, so it
+survives restarts and moves with the instance.
 """
 
 import dataclasses
@@ -28,24 +30,26 @@ import smtplib
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from email.message import EmailMessage
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from ml_platform.troubleshooting.classify import (
-    Classification,
-    FailedCheck,
-    StepFailure,
-    classify_failure,
-)
+from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome
 from ml_platform.troubleshooting.runbook import check_anchor
 
 CRITICAL = "CRITICAL"
 ERROR = "ERROR"
 WARNING = "WARNING"
-LEVELS = {CRITICAL: logging.CRITICAL, ERROR: logging.ERROR, WARNING: logging.WARNING}
+RESOLVED = "RESOLVED"
+LEVELS = {
+    CRITICAL: logging.CRITICAL,
+    ERROR: logging.ERROR,
+    WARNING: logging.WARNING,
+    RESOLVED: logging.INFO,
+}
 # After this many failed attempts (one per sensor tick) a sink gives up on an alert.
 MAX_DELIVERY_ATTEMPTS = 5
 
@@ -59,8 +63,8 @@ LOGGED_ONLY_CHECKS = frozenset({"promotion_verdict"})
 class Alert:
     """One alert: what happened, why, where to look and what to do."""
 
-    severity: str  # CRITICAL | ERROR | WARNING
-    rule: str  # failure_streak | run_failed | check_failed | landing_misfit
+    severity: str  # CRITICAL | ERROR | WARNING | RESOLVED
+    rule: str  # failure_streak | recovered | run_failed | check_failed | landing_misfit
     title: str  # what happened, one line
     cause: str  # why, one line
     subject: str  # what failed: a job, an asset, a check or a file
@@ -279,26 +283,6 @@ def notifier_from_env() -> Notifier:
     return Notifier(**config)
 
 
-@dataclasses.dataclass(frozen=True)
-class RunOutcome:
-    """What the alert rules need to know about a finished run."""
-
-    run_id: str
-    root_run_id: str  # the first run of a retry chain; its retries share it
-    job_name: str
-    partition: str | None
-    succeeded: bool
-    step_failures: list[StepFailure]
-    succeeded_steps: list[str]
-    failed_checks: list[FailedCheck]
-    run_message: str  # the run failure's message, for failures outside any step
-
-
-def classify_outcome(outcome: RunOutcome) -> Classification:
-    """The failure class of a finished, failed run."""
-    return classify_failure(outcome.step_failures, outcome.failed_checks, outcome.run_message)
-
-
 def streak_keys(outcome: RunOutcome) -> list[str]:
     """What a failure counts against: the job (unless an ad-hoc asset job) and failed assets."""
     keys = [] if outcome.job_name.startswith("__") else [f"job {outcome.job_name}"]
@@ -328,13 +312,23 @@ def failure_cause(outcome: RunOutcome) -> str:
     return one_line(first.message if first else outcome.run_message) or "unknown cause"
 
 
-def evaluate_run(
-    outcome: RunOutcome, streaks: dict[str, dict[str, Any]], notifier: Notifier, now: float
-) -> list[Alert]:
-    """The alerts a finished run raises; updates the failure `streaks` in place.
+def recovery_keys(outcome: RunOutcome) -> list[str]:
+    """What a run's successes end a streak of: the job if the run succeeded, and its steps."""
+    job = outcome.succeeded and not outcome.job_name.startswith("__")
+    return ([f"job {outcome.job_name}"] if job else []) + [
+        f"asset {step}" for step in outcome.succeeded_steps
+    ]
 
-    `streaks` maps a key ("job daily_pipeline_job", "asset raw_data") to its count of failed
-    runs in a row and the root run last counted, so that a retried run counts once.
+
+def evaluate_run(
+    outcome: RunOutcome, streaks: Mapping[str, int], notifier: Notifier, now: float
+) -> list[Alert]:
+    """The alerts a finished run raises.
+
+    `streaks` counts failed runs in a row per key ("job daily_pipeline_job", "asset raw_data"),
+    a retried run once, as the instance's runs tell: for a key this run fails (`streak_keys`),
+    the count this run brings it to, absent when the run retries one already counted; for a key
+    this run succeeds (`recovery_keys`), the count of the streak it ends.
     """
     alerts: list[Alert] = []
     run_url = notifier.run_url(outcome.run_id)
@@ -364,11 +358,27 @@ def evaluate_run(
             )
         )
 
-    for step in outcome.succeeded_steps:
-        streaks.pop(f"asset {step}", None)
+    threshold = notifier.failure_streak
+    # Only a streak that paged is news when it ends.
+    recovered = [k for k in recovery_keys(outcome) if streaks.get(k, 0) >= threshold]
+    if recovered:
+        steps = [k.removeprefix("asset ") for k in recovered if k.startswith("asset ")]
+        alerts.append(
+            alert(
+                severity=RESOLVED,
+                rule="recovered",
+                title=f"{' and '.join(recovered)} recovered after failing {threshold} or more "
+                "times in a row",
+                cause="the run succeeded"
+                if outcome.succeeded
+                else f"step(s) {', '.join(steps)} succeeded",
+                subject=", ".join(recovered),
+                failure_class=None,
+                runbook=notifier.runbook("failed-3-times-in-a-row"),
+                page=True,
+            )
+        )
     if outcome.succeeded:
-        for key in streak_keys(outcome):
-            streaks.pop(key, None)
         return alerts
 
     classification = classify_outcome(outcome)
@@ -387,21 +397,13 @@ def evaluate_run(
             page=False,
         )
     )
-    crossed = []
-    for key in streak_keys(outcome):
-        streak = streaks.get(key, {"count": 0, "root": None})
-        if streak["root"] == outcome.root_run_id:
-            continue  # a retry of a run already counted
-        count = streak["count"] + 1
-        streaks[key] = {"count": count, "root": outcome.root_run_id}
-        if count == notifier.failure_streak:
-            crossed.append(key)
+    crossed = [k for k in streak_keys(outcome) if streaks.get(k) == threshold]
     if crossed:
         alerts.append(
             alert(
                 severity=CRITICAL,
                 rule="failure_streak",
-                title=f"{' and '.join(crossed)} failed {notifier.failure_streak} times in a row",
+                title=f"{' and '.join(crossed)} failed {threshold} times in a row",
                 cause=cause,
                 subject=", ".join(crossed),
                 failure_class=classification.failure_class,

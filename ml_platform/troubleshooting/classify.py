@@ -28,7 +28,7 @@ DEPENDENCY_MISMATCH = "dependency_mismatch"
 TRANSIENT_INFRASTRUCTURE = "transient_infrastructure"
 CODE_BUG = "code_bug"
 
-# The run tag that carries the class, written by the run alerts sensor; the UI can filter on it.
+# The run tag that carries the class, written by the failure alerts sensor; the UI filters on it.
 FAILURE_CLASS_TAG = "ml_platform/failure_class"
 
 # Every class and its docs/runbook.md section.

@@ -10,9 +10,8 @@ import logging
 
 import dagster as dg
 
-from ml_platform.automation.alerts import RunOutcome, classify_outcome
-from ml_platform.automation.sensors import run_outcome
 from ml_platform.troubleshooting.classify import FAILURE_CLASS_TAG, Classification, StepFailure
+from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome, run_outcome
 from ml_platform.troubleshooting.runbook import RUNBOOK_PATH
 
 FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)

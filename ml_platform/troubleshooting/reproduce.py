@@ -33,7 +33,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.sensors import LANDED_VERSION_TAG
+from ml_platform.automation.landing_sensor import LANDED_VERSION_TAG
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandingStore
 from ml_platform.platform.observability import row_count

@@ -1,4 +1,4 @@
-"""Sensors: a new or corrected landed file runs its day; finished runs raise alerts.
+"""The landing sensor: a new or corrected landed file runs its day.
 
 The landing sensor walks the zone (a local directory or an S3 prefix) a page at a time across
 ticks, and requests at most MAX_REQUESTS_PER_TICK runs a tick, so a tick stays short however
@@ -33,32 +33,15 @@ import json
 import os
 import time
 import zlib
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 
-from ml_platform.automation.alerts import (
-    WARNING,
-    Alert,
-    DeliveryState,
-    Notifier,
-    RunOutcome,
-    classify_outcome,
-    evaluate_run,
-    one_line,
-)
+from ml_platform.automation.alerts import WARNING, Alert, DeliveryState, Notifier, one_line
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandedObject, LandingStore, scan_landing
-from ml_platform.troubleshooting.classify import (
-    FAILURE_CLASS_TAG,
-    FailedCheck,
-    StepFailure,
-    error_chain,
-    user_error,
-)
 
 LANDING_SENSOR = "landing_sensor"
-RUN_ALERTS_SENSOR = "run_alerts_sensor"
 LANDED_FILE_TAG = "ml_platform/landed_file"
 LANDED_VERSION_TAG = "ml_platform/landed_version"
 
@@ -393,209 +376,6 @@ def build_landing_sensor(
         )
 
     return landing_sensor
-
-
-def partition_of(run: dg.DagsterRun) -> str | None:
-    """The partition (or partition range) a run worked on."""
-    tags = run.tags
-    if "dagster/partition" in tags:
-        return tags["dagster/partition"]
-    start = tags.get("dagster/asset_partition_range_start")
-    end = tags.get("dagster/asset_partition_range_end")
-    return f"{start}...{end}" if start and end else None
-
-
-def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> RunOutcome | None:
-    """What a finished run did, read from its event log; None if the run is gone."""
-    run = instance.get_run_by_id(run_id)
-    if run is None:
-        return None
-    wanted = {
-        dg.DagsterEventType.STEP_FAILURE,
-        dg.DagsterEventType.STEP_SUCCESS,
-        dg.DagsterEventType.ASSET_CHECK_EVALUATION,
-        dg.DagsterEventType.RUN_FAILURE,
-        dg.DagsterEventType.STEP_UP_FOR_RETRY,
-    }
-    retries: dict[str, int] = {}
-    step_failures: list[StepFailure] = []
-    succeeded_steps: list[str] = []
-    failed_checks: list[FailedCheck] = []
-    run_message = ""
-    for record in instance.get_records_for_run(run_id, of_type=wanted).records:
-        entry = record.event_log_entry
-        event = entry.dagster_event
-        if event is None:
-            continue
-        data: Any = event.event_specific_data
-        if event.event_type == dg.DagsterEventType.STEP_FAILURE:
-            user = getattr(data, "user_failure_data", None)
-            error = user_error(getattr(data, "error", None))
-            message = (user.description if user and user.description else None) or (
-                error.message.split(": ", 1)[-1] if error else entry.message
-            )
-            step_failures.append(
-                StepFailure(
-                    step=event.step_key or "?",
-                    error_class=error.cls_name if error and error.cls_name else "Error",
-                    message=message,
-                    user_failure=user is not None,
-                    chain=error_chain(error),
-                    attempts=retries.get(event.step_key or "?", 0) + 1,
-                )
-            )
-        elif event.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY:
-            retries[event.step_key or "?"] = retries.get(event.step_key or "?", 0) + 1
-        elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
-            succeeded_steps.append(event.step_key or "?")
-        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
-            if not data.passed:
-                failed_checks.append(
-                    FailedCheck(
-                        asset=data.asset_key.to_user_string(),
-                        check=data.check_name,
-                        severity=data.severity.value,
-                        description=data.description or "",
-                    )
-                )
-        elif event.event_type == dg.DagsterEventType.RUN_FAILURE:
-            error = getattr(data, "error", None)
-            run_message = error.message if error else entry.message
-    return RunOutcome(
-        run_id=run_id,
-        root_run_id=run.tags.get("dagster/root_run_id", run_id),
-        job_name=run.job_name,
-        partition=partition_of(run),
-        succeeded=succeeded,
-        step_failures=step_failures,
-        succeeded_steps=succeeded_steps,
-        failed_checks=failed_checks,
-        run_message=run_message,
-    )
-
-
-@dataclasses.dataclass
-class AlertsCursor:
-    """The run alerts sensor's memory: event position, failure streaks and delivery state."""
-
-    after: int | None = None  # storage id of the last run status change handled
-    streaks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    delivery: DeliveryState = dataclasses.field(default_factory=DeliveryState)
-
-    def dumps(self) -> str:
-        """The cursor string stored by Dagster."""
-        return json.dumps(
-            {
-                "v": 1,
-                "after": self.after,
-                "streaks": self.streaks,
-                "delivery": self.delivery.to_json(),
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def loads(cls, cursor: str | None) -> "AlertsCursor | None":
-        """The cursor of a tick; None before the first tick."""
-        if not cursor:
-            return None
-        data = json.loads(cursor)
-        return cls(
-            after=data["after"],
-            streaks=data["streaks"],
-            delivery=DeliveryState.from_json(data.get("delivery")),
-        )
-
-
-FINISHED: tuple[Literal[dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE], ...] = (
-    dg.DagsterEventType.RUN_SUCCESS,
-    dg.DagsterEventType.RUN_FAILURE,
-)
-
-
-def latest_status_change(instance: dg.DagsterInstance) -> int | None:
-    """Storage id of the newest run success or failure, to start alerting from."""
-    ids = [
-        record.storage_id
-        for event_type in FINISHED
-        for record in instance.fetch_run_status_changes(event_type, limit=1).records
-    ]
-    return max(ids) if ids else None
-
-
-def finished_runs(
-    instance: dg.DagsterInstance, after: int | None, limit: int
-) -> list[tuple[int, str, bool]]:
-    """(storage id, run id, succeeded) of runs finished after `after`, in the order they ended.
-
-    Successes and failures are read separately and merged; when one kind fills its page, only
-    events up to its last id are taken, so none of the other kind is skipped.
-    """
-    events: list[tuple[int, str, bool]] = []
-    bound: float = float("inf")
-    for event_type in FINISHED:
-        records = instance.fetch_run_status_changes(
-            dg.RunStatusChangeRecordsFilter(event_type=event_type, after_storage_id=after),
-            limit=limit,
-            ascending=True,
-        ).records
-        if len(records) == limit:
-            bound = min(bound, records[-1].storage_id)
-        succeeded = event_type == dg.DagsterEventType.RUN_SUCCESS
-        events += [(r.storage_id, r.event_log_entry.run_id, succeeded) for r in records]
-    return sorted(e for e in events if e[0] <= bound)
-
-
-def build_run_alerts_sensor(
-    *,
-    minimum_interval_seconds: int = 30,
-    batch: int = 200,
-) -> dg.SensorDefinition:
-    """The sensor that turns finished runs (failures, successes, failed checks) into alerts."""
-
-    @dg.sensor(
-        name=RUN_ALERTS_SENSOR,
-        minimum_interval_seconds=minimum_interval_seconds,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description=(
-            "Alerts on failed runs (CRITICAL after 3 in a row of a job or asset), failed "
-            "warning checks and undelivered alerts; see docs/runbook.md."
-        ),
-    )
-    def run_alerts_sensor(
-        context: dg.SensorEvaluationContext, notifier: Notifier
-    ) -> dg.SensorResult:
-        now = time.time()
-        cursor = AlertsCursor.loads(context.cursor)
-        if cursor is None:
-            # Alerts start from now: history that nobody was told about is not news any more.
-            cursor = AlertsCursor(after=latest_status_change(context.instance))
-            context.log.info(f"alerting on runs that finish after event {cursor.after}")
-            return dg.SensorResult(cursor=cursor.dumps(), skip_reason="started alerting")
-        alerts: list[Alert] = []
-        handled = 0
-        for storage_id, run_id, succeeded in finished_runs(context.instance, cursor.after, batch):
-            outcome = run_outcome(context.instance, run_id, succeeded)
-            if outcome is not None:
-                alerts += evaluate_run(outcome, cursor.streaks, notifier, now)
-                if not succeeded:
-                    # The class as a run tag: the Runs page can filter on it, and it outlives
-                    # the sensor's tick log.
-                    verdict = classify_outcome(outcome)
-                    context.instance.add_run_tags(
-                        run_id, {FAILURE_CLASS_TAG: verdict.failure_class}
-                    )
-            cursor.after = storage_id
-            handled += 1
-        cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)
-        summary = (
-            f"{handled} finished run(s), {len(alerts)} alert(s) raised, "
-            f"{len(cursor.delivery.outbox)} awaiting delivery"
-        )
-        return dg.SensorResult(cursor=cursor.dumps(), skip_reason=summary)
-
-    return run_alerts_sensor
 
 
 SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"

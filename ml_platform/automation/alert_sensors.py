@@ -1,0 +1,218 @@
+"""Alert sensors: Dagster's run-status sensors decide what a finished run tells people.
+
+- `run_failure_alerts_sensor` (`@dg.run_failure_sensor`) and `run_success_alerts_sensor`
+  (`@dg.run_status_sensor` on SUCCESS) are handed each finished run once, in order, by
+  Dagster's own cursor over run events, from the moment they are first turned on. For each run
+  they read its events (`run_events.run_outcome`), count failure streaks from the instance's
+  earlier runs, and write the alerts the run raises to the run as the tag `ml_platform/alerts`
+  (with `ml_platform/alert_delivery=pending`); a failed run also gets its failure class as the
+  tag `ml_platform/failure_class`, which the Runs page filters on. A successful run raises
+  alerts too: a failed WARN check (drift, rejection_streak, champion_decay...) and the end of
+  a failure streak.
+- `alert_delivery_sensor` sends the pending alerts through the notifier each tick. Its cursor
+  keeps what was sent (deduplication) and what a failed sink still has to send, so a webhook
+  that is down is tried again on the next ticks although no further run finishes.
+
+A streak ("job daily_pipeline_job failed 3 times in a row") is read from the runs before the
+one at hand, newest first: failed runs of the job (or runs where the asset's step failed) count
+once per root run, until a success; so nothing is lost when a sensor is reset, and the count is
+what the Runs page shows.
+"""
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dagster as dg
+
+from ml_platform.automation.alerts import (
+    Alert,
+    DeliveryState,
+    Notifier,
+    evaluate_run,
+    recovery_keys,
+    streak_keys,
+)
+from ml_platform.troubleshooting.classify import FAILURE_CLASS_TAG
+from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome, run_outcome
+
+RUN_FAILURE_ALERTS_SENSOR = "run_failure_alerts_sensor"
+RUN_SUCCESS_ALERTS_SENSOR = "run_success_alerts_sensor"
+ALERT_DELIVERY_SENSOR = "alert_delivery_sensor"
+ALERT_SENSORS = (RUN_FAILURE_ALERTS_SENSOR, RUN_SUCCESS_ALERTS_SENSOR, ALERT_DELIVERY_SENSOR)
+# The alerts a run raised (a JSON list), and whether they still have to be handed to the notifier.
+ALERTS_TAG = "ml_platform/alerts"
+ALERT_DELIVERY_TAG = "ml_platform/alert_delivery"
+PENDING = "pending"
+DELIVERED = "delivered"
+FINISHED = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE]
+# How far back a streak is looked for: runs that neither fail nor succeed a key (other jobs,
+# other assets) are passed over up to this many finished runs.
+LOOKBACK_RUNS = 200
+PAGE = 50
+
+
+def runs_before(instance: dg.DagsterInstance, run_id: str, limit: int) -> Iterator[dg.DagsterRun]:
+    """The finished runs created before `run_id`, newest first, at most `limit`."""
+    cursor, seen = run_id, 0
+    while seen < limit:
+        page = instance.get_runs(
+            filters=dg.RunsFilter(statuses=FINISHED), cursor=cursor, limit=min(PAGE, limit - seen)
+        )
+        if not page:
+            return
+        yield from page
+        seen += len(page)
+        cursor = page[-1].run_id
+
+
+def failure_streaks(
+    instance: dg.DagsterInstance,
+    outcome: RunOutcome,
+    threshold: int,
+    lookback: int = LOOKBACK_RUNS,
+) -> dict[str, int]:
+    """The streak counts `evaluate_run` takes, from the runs before `outcome`'s run.
+
+    For each key the run fails, the failed runs in a row it makes (absent when it retries a root
+    run already in the streak); for each key it succeeds, the failed runs in a row it ends.
+    Counting stops at `threshold` earlier roots: beyond it, neither a new page nor a recovery
+    depends on the exact number.
+    """
+    failing = [] if outcome.succeeded else streak_keys(outcome)
+    keys = set(failing) | set(recovery_keys(outcome))
+    roots: dict[str, list[str]] = {key: [] for key in keys}
+    outcomes: dict[str, RunOutcome | None] = {}
+    for run in runs_before(instance, outcome.run_id, lookback):
+        if not keys:
+            break
+        failed = run.status == dg.DagsterRunStatus.FAILURE
+        root = run.tags.get("dagster/root_run_id", run.run_id)
+        for key in sorted(keys):
+            kind, name = key.split(" ", 1)
+            if kind == "job":
+                if run.job_name != name:
+                    continue
+                ended = not failed
+            else:
+                if run.step_keys_to_execute is not None and name not in run.step_keys_to_execute:
+                    continue  # the run did not plan this step: no need to read its events
+                if run.run_id not in outcomes:
+                    outcomes[run.run_id] = run_outcome(instance, run.run_id, not failed)
+                earlier = outcomes[run.run_id]
+                if earlier is None:
+                    continue
+                if name in earlier.succeeded_steps:
+                    ended = True
+                elif any(f.step == name for f in earlier.step_failures):
+                    ended = False
+                else:
+                    continue  # the step did not run (an upstream step failed)
+            if not ended and root not in roots[key]:
+                roots[key].append(root)
+            if ended or len(roots[key]) >= threshold:
+                keys.discard(key)
+    counts = {}
+    for key in failing:
+        if outcome.root_run_id not in roots[key]:
+            counts[key] = len(roots[key]) + 1
+    for key in recovery_keys(outcome):
+        counts[key] = len(roots[key])
+    return counts
+
+
+def raise_alerts(context: dg.RunStatusSensorContext, notifier: Notifier, succeeded: bool) -> None:
+    """Write the alerts of the run the context is about (and a failure's class) to its tags."""
+    now = time.time()
+    run_id = context.dagster_run.run_id
+    outcome = run_outcome(context.instance, run_id, succeeded)
+    if outcome is None:
+        context.log.warning(f"run {run_id} is no longer in the instance: no alerts for it")
+        return
+    streaks = failure_streaks(context.instance, outcome, notifier.failure_streak)
+    alerts = evaluate_run(outcome, streaks, notifier, now)
+    tags = {}
+    if not succeeded:
+        tags[FAILURE_CLASS_TAG] = classify_outcome(outcome).failure_class
+    if alerts:
+        alerts_json = [alert.to_json() for alert in alerts]
+        tags[ALERTS_TAG] = json.dumps(alerts_json, sort_keys=True, separators=(",", ":"))
+        tags[ALERT_DELIVERY_TAG] = PENDING
+    if tags:
+        context.instance.add_run_tags(run_id, tags)
+    shown = ", ".join(f"{a.severity} {a.rule}" for a in alerts) or "none"
+    context.log.info(f"run {run_id} ({'success' if succeeded else 'failure'}): alerts {shown}")
+
+
+def build_alert_sensors(
+    *, minimum_interval_seconds: int = 30, batch: int = 200
+) -> list[dg.SensorDefinition]:
+    """The sensors that turn finished runs into alerts and deliver them; all start RUNNING.
+
+    Alerts are on from the start: failing in silence is the one thing never wanted. They watch
+    every run of the instance, whichever code location launched it.
+    """
+
+    def raising(succeeded: bool) -> Callable[[dg.RunStatusSensorContext, Notifier], None]:
+        def evaluate(context: dg.RunStatusSensorContext, notifier: Notifier) -> None:
+            raise_alerts(context, notifier, succeeded)
+
+        return evaluate
+
+    watch_every_run: dict[str, Any] = {
+        "minimum_interval_seconds": minimum_interval_seconds,
+        "monitor_all_code_locations": True,
+        "default_status": dg.DefaultSensorStatus.RUNNING,
+    }
+    run_failure_alerts_sensor = dg.run_failure_sensor(
+        name=RUN_FAILURE_ALERTS_SENSOR,
+        description=(
+            "Tags each failed run with its failure class and raises its alerts (CRITICAL after "
+            "3 failed runs in a row of a job or asset); see docs/runbook.md."
+        ),
+        **watch_every_run,
+    )(raising(succeeded=False))
+    run_success_alerts_sensor = dg.run_status_sensor(
+        run_status=dg.DagsterRunStatus.SUCCESS,
+        name=RUN_SUCCESS_ALERTS_SENSOR,
+        description=(
+            "Raises the alerts of successful runs: failed warning checks, and the end of a "
+            "failure streak; see docs/runbook.md."
+        ),
+        **watch_every_run,
+    )(raising(succeeded=True))
+
+    @dg.sensor(
+        name=ALERT_DELIVERY_SENSOR,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            "Sends the alerts runs raised to the log, the webhook and email, once per dedup "
+            "window, retrying a sink that failed; see docs/runbook.md#alert-delivery-failed."
+        ),
+    )
+    def alert_delivery_sensor(
+        context: dg.SensorEvaluationContext, notifier: Notifier
+    ) -> dg.SensorResult:
+        now = time.time()
+        state = DeliveryState.from_json(json.loads(context.cursor) if context.cursor else None)
+        runs = context.instance.get_runs(
+            filters=dg.RunsFilter(tags={ALERT_DELIVERY_TAG: PENDING}), limit=batch, ascending=True
+        )
+        alerts = [Alert.from_json(data) for run in runs for data in pending_alerts(run)]
+        state = notifier.deliver(alerts, state, context.log, now=now)
+        for run in runs:
+            context.instance.add_run_tags(run.run_id, {ALERT_DELIVERY_TAG: DELIVERED})
+        summary = (
+            f"{len(alerts)} alert(s) of {len(runs)} run(s) handed to the notifier, "
+            f"{len(state.outbox)} awaiting delivery"
+        )
+        return dg.SensorResult(cursor=json.dumps(state.to_json()), skip_reason=summary)
+
+    return [run_failure_alerts_sensor, run_success_alerts_sensor, alert_delivery_sensor]
+
+
+def pending_alerts(run: dg.DagsterRun) -> list[dict[str, Any]]:
+    """The alerts a run raised, as written to its tag."""
+    return json.loads(run.tags.get(ALERTS_TAG, "[]"))

@@ -1,0 +1,124 @@
+"""What a finished run did, read from the instance's event log: its steps, failures and checks.
+
+`diagnose` explains a failed run from it, and the alert sensors decide what to tell people from
+it. Everything comes from the run's events, so it works for any run of the instance, whoever
+launched it, long after the run process is gone.
+"""
+
+import dataclasses
+from typing import Any
+
+import dagster as dg
+
+from ml_platform.troubleshooting.classify import (
+    Classification,
+    FailedCheck,
+    StepFailure,
+    classify_failure,
+    error_chain,
+    user_error,
+)
+
+RUN_EVENTS = {
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+    dg.DagsterEventType.RUN_FAILURE,
+    dg.DagsterEventType.STEP_UP_FOR_RETRY,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What the alert rules and `diagnose` need to know about a finished run."""
+
+    run_id: str
+    root_run_id: str  # the first run of a retry chain; its retries share it
+    job_name: str
+    partition: str | None
+    succeeded: bool
+    step_failures: list[StepFailure]
+    succeeded_steps: list[str]
+    failed_checks: list[FailedCheck]
+    run_message: str  # the run failure's message, for failures outside any step
+
+
+def classify_outcome(outcome: RunOutcome) -> Classification:
+    """The failure class of a finished, failed run."""
+    return classify_failure(outcome.step_failures, outcome.failed_checks, outcome.run_message)
+
+
+def partition_of(run: dg.DagsterRun) -> str | None:
+    """The partition (or partition range) a run worked on."""
+    tags = run.tags
+    if "dagster/partition" in tags:
+        return tags["dagster/partition"]
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    return f"{start}...{end}" if start and end else None
+
+
+def step_failure(entry: dg.EventLogEntry, data: Any, step: str, attempts: int) -> StepFailure:
+    """A STEP_FAILURE event as the failure a person reads: the step, the error and its chain."""
+    user = getattr(data, "user_failure_data", None)
+    error = user_error(getattr(data, "error", None))
+    message = (user.description if user and user.description else None) or (
+        error.message.split(": ", 1)[-1] if error else entry.message
+    )
+    return StepFailure(
+        step=step,
+        error_class=error.cls_name if error and error.cls_name else "Error",
+        message=message,
+        user_failure=user is not None,
+        chain=error_chain(error),
+        attempts=attempts,
+    )
+
+
+def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> RunOutcome | None:
+    """What a finished run did, read from its event log; None if the run is gone."""
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        return None
+    retries: dict[str, int] = {}
+    step_failures: list[StepFailure] = []
+    succeeded_steps: list[str] = []
+    failed_checks: list[FailedCheck] = []
+    run_message = ""
+    for record in instance.get_records_for_run(run_id, of_type=RUN_EVENTS).records:
+        entry = record.event_log_entry
+        event = entry.dagster_event
+        if event is None:
+            continue
+        data: Any = event.event_specific_data
+        step = event.step_key or "?"
+        if event.event_type == dg.DagsterEventType.STEP_FAILURE:
+            step_failures.append(step_failure(entry, data, step, retries.get(step, 0) + 1))
+        elif event.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY:
+            retries[step] = retries.get(step, 0) + 1
+        elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+            succeeded_steps.append(step)
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            if not data.passed:
+                failed_checks.append(
+                    FailedCheck(
+                        asset=data.asset_key.to_user_string(),
+                        check=data.check_name,
+                        severity=data.severity.value,
+                        description=data.description or "",
+                    )
+                )
+        elif event.event_type == dg.DagsterEventType.RUN_FAILURE:
+            error = getattr(data, "error", None)
+            run_message = error.message if error else entry.message
+    return RunOutcome(
+        run_id=run_id,
+        root_run_id=run.tags.get("dagster/root_run_id", run_id),
+        job_name=run.job_name,
+        partition=partition_of(run),
+        succeeded=succeeded,
+        step_failures=step_failures,
+        succeeded_steps=succeeded_steps,
+        failed_checks=failed_checks,
+        run_message=run_message,
+    )
