@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import dagster as dg
 import pytest
 
-from ml_platform.automation.alerts import Notifier, RunOutcome, evaluate_run, notifier_from_env
+from ml_platform.automation.alerts import Notifier, RunOutcome, evaluate_run
 from ml_platform.automation.sensors import AlertsCursor, build_run_alerts_sensor, run_outcome
+from ml_platform.platform.settings import Settings
 from ml_platform.troubleshooting.classify import (
     CODE_BUG,
     DATA,
@@ -380,7 +381,7 @@ def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
     monkeypatch.setenv("ML_PLATFORM_UI_URL", "http://dagster.internal:3000")
     monkeypatch.delenv("ML_PLATFORM_SMTP_HOST", raising=False)
 
-    notifier = notifier_from_env()
+    notifier = Notifier(**Settings().notifier_config)
 
     assert notifier.webhook_url == dg.EnvVar("ML_PLATFORM_ALERT_WEBHOOK_URL")
     assert notifier.smtp_port == dg.EnvVar.int("ML_PLATFORM_SMTP_PORT")
