@@ -82,3 +82,15 @@ def test_secret_values_are_those_of_credential_looking_names_longest_first():
         }
     )
     assert settings.secret_values == ["https://hooks.example/T0/x", "abcdefgh12345678"]
+
+
+def test_every_variable_the_settings_read_is_documented_in_env_example():
+    from ml_platform.platform import settings
+
+    names = {v for n, v in vars(settings).items() if n.endswith("_ENV") and isinstance(v, str)}
+    for variables in (settings.NOTIFIER_ENV, settings.NOTIFIER_INT_ENV, settings.NOTIFIER_BOOL_ENV):
+        names |= set(variables.values())
+    documented = set(
+        re.findall(r"^#? ?([A-Z][A-Z0-9_]+)=", (REPO / ".env.example").read_text(), re.M)
+    )
+    assert names - documented == set(), "variables missing from .env.example"
