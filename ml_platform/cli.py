@@ -3,7 +3,6 @@
 import argparse
 import contextlib
 import datetime as dt
-import os
 import signal
 import socket
 import sys
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.ingestion.synthetic import BYTE_FAULTS, FAULTS, Drift
+from ml_platform.platform.settings import Location, Settings
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -50,11 +50,14 @@ def configured(resource: R) -> Iterator[R]:
         yield resources.resource
 
 
-def _require_env(name: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise SystemExit(f"error: set {name} (see .env.example)")
-    return value
+def _landing_dir(args: argparse.Namespace, settings: Settings) -> str:
+    """`--landing-dir`, else the settings' local landing directory (a clear exit if none)."""
+    if args.landing_dir:
+        return str(args.landing_dir)
+    try:
+        return settings.landing.local_dir()
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def land(args: argparse.Namespace) -> int:
@@ -62,7 +65,7 @@ def land(args: argparse.Namespace) -> int:
     from ml_platform.ingestion.landing import LandingZone, land_days
 
     contract = load_contract(args.dataset)
-    zone = LandingZone(base_dir=args.landing_dir or _require_env("ML_PLATFORM_LANDING_DIR"))
+    zone = LandingZone(base_dir=_landing_dir(args, Settings()))
     drift = None
     if args.drift_feature:
         drift = Drift(args.drift_feature, args.drift_sd, args.drift_from or args.start)
@@ -86,22 +89,18 @@ def landing_status(args: argparse.Namespace) -> int:
     """Map landed files to days; name misfits and refused entries, each with the reason.
 
     Refused: links, non-regular files and unsafe S3 keys, which nothing reads. The zone is the
-    local directory, or the S3 prefix of ML_PLATFORM_LANDING_URL when no --landing-dir is given.
+    code location's (a directory, or the S3 prefix of ML_PLATFORM_LANDING_URL) unless
+    --landing-dir names a directory.
     """
-    from ml_platform.ingestion.landing import (
-        LANDING_URL_ENV,
-        LandingStore,
-        LandingZone,
-        landing_from_env,
-        scan_landing,
-    )
+    from ml_platform.ingestion.landing import LandingZone, S3LandingZone, scan_landing
+    from ml_platform.platform.storage import at_location, s3_resource
 
     contract = load_contract(args.dataset)
-    source: LandingStore
-    if args.landing_dir or not os.environ.get(LANDING_URL_ENV):
-        source = LandingZone(base_dir=args.landing_dir or _require_env("ML_PLATFORM_LANDING_DIR"))
-    else:
-        source = landing_from_env()
+    settings = Settings()
+    location = settings.landing
+    if location.kind == "local" or args.landing_dir:
+        location = Location.directory(_landing_dir(args, settings))
+    source = at_location(location, LandingZone, S3LandingZone, s3_resource(settings))
     with configured(source) as zone:
         entries = zone.entries()
         refused = {e.name: e.refused for e in entries if e.refused is not None}
@@ -209,8 +208,8 @@ def materialize(args: argparse.Namespace) -> int:
 
     from ml_platform.definitions import DAILY_JOB, build_definitions
 
-    contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
-    job = build_definitions(contract).resolve_job_def(DAILY_JOB)
+    settings = Settings()
+    job = build_definitions(load_contract(settings.dataset), settings).resolve_job_def(DAILY_JOB)
     days = [d.isoformat() for d in _days(args.start, args.days)]
     failed = []
     finished: str | None = None  # the last day whose run ended
@@ -273,13 +272,15 @@ def score(args: argparse.Namespace) -> int:
     """Score a file of rows with a registered model, to see the model is real."""
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
-    from ml_platform.platform.storage import lake_from_env
+    from ml_platform.platform.storage import LocalStorage, S3Storage, at_location, s3_resource
     from ml_platform.registry.store import ModelRegistry, RegistryError
     from ml_platform.validation.schema import type_rows
 
-    contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
+    settings = Settings()
+    contract = load_contract(settings.dataset)
+    lake_storage = at_location(settings.lake, LocalStorage, S3Storage, s3_resource(settings))
     # The code location's lake, a directory or S3; resolving it fails naming a missing variable.
-    with configured(lake_from_env()) as lake:
+    with configured(lake_storage) as lake:
         registry = ModelRegistry(lake, contract.name)
         version = args.version or registry.alias(args.alias)
         if version is None:
@@ -377,8 +378,9 @@ def reproduce(args: argparse.Namespace) -> int:
     logger.addHandler(said)
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
-    defs = build_definitions(contract)
+    settings = Settings()
+    contract = load_contract(settings.dataset)
+    defs = build_definitions(contract, settings)
     try:
         with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
             try:

@@ -1,13 +1,11 @@
-"""The code location: the asset graph of one dataset, chosen by ML_PLATFORM_DATASET."""
-
-import os
+"""The code location: the asset graph of one dataset's contract, wired by the settings."""
 
 import dagster as dg
 
 from ml_platform.automation.alert_sensors import build_alert_sensors
-from ml_platform.automation.alerts import notifier_from_env
+from ml_platform.automation.alerts import Notifier
 from ml_platform.automation.jobs import TRAINING_TAGS, build_ingestion_job
-from ml_platform.automation.landing_sensor import build_landing_sensor, sensor_interval_from_env
+from ml_platform.automation.landing_sensor import build_landing_sensor
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.drift.checks import build_drift_checks
@@ -15,9 +13,16 @@ from ml_platform.evaluation.assets import build_evaluation_report
 from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
-from ml_platform.ingestion.landing import landing_from_env
+from ml_platform.ingestion.landing import LandingZone, S3LandingZone
 from ml_platform.platform.partitions import daily_partitions
-from ml_platform.platform.storage import LakeIOManager, lake_from_env
+from ml_platform.platform.settings import Location, Settings
+from ml_platform.platform.storage import (
+    LakeIOManager,
+    LocalStorage,
+    S3Storage,
+    at_location,
+    s3_resource,
+)
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
@@ -27,9 +32,24 @@ WEEKLY_RETRAIN_JOB = "weekly_retrain_job"
 
 
 def build_definitions(
-    contract: Contract, *, landing_dir: str | None = None, lake_dir: str | None = None
+    contract: Contract,
+    settings: Settings | None = None,
+    *,
+    landing_dir: str | None = None,
+    lake_dir: str | None = None,
 ) -> dg.Definitions:
-    """The whole daily graph of `contract`; directories default to their environment variables."""
+    """The whole daily graph of `contract`, its storage and automation as `settings` say.
+
+    `settings` defaults to the environment's; `landing_dir` and `lake_dir` (tests) put the
+    landing zone or the lake in a directory whatever the settings say.
+    """
+    settings = settings or Settings()
+    landing = Location.directory(landing_dir) if landing_dir else settings.landing
+    lake_location = Location.directory(lake_dir) if lake_dir else settings.lake
+    # One S3 client configuration for the landing zone and the lake, wherever each lives.
+    s3 = s3_resource(settings)
+    lake = at_location(lake_location, LocalStorage, S3Storage, s3)
+    interval = settings.sensor_interval_seconds
     partitions = daily_partitions(contract)
     daily = [
         build(contract, partitions)
@@ -66,7 +86,6 @@ def build_definitions(
         ),
     ]
     assets = daily + full_retrain
-    lake = lake_from_env(lake_dir)
     return dg.Definitions(
         assets=assets,
         asset_checks=build_drift_checks(contract, partitions),
@@ -82,18 +101,14 @@ def build_definitions(
         ],
         sensors=[
             build_landing_sensor(
-                contract,
-                partitions,
-                DAILY_JOB,
-                minimum_interval_seconds=sensor_interval_from_env(),
+                contract, partitions, DAILY_JOB, minimum_interval_seconds=interval
             ),
-            *build_alert_sensors(minimum_interval_seconds=sensor_interval_from_env()),
+            *build_alert_sensors(minimum_interval_seconds=interval),
         ],
         resources={
-            # A local directory, or an S3 prefix when ML_PLATFORM_LANDING_URL=s3://... is set.
-            "landing": landing_from_env(landing_dir),
-            "notifier": notifier_from_env(),
-            # A local directory, or an S3 prefix when ML_PLATFORM_LAKE_URL=s3://... is set.
+            "s3": s3,
+            "landing": at_location(landing, LandingZone, S3LandingZone, s3),
+            "notifier": Notifier(**settings.notifier_config),
             "lake": lake,
             "io_manager": LakeIOManager(storage=lake, dataset=contract.name),
         },
@@ -106,4 +121,5 @@ def build_definitions(
 @dg.definitions
 def defs() -> dg.Definitions:
     """Definitions of the dataset named by ML_PLATFORM_DATASET (a bundled name or a path)."""
-    return build_definitions(load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights")))
+    settings = Settings()
+    return build_definitions(load_contract(settings.dataset), settings)

@@ -27,7 +27,8 @@ from ml_platform.automation.alert_sensors import (
     RUN_SUCCESS_ALERTS_SENSOR,
     build_alert_sensors,
 )
-from ml_platform.automation.alerts import Notifier, evaluate_run, notifier_from_env
+from ml_platform.automation.alerts import Notifier, evaluate_run
+from ml_platform.platform.settings import Settings
 from ml_platform.troubleshooting.classify import (
     CODE_BUG,
     DATA,
@@ -511,7 +512,7 @@ def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
     monkeypatch.setenv("ML_PLATFORM_UI_URL", "http://dagster.internal:3000")
     monkeypatch.delenv("ML_PLATFORM_SMTP_HOST", raising=False)
 
-    notifier = notifier_from_env()
+    notifier = Notifier(**Settings().notifier_config)
 
     assert notifier.webhook_url == dg.EnvVar("ML_PLATFORM_ALERT_WEBHOOK_URL")
     assert notifier.smtp_port == dg.EnvVar.int("ML_PLATFORM_SMTP_PORT")

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+from dagster_aws.s3 import S3Resource
 from pydantic import PrivateAttr
 
 from ml_platform.cli import main
@@ -167,7 +168,7 @@ def failing_storage(request, tmp_path, monkeypatch) -> LakeStorage:
         monkeypatch.setenv(name, value)
     endpoint = request.getfixturevalue("s3_server")
     s3_test_client(endpoint).create_bucket(Bucket="lake")
-    return DroppingS3(url="s3://lake/prod", endpoint_url=endpoint)
+    return DroppingS3(url="s3://lake/prod", s3=S3Resource(endpoint_url=endpoint))
 
 
 def test_replacing_a_version_that_fails_midway_keeps_the_previous_one_whole(failing_storage):

@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from dagster_aws.s3 import S3Resource
 from moto.server import ThreadedMotoServer
 
 from ml_platform.automation.alerts import Notifier
@@ -59,12 +60,13 @@ class Sensor:
         self.notifier = Notifier()
 
     def tick(self) -> dg.SensorResult:
-        context = dg.build_sensor_context(
+        # Entered: an S3 zone's nested S3Resource is set up and torn down with the context.
+        with dg.build_sensor_context(
             instance=self.instance,
             cursor=self.cursor,
             resources={"landing": self.zone, "notifier": self.notifier},
-        )
-        result = self.definition(context)
+        ) as context:
+            result = self.definition(context)
         assert isinstance(result, dg.SensorResult)
         self.cursor = result.cursor
         return result
@@ -389,7 +391,7 @@ def s3_endpoint():
 @pytest.fixture
 def s3_zone(s3_endpoint, request):
     bucket = f"landing-{request.node.name.replace('_', '-')[:40].lower()}"
-    zone = S3LandingZone(url=f"s3://{bucket}/incoming", endpoint_url=s3_endpoint)
+    zone = S3LandingZone(url=f"s3://{bucket}/incoming", s3=S3Resource(endpoint_url=s3_endpoint))
     zone.client().create_bucket(Bucket=bucket)
     return zone
 
@@ -492,7 +494,7 @@ def test_s3_keys_that_could_leave_the_prefix_are_refused_alerted_once_and_never_
     from ml_platform.cli import main
 
     monkeypatch.setenv("ML_PLATFORM_LANDING_URL", s3_zone.url)
-    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", s3_zone.endpoint_url or "")
+    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", s3_zone.s3.endpoint_url or "")
     assert main(["landing-status", "synthetic"]) == 1
     out = capsys.readouterr()
     assert "1 day file(s) of synthetic" in out.out
@@ -529,6 +531,7 @@ def test_ten_thousand_s3_objects_keep_each_tick_short(s3_zone, tmp_path):
 
 
 def test_the_landing_zone_is_chosen_by_configuration(monkeypatch, tmp_path):
+    from ml_platform.cli import configured
     from ml_platform.definitions import defs
 
     monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
@@ -542,9 +545,9 @@ def test_the_landing_zone_is_chosen_by_configuration(monkeypatch, tmp_path):
     assert isinstance(landing, S3LandingZone)
     # Variables, not values: the UI shows where the configuration comes from.
     assert landing.url == dg.EnvVar("ML_PLATFORM_LANDING_URL")
-    resolved = landing.process_config_and_initialize()
-    assert (resolved.bucket, resolved.prefix) == ("deliveries", "flights/daily/")
-    assert resolved.endpoint_url == "http://127.0.0.1:9000"
+    with configured(landing) as resolved:
+        assert (resolved.bucket, resolved.prefix) == ("deliveries", "flights/daily/")
+        assert resolved.s3.endpoint_url == "http://127.0.0.1:9000"
 
     monkeypatch.setenv("ML_PLATFORM_LANDING_URL", "https://deliveries/flights")
     with pytest.raises(ValueError, match="ML_PLATFORM_LANDING_URL='https://deliveries/flights'"):

@@ -7,7 +7,8 @@ import time
 import dagster as dg
 import pytest
 
-from ml_platform.platform.steps import WORKERS_ENV, map_days, step_workers
+from ml_platform.platform.settings import WORKERS_ENV
+from ml_platform.platform.steps import map_days, step_workers
 from ml_platform_tests.conftest import Platform, contract_with
 
 DAYS = [f"2024-01-{d:02d}" for d in range(1, 31)]

@@ -1,20 +1,24 @@
 """Lake storage behaves the same on a local directory and on a real S3 API server (moto).
 
-Also: `lake_from_env` picks the backend from the environment and names the variable when its
-value is wrong, and the IO manager stores partitions through S3 like through a directory.
+Also: the settings pick each backend (one `S3Resource` for lake and landing) and name the
+variable when its value is wrong, and the IO manager stores partitions through S3 like through a
+directory.
 """
 
 import dagster as dg
 import pandas as pd
 import pytest
+from dagster_aws.s3 import S3Resource
 
+from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import (
     LakeIOManager,
     LakeStorage,
     LocalStorage,
     S3Storage,
+    at_location,
     deserialise,
-    lake_from_env,
+    s3_resource,
 )
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 
@@ -33,7 +37,7 @@ def storage(request, tmp_path, aws_env) -> LakeStorage:
         return LocalStorage(base_dir=str(tmp_path / "lake"))
     endpoint = request.getfixturevalue("s3_server")
     s3_test_client(endpoint).create_bucket(Bucket=BUCKET)
-    return S3Storage(url=f"s3://{BUCKET}/prod/lake", endpoint_url=endpoint)
+    return S3Storage(url=f"s3://{BUCKET}/prod/lake", s3=S3Resource(endpoint_url=endpoint))
 
 
 def test_write_read_replace_delete(storage):
@@ -114,7 +118,7 @@ def test_list_keys_is_a_sorted_folder_listing_without_dot_files(storage):
 
 def test_s3_objects_live_below_the_prefix(s3_server, aws_env):
     s3_test_client(s3_server).create_bucket(Bucket=BUCKET)
-    storage = S3Storage(url=f"s3://{BUCKET}/prod/lake/", endpoint_url=s3_server)
+    storage = S3Storage(url=f"s3://{BUCKET}/prod/lake/", s3=S3Resource(endpoint_url=s3_server))
 
     storage.write_bytes("d/a.json", b"{}")
 
@@ -124,14 +128,14 @@ def test_s3_objects_live_below_the_prefix(s3_server, aws_env):
 
 
 def test_s3_errors_other_than_a_missing_key_are_raised(s3_server, aws_env):
-    storage = S3Storage(url="s3://no-such-bucket/lake", endpoint_url=s3_server)
+    storage = S3Storage(url="s3://no-such-bucket/lake", s3=S3Resource(endpoint_url=s3_server))
     with pytest.raises(Exception, match="NoSuchBucket"):
         storage.write_bytes("d/a.json", b"{}")
 
 
 def test_the_io_manager_stores_partitions_in_s3(s3_server, aws_env):
     s3_test_client(s3_server).create_bucket(Bucket=BUCKET)
-    lake = S3Storage(url=f"s3://{BUCKET}/lake", endpoint_url=s3_server)
+    lake = S3Storage(url=f"s3://{BUCKET}/lake", s3=S3Resource(endpoint_url=s3_server))
     daily = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 
     @dg.asset(partitions_def=daily, metadata={"ml_platform/format": "parquet"})
@@ -157,34 +161,54 @@ def test_the_io_manager_stores_partitions_in_s3(s3_server, aws_env):
     assert path == f"s3://{BUCKET}/lake/d/numbers/2024-01-02.parquet"
 
 
-def test_lake_from_env_chooses_the_backend(monkeypatch, tmp_path):
-    monkeypatch.delenv("ML_PLATFORM_LAKE_URL", raising=False)
-    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(tmp_path))
-    assert isinstance(lake_from_env(), LocalStorage)
-
-    monkeypatch.setenv("ML_PLATFORM_LAKE_URL", "s3://bucket/lake")
-    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", "http://127.0.0.1:9")
-    lake = lake_from_env()
-    assert isinstance(lake, S3Storage)
-    # Configured by variable name: the UI and the run config show names, not values.
-    assert isinstance(lake.url, dg.EnvVar) and lake.url.env_var_name == "ML_PLATFORM_LAKE_URL"
-    assert lake.endpoint_url.env_var_name == "ML_PLATFORM_S3_ENDPOINT_URL"
-
-    assert isinstance(lake_from_env(str(tmp_path)), LocalStorage)  # tests force a directory
-
-
-@pytest.mark.parametrize("url", ["/data/lake", "s3://", "gs://bucket/lake"])
-def test_a_bad_lake_url_names_the_variable(monkeypatch, url):
-    monkeypatch.setenv("ML_PLATFORM_LAKE_URL", url)
-    with pytest.raises(ValueError, match="ML_PLATFORM_LAKE_URL.*ML_PLATFORM_LAKE_DIR"):
-        lake_from_env()
-
-
-def test_a_definitions_load_with_an_s3_lake_uses_it(monkeypatch):
+def test_the_settings_choose_each_backend_and_share_one_s3_resource(tmp_path):
     from ml_platform.contracts import load_contract
     from ml_platform.definitions import build_definitions
 
-    monkeypatch.setenv("ML_PLATFORM_LAKE_URL", "s3://bucket/lake")
-    defs = build_definitions(load_contract("synthetic"))
-    assert isinstance(defs.resources["lake"], S3Storage)
-    assert defs.resources["io_manager"].storage is defs.resources["lake"]
+    local = Settings({"ML_PLATFORM_LAKE_DIR": str(tmp_path), "ML_PLATFORM_LANDING_DIR": "x"})
+    resources = build_definitions(load_contract("synthetic"), local).resources
+    assert isinstance(resources["lake"], LocalStorage)
+    assert resources["lake"].base_dir == dg.EnvVar("ML_PLATFORM_LAKE_DIR")
+
+    env = {
+        "ML_PLATFORM_LAKE_URL": "s3://bucket/lake",
+        "ML_PLATFORM_LANDING_URL": "s3://deliveries/daily",
+        "ML_PLATFORM_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+    }
+    resources = build_definitions(load_contract("synthetic"), Settings(env)).resources
+    lake, landing, s3 = resources["lake"], resources["landing"], resources["s3"]
+    assert isinstance(lake, S3Storage) and isinstance(s3, S3Resource)
+    # Configured by variable name: the UI and the run config show names, not values.
+    assert isinstance(lake.url, dg.EnvVar) and lake.url.env_var_name == "ML_PLATFORM_LAKE_URL"
+    assert s3.endpoint_url == dg.EnvVar("ML_PLATFORM_S3_ENDPOINT_URL")
+    # One S3 configuration: both locations reach S3 through the same resource.
+    assert lake.s3 is s3 and landing.s3 is s3
+    assert resources["io_manager"].storage is lake
+    assert s3.region_name is None  # unset: the boto3 chain's region
+
+
+@pytest.mark.parametrize("url", ["/data/lake", "s3://", "gs://bucket/lake"])
+def test_a_bad_lake_url_names_the_variable(url):
+    from ml_platform.contracts import load_contract
+    from ml_platform.definitions import build_definitions
+
+    settings = Settings({"ML_PLATFORM_LAKE_URL": url})
+    with pytest.raises(ValueError, match="ML_PLATFORM_LAKE_URL.*ML_PLATFORM_LAKE_DIR"):
+        build_definitions(load_contract("synthetic"), settings)
+
+
+def test_an_s3_lake_resolves_its_client_from_the_environment(monkeypatch, s3_server, aws_env):
+    from ml_platform.cli import configured
+
+    s3_test_client(s3_server).create_bucket(Bucket=BUCKET)
+    monkeypatch.setenv("ML_PLATFORM_LAKE_URL", f"s3://{BUCKET}/lake")
+    monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", s3_server)
+    settings = Settings()
+    storage = at_location(settings.lake, LocalStorage, S3Storage, s3_resource(settings))
+
+    with configured(storage) as lake:
+        lake.write_bytes("d/a.json", b"{}")
+        assert lake.s3.endpoint_url == s3_server
+
+    listed = s3_test_client(s3_server).list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert [o["Key"] for o in listed] == ["lake/d/a.json"]

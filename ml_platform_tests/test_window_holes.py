@@ -13,9 +13,11 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from dagster_aws.s3 import S3Resource
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
-from ml_platform.platform.steps import SINGLE_RUN, WORKERS_ENV, each_day
+from ml_platform.platform.settings import WORKERS_ENV
+from ml_platform.platform.steps import SINGLE_RUN, each_day
 from ml_platform.platform.storage import (
     FORMAT_KEY,
     LakeIOManager,
@@ -171,7 +173,7 @@ def storage(request, tmp_path, monkeypatch) -> LakeStorage:
         monkeypatch.setenv(name, value)
     endpoint = request.getfixturevalue("s3_server")
     s3_test_client(endpoint).create_bucket(Bucket="lake-bucket")
-    return S3Storage(url="s3://lake-bucket/prod/lake", endpoint_url=endpoint)
+    return S3Storage(url="s3://lake-bucket/prod/lake", s3=S3Resource(endpoint_url=endpoint))
 
 
 def test_stored_partitions_are_the_asset_folders_objects(storage):

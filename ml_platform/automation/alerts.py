@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import smtplib
 import time
 import urllib.error
@@ -126,7 +125,7 @@ class Notifier(dg.ConfigurableResource):
     """Sends alerts to a JSON log line (always), a Slack-compatible webhook and SMTP email.
 
     The webhook URL and the SMTP password are secrets: set them through environment variables
-    (`notifier_from_env`), never in code; they are never logged.
+    (`Settings.notifier_config`), never in code; they are never logged.
     """
 
     ui_url: str = Field(default="http://127.0.0.1:3000", description="Dagster UI base URL")
@@ -246,41 +245,6 @@ class Notifier(dg.ConfigurableResource):
             if self.smtp_user and self.smtp_password:
                 smtp.login(self.smtp_user, self.smtp_password)
             smtp.send_message(message)
-
-
-# Notifier field -> environment variable. Only variables that are set are passed, as EnvVars,
-# so the UI shows the variable name, never a secret's value.
-NOTIFIER_ENV = {
-    "ui_url": "ML_PLATFORM_UI_URL",
-    "runbook_url": "ML_PLATFORM_RUNBOOK_URL",
-    "webhook_url": "ML_PLATFORM_ALERT_WEBHOOK_URL",
-    "smtp_host": "ML_PLATFORM_SMTP_HOST",
-    "smtp_user": "ML_PLATFORM_SMTP_USER",
-    "smtp_password": "ML_PLATFORM_SMTP_PASSWORD",
-    "email_from": "ML_PLATFORM_ALERT_EMAIL_FROM",
-    "email_to": "ML_PLATFORM_ALERT_EMAIL_TO",
-}
-NOTIFIER_INT_ENV = {
-    "smtp_port": "ML_PLATFORM_SMTP_PORT",
-    "dedup_seconds": "ML_PLATFORM_ALERT_DEDUP_SECONDS",
-}
-NOTIFIER_BOOL_ENV = {"smtp_starttls": "ML_PLATFORM_SMTP_STARTTLS"}
-
-
-def notifier_from_env() -> Notifier:
-    """The notifier configured by the environment variables that are set (see .env.example)."""
-    config: dict[str, Any] = {}
-    for field, var in NOTIFIER_ENV.items():
-        if os.environ.get(var):
-            config[field] = dg.EnvVar(var)
-    for field, var in NOTIFIER_INT_ENV.items():
-        if os.environ.get(var):
-            config[field] = dg.EnvVar.int(var)
-    for field, var in NOTIFIER_BOOL_ENV.items():
-        if os.environ.get(var):
-            # Not a secret, and EnvVar has no boolean form: read when the definitions load.
-            config[field] = os.environ[var].strip().lower() in {"1", "true", "yes", "on"}
-    return Notifier(**config)
 
 
 def streak_keys(outcome: RunOutcome) -> list[str]:

@@ -30,7 +30,6 @@ import bisect
 import dataclasses
 import hashlib
 import json
-import os
 import time
 import zlib
 from typing import Any
@@ -376,11 +375,3 @@ def build_landing_sensor(
         )
 
     return landing_sensor
-
-
-SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
-
-
-def sensor_interval_from_env() -> int:
-    """Seconds between sensor ticks (default 30), read when the definitions load."""
-    return int(os.environ.get(SENSOR_INTERVAL_ENV, "30"))

@@ -22,7 +22,7 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import (
-    LandingZone,
+    LandingStore,
     MissingLandingFileError,
     RefusedLandingFileError,
 )
@@ -330,7 +330,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         ],
     )
     def raw_data(
-        context: dg.AssetExecutionContext, landing: LandingZone, lake: LakeStorage
+        context: dg.AssetExecutionContext, landing: LandingStore, lake: LakeStorage
     ) -> Iterator:
         """The file that landed for day D, read as-is and stored as parquet once D passes.
 

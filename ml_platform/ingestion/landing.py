@@ -27,13 +27,7 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.platform.storage import (
-    S3Prefix,
-    is_missing_key,
-    require_s3_url,
-    s3_options_from_env,
-    write_atomically,
-)
+from ml_platform.platform.storage import S3Prefix, is_missing_key, write_atomically
 
 
 class MissingLandingFileError(FileNotFoundError):
@@ -92,7 +86,7 @@ class LandingStore(dg.ConfigurableResource):
     """Where day files land: the interface the assets and the landing sensor use.
 
     Implemented by a local directory (`LandingZone`) and an S3 prefix (`S3LandingZone`);
-    `landing_from_env` picks one by configuration.
+    `ml_platform.platform.storage.at_location` picks one by the settings, as for the lake.
     """
 
     def path_for(self, file_name: str) -> Path | str:
@@ -280,8 +274,9 @@ def local_object(name: str, found: os.stat_result) -> LandedObject:
 class S3LandingZone(S3Prefix, LandingStore):
     """An S3 prefix where day files land (production; any S3-compatible endpoint).
 
-    Credentials come from the environment the AWS SDK reads (AWS_ACCESS_KEY_ID and
-    AWS_SECRET_ACCESS_KEY, or an instance role), never from this configuration.
+    The client is the shared `S3Resource`'s; credentials come from the boto3 chain
+    (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or a task role), never from this
+    configuration.
     """
 
     def modified_slack_seconds(self) -> float:
@@ -336,27 +331,6 @@ class S3LandingZone(S3Prefix, LandingStore):
         keys = [item["Key"] for item in response.get("Contents", [])]
         more = bool(response.get("IsTruncated")) and bool(keys)
         return objects, (keys[-1][len(self.prefix) :] if more else None)
-
-
-LANDING_URL_ENV = "ML_PLATFORM_LANDING_URL"
-LANDING_DIR_ENV = "ML_PLATFORM_LANDING_DIR"
-
-
-def landing_from_env(landing_dir: str | None = None) -> LandingStore:
-    """The landing zone the environment configures, read when the definitions load.
-
-    `ML_PLATFORM_LANDING_URL=s3://bucket/prefix` selects S3 (endpoint and region from
-    `ML_PLATFORM_S3_ENDPOINT_URL` and `ML_PLATFORM_S3_REGION` when set); otherwise the local
-    directory `ML_PLATFORM_LANDING_DIR`. `landing_dir` (tests) forces a local directory. Values
-    stay `EnvVar`s, so the UI shows variable names, not their values. The lake's twin is
-    `ml_platform.platform.storage.lake_from_env`.
-    """
-    if landing_dir is not None:
-        return LandingZone(base_dir=landing_dir)
-    if not os.environ.get(LANDING_URL_ENV):
-        return LandingZone(base_dir=dg.EnvVar(LANDING_DIR_ENV))
-    require_s3_url(LANDING_URL_ENV, LANDING_DIR_ENV)
-    return S3LandingZone(url=dg.EnvVar(LANDING_URL_ENV), **s3_options_from_env())
 
 
 @dataclasses.dataclass(frozen=True)

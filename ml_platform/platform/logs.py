@@ -20,36 +20,20 @@ import datetime as dt
 import json
 import logging
 import logging.handlers
-import os
 import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ml_platform.platform.settings import Settings
 from ml_platform.troubleshooting.classify import error_chain, user_error
 
-LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 LOG_FILE_NAME = "ml_platform.jsonl"
 REDACTED = "***"
-SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|KEY|WEBHOOK|CREDENTIAL", re.IGNORECASE)
 URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.IGNORECASE)
-# Shorter values (e.g. "1", "true", a port) are not credentials and would redact ordinary text.
-MIN_SECRET_LENGTH = 8
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
-
-
-def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
-    """Values of environment variables that look like credentials, longest first."""
-    environ = os.environ if environ is None else environ
-    values = {
-        value
-        for name, value in environ.items()
-        if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH and " " not in value
-    }
-    # Longest first, so a secret containing another is replaced whole.
-    return sorted(values, key=len, reverse=True)
 
 
 def redact(text: str, secrets: list[str]) -> str:
@@ -100,7 +84,7 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        plain = secret_values()
+        plain = Settings().secret_values
         # A secret with quotes or backslashes appears escaped in the JSON text.
         escaped = {json.dumps(secret, ensure_ascii=False)[1:-1] for secret in plain}
         self.secrets = sorted(set(plain) | escaped, key=len, reverse=True)
@@ -113,7 +97,7 @@ class JsonFormatter(logging.Formatter):
 
 def log_dir() -> Path:
     """`$DAGSTER_HOME/logs`; a clear error when DAGSTER_HOME is unset."""
-    home = os.environ.get("DAGSTER_HOME")
+    home = Settings().dagster_home
     if not home:
         raise RuntimeError("DAGSTER_HOME is not set: the JSON log file lives under it")
     return Path(home) / "logs"
@@ -143,7 +127,7 @@ class JsonStderrHandler(logging.StreamHandler):
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
-        self.enabled = os.environ.get(LOG_FORMAT_ENV, "text").strip().lower() == "json"
+        self.enabled = Settings().json_logs
         self.setFormatter(JsonFormatter())
 
     def emit(self, record: logging.LogRecord) -> None:

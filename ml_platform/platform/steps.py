@@ -39,6 +39,7 @@ from ml_platform.platform.observability import (
     row_count,
     take_bytes_read,
 )
+from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import (
     FORMAT_KEY,
     DailyInput,
@@ -47,7 +48,6 @@ from ml_platform.platform.storage import (
 )
 
 T = TypeVar("T")
-WORKERS_ENV = "ML_PLATFORM_STEP_WORKERS"
 SINGLE_RUN = dg.BackfillPolicy.single_run()
 # Dagster 1.13 marks `backfill_policy` as beta; a single run per range is what a year of days
 # needs, so the warning every daily asset would print at each code load is muted.
@@ -238,17 +238,9 @@ def _range(
 
 def step_workers() -> int:
     """Worker processes a range step may use: `ML_PLATFORM_STEP_WORKERS`, else the usable CPUs."""
-    configured = os.environ.get(WORKERS_ENV, "").strip()
-    if configured:
-        try:
-            workers = int(configured)
-        except ValueError:
-            raise ValueError(
-                f"{WORKERS_ENV}={configured!r} is not a whole number of worker processes"
-            ) from None
-        if workers < 1:
-            raise ValueError(f"{WORKERS_ENV}={configured!r}: at least 1 worker process")
-        return workers
+    configured = Settings().step_workers
+    if configured is not None:
+        return configured
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

@@ -3,7 +3,8 @@
 Assets never touch paths. The IO manager turns (asset, partition) into a key, serialises the
 value in the asset's declared format and hands bytes to the storage backend, which replaces a
 partition atomically. A local directory is the embedded default; S3 is the production backend
-behind the same interface (`LakeStorage`), chosen by `lake_from_env`.
+behind the same interface (`LakeStorage`), chosen by the settings' lake location
+(`at_location`), its client from `dagster_aws.s3.S3Resource`.
 """
 
 import collections
@@ -16,15 +17,16 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
-from urllib.parse import urlparse
+from typing import IO, Any, TypeVar
 
 import dagster as dg
 import joblib
 import pandas as pd
+from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 from ml_platform.platform.observability import record_bytes_read
+from ml_platform.platform.settings import Location, Settings, parse_s3_url
 
 FORMAT_KEY = "ml_platform/format"
 # An input with this metadata (the window's length in days) receives its partitions as a dict,
@@ -72,7 +74,7 @@ class LakeStorage(dg.ConfigurableResource):
     """Where the lake's objects live: the interface every lake read and write goes through.
 
     Implemented by a local directory (`LocalStorage`, the embedded default) and an S3 prefix
-    (`S3Storage`, production); `lake_from_env` picks one by configuration. Keys are relative,
+    (`S3Storage`, production); `at_location` picks one by the settings. Keys are relative,
     '/'-separated (`<dataset>/<asset>/<partition>.<ext>`), and every write replaces an object
     whole, so a reader sees the previous version or the new one, never a mix.
     """
@@ -175,34 +177,6 @@ class LocalStorage(LakeStorage):
         )
 
 
-def parse_s3_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'."""
-    parsed = urlparse(url)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ValueError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
-    prefix = parsed.path.strip("/")
-    return parsed.netloc, f"{prefix}/" if prefix else ""
-
-
-def s3_client(endpoint_url: str | None, region_name: str) -> Any:
-    """An S3 client for an endpoint; credentials from the AWS SDK's default chain only.
-
-    That chain is the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a profile or an
-    instance/task role: no credential is ever part of the platform's configuration.
-    """
-    import boto3
-    from botocore.config import Config
-
-    # Short timeouts and the SDK's own retries of throttling and 5xx: a sensor tick or a step
-    # must not hang on a slow endpoint; longer outages are retried by the step retry policy.
-    config = Config(
-        connect_timeout=5,
-        read_timeout=30,
-        retries={"max_attempts": 3, "mode": "standard"},
-    )
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
-
-
 def is_missing_key(exc: Exception) -> bool:
     """Whether a botocore ClientError says the object (or its key) does not exist."""
     code = getattr(exc, "response", {}).get("Error", {}).get("Code")
@@ -210,16 +184,13 @@ def is_missing_key(exc: Exception) -> bool:
 
 
 class S3Prefix(dg.ConfigurableResource):
-    """An S3 prefix and the client to reach it: what the S3 lake and landing zone share.
+    """An S3 prefix and the `S3Resource` whose client reaches it: what S3 lake and landing share.
 
-    Credentials come from the AWS SDK's default chain, never from this configuration.
+    Credentials come from the boto3 chain the `S3Resource` uses, never from this configuration.
     """
 
     url: str = Field(description="s3://bucket/prefix")
-    endpoint_url: str | None = Field(
-        default=None, description="S3 API endpoint; unset means AWS itself"
-    )
-    region_name: str = Field(default="us-east-1", description="region of the bucket")
+    s3: S3Resource
 
     # (process id, client): a forked worker (`steps.map_days`) makes its own client instead of
     # sharing the parent's pooled connections.
@@ -236,9 +207,9 @@ class S3Prefix(dg.ConfigurableResource):
         return parse_s3_url(self.url)[1]
 
     def client(self) -> Any:
-        """The S3 client, created once per resource instance and process."""
+        """The S3 client of the `S3Resource`, created once per resource instance and process."""
         if self._client is None or self._client[0] != os.getpid():
-            self._client = (os.getpid(), s3_client(self.endpoint_url, self.region_name))
+            self._client = (os.getpid(), self.s3.get_client())
         return self._client[1]
 
 
@@ -322,48 +293,25 @@ class S3Storage(S3Prefix, LakeStorage):
         return sorted(keys)
 
 
-LAKE_URL_ENV = "ML_PLATFORM_LAKE_URL"
-LAKE_DIR_ENV = "ML_PLATFORM_LAKE_DIR"
-S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
-S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
+R = TypeVar("R", bound=dg.ConfigurableResource)
 
 
-def s3_options_from_env() -> dict[str, Any]:
-    """Endpoint and region of the S3 resources, as EnvVars of the variables that are set."""
-    options: dict[str, Any] = {}
-    if os.environ.get(S3_ENDPOINT_ENV):
-        options["endpoint_url"] = dg.EnvVar(S3_ENDPOINT_ENV)
-    if os.environ.get(S3_REGION_ENV):
-        options["region_name"] = dg.EnvVar(S3_REGION_ENV)
-    return options
+def s3_resource(settings: Settings) -> S3Resource:
+    """The one `S3Resource` of the code location: endpoint and region from the settings."""
+    return S3Resource(**settings.s3_config)
 
 
-def require_s3_url(variable: str, other: str) -> None:
-    """Fail at load time, naming the variable, when it holds no s3://bucket/prefix URL."""
-    url = os.environ[variable]
-    try:
-        parse_s3_url(url)
-    except ValueError as exc:
-        raise ValueError(
-            f"{variable}={url!r} is not supported: use s3://bucket/prefix, or unset it "
-            f"and set {other} for a local directory"
-        ) from exc
+def at_location(
+    location: Location, local: Callable[..., R], remote: Callable[..., R], s3: S3Resource
+) -> R:
+    """The resource for a location: `local(base_dir=...)` for a directory, else `remote`.
 
-
-def lake_from_env(lake_dir: str | None = None) -> LakeStorage:
-    """The lake storage the environment configures, read when the definitions load.
-
-    `ML_PLATFORM_LAKE_URL=s3://bucket/prefix` selects S3 (endpoint and region from
-    `ML_PLATFORM_S3_ENDPOINT_URL` and `ML_PLATFORM_S3_REGION` when set, as for the landing
-    zone); otherwise the local directory `ML_PLATFORM_LAKE_DIR`. `lake_dir` (tests) forces a
-    local directory. Values stay `EnvVar`s, so the UI shows variable names, not their values.
+    The one rule for the landing zone and the lake alike; `remote` takes the S3 URL and the
+    shared `S3Resource`. Values from the environment stay `EnvVar`s.
     """
-    if lake_dir is not None:
-        return LocalStorage(base_dir=lake_dir)
-    if not os.environ.get(LAKE_URL_ENV):
-        return LocalStorage(base_dir=dg.EnvVar(LAKE_DIR_ENV))
-    require_s3_url(LAKE_URL_ENV, LAKE_DIR_ENV)
-    return S3Storage(url=dg.EnvVar(LAKE_URL_ENV), **s3_options_from_env())
+    if location.kind == "s3":
+        return remote(url=location.config(), s3=s3)
+    return local(base_dir=location.config())
 
 
 def serialise(value: Any, fmt: str) -> bytes:

@@ -20,12 +20,12 @@ import datetime as dt
 import hashlib
 import importlib.metadata
 import json
-import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import LakeStorage, deserialise, serialise
 from ml_platform.training.model import TrainedModel
 
@@ -288,7 +288,8 @@ def _git(*args: str) -> str:
 
 def environment_manifest() -> dict:
     """Code and environment a model was built with: commit, lock, Python, packages, image."""
-    commit = os.environ.get("ML_PLATFORM_GIT_COMMIT") or _git("rev-parse", "HEAD") or "unknown"
+    settings = Settings()
+    commit = settings.git_commit or _git("rev-parse", "HEAD") or "unknown"
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else None
     lock = Path(__file__).resolve().parents[2] / "uv.lock"
     return {
@@ -297,5 +298,5 @@ def environment_manifest() -> dict:
         "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else None,
         "python": platform.python_version(),
         "packages": {name: importlib.metadata.version(name) for name in KEY_PACKAGES},
-        "container_image": os.environ.get("ML_PLATFORM_IMAGE_TAG"),
+        "container_image": settings.image_tag,
     }

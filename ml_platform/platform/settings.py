@@ -1,0 +1,230 @@
+"""Every environment variable the platform reads, read here and nowhere else.
+
+`Settings` is a snapshot of the environment with one property per setting; a property parses
+its variable when asked and names the variable when the value is wrong, so a bad value of one
+setting does not stop code that needs another. Resources are configured with `dg.EnvVar`s of
+the variables that are set, so the UI and the run config show variable names, not values
+(secrets included); everything else takes plain values from here.
+
+Storage is one rule for the landing zone and the lake: a directory by default, S3 when the
+location's URL variable holds `s3://bucket/prefix`. Both S3 locations share one
+`dagster_aws.s3.S3Resource` (endpoint and region below; credentials from the boto3 chain).
+"""
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+DATASET_ENV = "ML_PLATFORM_DATASET"
+DEFAULT_DATASET = "flights"
+LANDING_URL_ENV = "ML_PLATFORM_LANDING_URL"
+LANDING_DIR_ENV = "ML_PLATFORM_LANDING_DIR"
+LAKE_URL_ENV = "ML_PLATFORM_LAKE_URL"
+LAKE_DIR_ENV = "ML_PLATFORM_LAKE_DIR"
+S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
+S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
+SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
+DEFAULT_SENSOR_INTERVAL = 30
+WORKERS_ENV = "ML_PLATFORM_STEP_WORKERS"
+LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
+GIT_COMMIT_ENV = "ML_PLATFORM_GIT_COMMIT"
+IMAGE_TAG_ENV = "ML_PLATFORM_IMAGE_TAG"
+DAGSTER_HOME_ENV = "DAGSTER_HOME"
+
+# Notifier field -> variable. Only variables that are set are passed, as EnvVars, so the UI
+# shows the variable name, never a secret's value.
+NOTIFIER_ENV = {
+    "ui_url": "ML_PLATFORM_UI_URL",
+    "runbook_url": "ML_PLATFORM_RUNBOOK_URL",
+    "webhook_url": "ML_PLATFORM_ALERT_WEBHOOK_URL",
+    "smtp_host": "ML_PLATFORM_SMTP_HOST",
+    "smtp_user": "ML_PLATFORM_SMTP_USER",
+    "smtp_password": "ML_PLATFORM_SMTP_PASSWORD",
+    "email_from": "ML_PLATFORM_ALERT_EMAIL_FROM",
+    "email_to": "ML_PLATFORM_ALERT_EMAIL_TO",
+}
+NOTIFIER_INT_ENV = {
+    "smtp_port": "ML_PLATFORM_SMTP_PORT",
+    "dedup_seconds": "ML_PLATFORM_ALERT_DEDUP_SECONDS",
+}
+NOTIFIER_BOOL_ENV = {"smtp_starttls": "ML_PLATFORM_SMTP_STARTTLS"}
+
+SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|KEY|WEBHOOK|CREDENTIAL", re.IGNORECASE)
+# Shorter values (e.g. "1", "true", a port) are not credentials and would redact ordinary text.
+MIN_SECRET_LENGTH = 8
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'."""
+    parsed = urlparse(url)
+    if parsed.scheme != "s3" or not parsed.netloc:
+        raise ValueError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
+    prefix = parsed.path.strip("/")
+    return parsed.netloc, f"{prefix}/" if prefix else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """Where the landing zone or the lake lives: a local directory or an S3 prefix.
+
+    `variable` names the environment variable that holds `value`; resources are configured
+    with its `EnvVar`. A location given directly (a test, a `--landing-dir`) has none.
+    """
+
+    kind: Literal["local", "s3"]
+    value: str | None  # the directory or the s3:// URL; None when the variable is unset
+    variable: str | None = None
+
+    @classmethod
+    def directory(cls, path: str) -> "Location":
+        """A local directory given directly, not through the environment."""
+        return cls("local", path)
+
+    def config(self) -> Any:
+        """The resource field's value: the variable's `EnvVar`, or the value given directly."""
+        # Dagster is imported where config is built, so commands that only read a setting
+        # (`ml-platform check-contract`) start without it.
+        import dagster as dg
+
+        return dg.EnvVar(self.variable) if self.variable else self.value
+
+    def local_dir(self) -> str:
+        """The directory; a clear error when the location is S3 or its variable is unset."""
+        if self.kind == "s3":
+            raise ValueError(
+                f"{self.variable}={self.value!r} is an S3 location; this command works on a "
+                "local directory: pass one (--landing-dir) or unset the URL"
+            )
+        if not self.value:
+            raise ValueError(f"set {self.variable} (see .env.example)")
+        return self.value
+
+
+class Settings:
+    """The platform's settings, read from a snapshot of the environment (`os.environ`)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None):
+        self.environ = dict(os.environ if environ is None else environ)
+
+    def _get(self, name: str) -> str | None:
+        value = self.environ.get(name, "").strip()
+        return value or None
+
+    @property
+    def dataset(self) -> str:
+        """The dataset the code location serves: a bundled contract name or a contract path."""
+        return self._get(DATASET_ENV) or DEFAULT_DATASET
+
+    def _location(self, url_variable: str, dir_variable: str) -> Location:
+        url = self._get(url_variable)
+        if url is None:
+            return Location("local", self._get(dir_variable), dir_variable)
+        try:
+            parse_s3_url(url)
+        except ValueError as exc:
+            raise ValueError(
+                f"{url_variable}={url!r} is not supported: use s3://bucket/prefix, or unset it "
+                f"and set {dir_variable} for a local directory"
+            ) from exc
+        return Location("s3", url, url_variable)
+
+    @property
+    def landing(self) -> Location:
+        """The landing zone: `ML_PLATFORM_LANDING_URL` (s3://) if set, else the LANDING_DIR."""
+        return self._location(LANDING_URL_ENV, LANDING_DIR_ENV)
+
+    @property
+    def lake(self) -> Location:
+        """The lake: `ML_PLATFORM_LAKE_URL` (s3://) if set, else `ML_PLATFORM_LAKE_DIR`."""
+        return self._location(LAKE_URL_ENV, LAKE_DIR_ENV)
+
+    @property
+    def s3_config(self) -> dict[str, Any]:
+        """`S3Resource` fields of the S3 variables that are set, as EnvVars.
+
+        Unset, the endpoint is AWS itself and the region the boto3 chain's. Credentials are
+        never configured here: the boto3 chain (AWS_* variables, a profile, a task role).
+        """
+        import dagster as dg
+
+        config: dict[str, Any] = {}
+        if self._get(S3_ENDPOINT_ENV):
+            config["endpoint_url"] = dg.EnvVar(S3_ENDPOINT_ENV)
+        if self._get(S3_REGION_ENV):
+            config["region_name"] = dg.EnvVar(S3_REGION_ENV)
+        return config
+
+    @property
+    def sensor_interval_seconds(self) -> int:
+        """Seconds between sensor ticks (default 30)."""
+        return self._positive_int(SENSOR_INTERVAL_ENV) or DEFAULT_SENSOR_INTERVAL
+
+    @property
+    def step_workers(self) -> int | None:
+        """Worker processes a range step may use; None leaves it to the usable CPUs."""
+        return self._positive_int(WORKERS_ENV)
+
+    def _positive_int(self, name: str) -> int | None:
+        configured = self._get(name)
+        if configured is None:
+            return None
+        try:
+            value = int(configured)
+        except ValueError:
+            raise ValueError(f"{name}={configured!r} is not a whole number") from None
+        if value < 1:
+            raise ValueError(f"{name}={configured!r}: at least 1")
+        return value
+
+    @property
+    def json_logs(self) -> bool:
+        """Whether run logs also go to stderr as JSON lines (`ML_PLATFORM_LOG_FORMAT=json`)."""
+        return (self._get(LOG_FORMAT_ENV) or "text").lower() == "json"
+
+    @property
+    def dagster_home(self) -> str | None:
+        """The Dagster instance's directory, when set."""
+        return self._get(DAGSTER_HOME_ENV)
+
+    @property
+    def git_commit(self) -> str | None:
+        """The commit the image was built from (set by the image build), when known."""
+        return self._get(GIT_COMMIT_ENV)
+
+    @property
+    def image_tag(self) -> str | None:
+        """The container image the code runs in, when set."""
+        return self._get(IMAGE_TAG_ENV)
+
+    @property
+    def notifier_config(self) -> dict[str, Any]:
+        """`Notifier` fields of the alerting variables that are set (see .env.example)."""
+        import dagster as dg
+
+        config: dict[str, Any] = {}
+        for field, var in NOTIFIER_ENV.items():
+            if self._get(var):
+                config[field] = dg.EnvVar(var)
+        for field, var in NOTIFIER_INT_ENV.items():
+            if self._get(var):
+                config[field] = dg.EnvVar.int(var)
+        for field, var in NOTIFIER_BOOL_ENV.items():
+            value = self._get(var)
+            if value:
+                # Not a secret, and EnvVar has no boolean form: read when the definitions load.
+                config[field] = value.lower() in {"1", "true", "yes", "on"}
+        return config
+
+    @property
+    def secret_values(self) -> list[str]:
+        """Values of variables that look like credentials, longest first, to redact from logs."""
+        values = {
+            value
+            for name, value in self.environ.items()
+            if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH and " " not in value
+        }
+        # Longest first, so a secret containing another is replaced whole.
+        return sorted(values, key=len, reverse=True)

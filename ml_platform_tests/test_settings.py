@@ -1,0 +1,96 @@
+"""The settings: the one module that reads the environment, and what each variable means."""
+
+import re
+
+import dagster as dg
+import pytest
+
+from ml_platform.platform.settings import Location, Settings
+from ml_platform_tests.conftest import REPO
+
+ENV_READ = re.compile(r"os\.environ|os\.getenv|getenv\(")
+# Removed with the batching event log it configures; until then its DAGSTER_HOME read stays.
+NOT_YET_MOVED = {"event_log.py"}
+
+
+def test_no_module_but_settings_reads_the_environment():
+    readers = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "ml_platform").rglob("*.py"))
+        if path.name != "settings.py"
+        and str(path.relative_to(REPO / "ml_platform")) not in NOT_YET_MOVED
+        and ENV_READ.search(path.read_text())
+    ]
+    assert readers == [], f"read the environment through ml_platform.platform.settings: {readers}"
+
+
+def test_an_empty_environment_means_flights_in_local_directories():
+    settings = Settings({})
+    assert settings.dataset == "flights"
+    assert settings.landing == Location("local", None, "ML_PLATFORM_LANDING_DIR")
+    assert settings.lake.kind == "local"
+    assert settings.s3_config == {}
+    assert settings.sensor_interval_seconds == 30
+    assert settings.step_workers is None
+    assert not settings.json_logs
+
+
+def test_an_s3_url_selects_s3_for_that_location_only():
+    settings = Settings(
+        {"ML_PLATFORM_LANDING_URL": "s3://deliveries/daily", "ML_PLATFORM_LAKE_DIR": "/lake"}
+    )
+    assert settings.landing == Location("s3", "s3://deliveries/daily", "ML_PLATFORM_LANDING_URL")
+    assert settings.lake == Location("local", "/lake", "ML_PLATFORM_LAKE_DIR")
+    # Resources see the variable, not its value.
+    assert settings.landing.config() == dg.EnvVar("ML_PLATFORM_LANDING_URL")
+    assert Location.directory("/tmp/x").config() == "/tmp/x"
+
+
+def test_a_local_command_on_an_s3_location_says_what_to_do():
+    with pytest.raises(ValueError, match="ML_PLATFORM_LANDING_URL=.*--landing-dir"):
+        Settings({"ML_PLATFORM_LANDING_URL": "s3://b/p"}).landing.local_dir()
+    with pytest.raises(ValueError, match="set ML_PLATFORM_LANDING_DIR"):
+        Settings({}).landing.local_dir()
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1"])
+def test_a_bad_number_names_its_variable(value):
+    settings = Settings({"ML_PLATFORM_SENSOR_INTERVAL_SECONDS": value})
+    with pytest.raises(ValueError, match=f"ML_PLATFORM_SENSOR_INTERVAL_SECONDS='{value}'"):
+        _ = settings.sensor_interval_seconds
+    # Only the setting asked for is parsed: a bad interval does not stop the step workers.
+    assert settings.step_workers is None
+
+
+def test_the_s3_endpoint_and_region_are_env_vars_when_set():
+    settings = Settings(
+        {"ML_PLATFORM_S3_ENDPOINT_URL": "http://127.0.0.1:9000", "ML_PLATFORM_S3_REGION": "eu"}
+    )
+    assert settings.s3_config == {
+        "endpoint_url": dg.EnvVar("ML_PLATFORM_S3_ENDPOINT_URL"),
+        "region_name": dg.EnvVar("ML_PLATFORM_S3_REGION"),
+    }
+
+
+def test_secret_values_are_those_of_credential_looking_names_longest_first():
+    settings = Settings(
+        {
+            "AWS_SECRET_ACCESS_KEY": "abcdefgh12345678",
+            "ML_PLATFORM_ALERT_WEBHOOK_URL": "https://hooks.example/T0/x",
+            "ML_PLATFORM_SMTP_PASSWORD": "short",
+            "ML_PLATFORM_LAKE_DIR": "/a/long/enough/path",
+        }
+    )
+    assert settings.secret_values == ["https://hooks.example/T0/x", "abcdefgh12345678"]
+
+
+def test_every_variable_the_settings_read_is_documented_in_env_example():
+    from ml_platform.platform import settings
+
+    names = {v for n, v in vars(settings).items() if n.endswith("_ENV") and isinstance(v, str)}
+    for variables in (settings.NOTIFIER_ENV, settings.NOTIFIER_INT_ENV, settings.NOTIFIER_BOOL_ENV):
+        names |= set(variables.values())
+    documented = set(
+        re.findall(r"^#? ?([A-Z][A-Z0-9_]+)=", (REPO / ".env.example").read_text(), re.M)
+    )
+    assert names - documented == set(), "variables missing from .env.example"
