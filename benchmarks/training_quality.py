@@ -65,8 +65,8 @@ def before_speedup(contract: Contract) -> Iterator[Contract]:
 
     training.make_estimator = reshuffling
     try:
-        spec = contract.training.model_copy(update={"batch_size": 512})
-        yield contract.model_copy(update={"training": spec})
+        spec = contract.model.model_copy(update={"batch_size": 512})
+        yield contract.model_copy(update={"model": spec})
     finally:
         training.make_estimator = make_estimator
 

@@ -162,8 +162,8 @@ def test_flights_model_predicts_classes_and_probabilities(flights_model, flights
 def test_the_batch_size_changes_the_calls_not_the_model(flights_window, flights_model):
     # SGD updates row by row in the generator's order; cutting an epoch into calls only
     # changes where scikit-learn rescales the weights, so results agree up to rounding.
-    spec = FLIGHTS.training.model_copy(update={"batch_size": 100})
-    small = train_model(flights_window, FLIGHTS.model_copy(update={"training": spec}))
+    spec = FLIGHTS.model.model_copy(update={"batch_size": 100})
+    small = train_model(flights_window, FLIGHTS.model_copy(update={"model": spec}))
     a = small.pipeline.named_steps["estimator"]
     b = flights_model.pipeline.named_steps["estimator"]
     np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
@@ -385,3 +385,63 @@ def test_losses_use_sparse_rows_only_where_most_entries_are_zero():
     assert issparse(loss_rows(one_hot))
     np.testing.assert_array_equal(loss_rows(one_hot).toarray(), one_hot)
     assert loss_rows(numeric) is numeric
+
+
+def with_model(contract, **settings):
+    """`contract` with its `model` section replaced (validated as a contract would be)."""
+    from ml_platform.contracts.model import Contract
+
+    return Contract.model_validate({**contract.model_dump(), "model": settings})
+
+
+def test_boosting_resumed_from_a_mid_run_checkpoint_ends_with_the_uninterrupted_model(
+    flights_window,
+):
+    # One boosting iteration a step, no early stop: a checkpoint after each of the 12.
+    contract = with_training(
+        with_model(FLIGHTS, estimator="hist_gradient_boosting", max_iter=12, step=1),
+        checkpoint_seconds=0,
+    )
+    every = KeptCheckpoints()
+    model = train_model(flights_window, contract, every)
+    assert [deserialise(saved, "joblib").epoch for saved in every.saved] == list(range(1, 12))
+    resumed = train_model(flights_window, contract, KeptCheckpoints(resume_from=every.saved[4]))
+    assert resumed.resumed_from_epoch == 5 and model.resumed_from_epoch == 0
+    frame = window_frame(flights_window)
+    np.testing.assert_array_equal(resumed.score(frame), model.score(frame))
+    assert resumed.history == model.history
+    assert [h["iteration"] for h in model.history] == list(range(1, 13))
+    # The loss per iteration is scikit-learn's own record of the fit, and it falls.
+    estimator = model.pipeline.named_steps["estimator"]
+    assert model.history[-1]["train_loss"] == -estimator.train_score_[-1]
+    assert model.history[-1]["train_loss"] < model.initial_loss
+    assert "12 boosting iteration(s)" in model.progress
+
+
+def test_boosting_stops_early_on_the_validation_slice(flights_window):
+    contract = with_model(FLIGHTS, estimator="hist_gradient_boosting", patience=2, step=5)
+    model = train_model(flights_window, contract)
+    estimator = model.pipeline.named_steps["estimator"]
+    # Stopped before the limit, within a step of the iteration it stopped at.
+    assert len(model.history) == estimator.n_iter_ < 300
+    assert model.best_epoch == min(model.history, key=lambda h: h["validation_loss"])["iteration"]
+
+
+def test_a_linear_model_is_one_fit_without_checkpoints(flights_window, synthetic_window):
+    every = KeptCheckpoints()
+    logistic = train_model(
+        flights_window,
+        with_training(with_model(FLIGHTS, estimator="linear", C=0.5), checkpoint_seconds=0),
+        every,
+    )
+    assert every.saved == []
+    estimator = logistic.pipeline.named_steps["estimator"]
+    assert type(estimator).__name__ == "LogisticRegression" and estimator.C == 0.5
+    assert logistic.converged and len(logistic.history) == 1
+    assert logistic.history[0]["iteration"] == estimator.n_iter_[0]
+    ridge = train_model(synthetic_window, with_model(SYNTHETIC, estimator="linear"))
+    assert type(ridge.pipeline.named_steps["estimator"]).__name__ == "Ridge"
+    assert ridge.progress == "one fit of 1 solver iteration(s), converged"
+    # Stopped at its iteration limit: recorded, for the loss_plateau check to warn.
+    capped = train_model(flights_window, with_model(FLIGHTS, estimator="linear", max_iter=2))
+    assert not capped.converged
