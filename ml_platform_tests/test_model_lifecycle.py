@@ -58,15 +58,15 @@ sys.exit(0 if result.success else 1)
 # every epoch or boosting iteration (checkpoint_seconds 0), so the kill lands between two: SGD
 # in 512-row calls, each paying scikit-learn's input checks (which also exercises resuming a run
 # that cuts its epochs into many calls), without early stop; boosting one iteration a step on
-# 60,000 rows without early stop. A linear model has no checkpoint: a restart is the resume.
+# 15,000 rows without early stop. A linear model has no checkpoint: a restart is the resume.
 KILLED = {
     "sgd": (
         20000,
         {"estimator": "sgd", "max_epochs": 25, "patience": 25, "batch_size": 512},
     ),
     "hist_gradient_boosting": (
-        20000,
-        {"estimator": "hist_gradient_boosting", "max_iter": 40, "patience": 40, "step": 1},
+        5000,
+        {"estimator": "hist_gradient_boosting", "max_iter": 80, "patience": 80, "step": 1},
     ),
     "linear": (1000, {"estimator": "linear"}),
 }
