@@ -206,8 +206,11 @@ class HistGradientBoostingSpec(_Strict):
     # Stop when the validation loss has not improved by min_delta for this many iterations.
     patience: int = Field(default=10, ge=1)
     min_delta: float = Field(default=1e-7, ge=0.0)
-    # Boosting iterations between two checkpoints (when checkpoint_seconds has passed).
-    step: int = Field(default=10, ge=1)
+    # Boosting iterations per fit call; a checkpoint may follow each (when checkpoint_seconds
+    # has passed). Each call recomputes the predictions of the trees so far, so small steps
+    # cost: 155 iterations on a 28-day synthetic window took 2.5 CPU s in steps of 10, 0.9 s
+    # in steps of 50 and 0.6 s in one call. A kill loses at most one step.
+    step: int = Field(default=50, ge=1)
     # OpenMP threads of a fit. One by default: the platform's steps share the cores, and
     # threads that wait on each other made a fit 30 times slower on a loaded 2-core machine.
     # Raise it where a training step has cores to itself.
