@@ -193,8 +193,8 @@ class HistGradientBoostingSpec(_Strict):
     """`HistGradientBoostingClassifier` / `Regressor`, categorical features taken natively.
 
     Boosting iterations are added `step` at a time (`warm_start`), with a checkpoint between
-    steps; early stopping watches the loss on the validation slice (the latest 10 % of
-    training rows).
+    steps; scikit-learn's early stopping watches the loss on its random 10 % of the training
+    rows.
     """
 
     estimator: Literal["hist_gradient_boosting"]
@@ -226,8 +226,12 @@ _ESTIMATOR_SPECS: dict[str, type[_Strict]] = {
     "hist_gradient_boosting": HistGradientBoostingSpec,
 }
 ESTIMATORS = tuple(_ESTIMATOR_SPECS)
-# The estimator of a contract without a `model` section, per task: the best held-out metric on
-# the bundled datasets (benchmarks/model_quality.py).
+# The estimator of a contract without a `model` section, per task, from the held-out metric on
+# the bundled datasets (benchmarks/model_quality.py, 28-day windows). Flights, the 28 windows
+# ending 2013-01-28 to 2013-02-24: ROC AUC 0.6119 sgd, 0.6115 linear, 0.6090 boosting, each
+# paired difference within its standard error (0.004), so sgd stays. Synthetic, 10 windows:
+# r² 0.9746 for both linear and sgd, 0.9693 boosting; linear solves exactly, with no epoch
+# limit to stop short of the optimum, in 0.08 CPU s against SGD's 0.13.
 DEFAULT_ESTIMATOR = {"classification": "sgd", "regression": "linear"}
 
 
