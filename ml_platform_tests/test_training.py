@@ -453,3 +453,27 @@ def test_a_linear_model_is_one_fit_without_checkpoints(flights_window, synthetic
     # Stopped at its iteration limit: recorded, for the loss_plateau check to warn.
     capped = train_model(flights_window, with_model(FLIGHTS, estimator="linear", max_iter=2))
     assert not capped.converged
+
+
+def test_loss_plateau_and_finite_weights_judge_each_estimator(flights_window):
+    from ml_platform.training.assets import finite_weights_result, loss_curve, loss_plateau_result
+
+    boosting = train_model(
+        flights_window, with_model(FLIGHTS, estimator="hist_gradient_boosting", step=5)
+    )
+    verdict = loss_plateau_result(boosting)
+    assert verdict.passed and verdict.description.endswith(
+        f"over {len(boosting.history)} iterations."
+    )
+    assert finite_weights_result(boosting).passed
+    assert "losses per iteration are finite" in (finite_weights_result(boosting).description or "")
+    assert "Loss per iteration" in loss_curve(boosting)
+    capped = train_model(flights_window, with_model(FLIGHTS, estimator="linear", max_iter=2))
+    verdict = loss_plateau_result(capped)
+    assert not verdict.passed and verdict.severity.value == "WARN"
+    assert "stopped at its limit of 2 iterations without converging: raise model.max_iter" in (
+        verdict.description or ""
+    )
+    converged = train_model(flights_window, with_model(FLIGHTS, estimator="linear"))
+    assert loss_plateau_result(converged).passed
+    assert finite_weights_result(converged).passed
