@@ -49,7 +49,7 @@ def evaluations(platform: Platform, asset: str, check: str) -> dict[str, bool]:
 
 
 def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path):
-    contract = contract_with(tmp_path, "synthetic", max_epochs=3)
+    contract = contract_with(tmp_path, "synthetic")
     by_day = Platform(contract, tmp_path / "by_day")
     in_range = Platform(contract, tmp_path / "in_range")
     for platform in (by_day, in_range):
@@ -101,7 +101,7 @@ def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path):
 
 
 def test_a_bad_day_fails_the_range_naming_it_and_keeps_its_good_version(tmp_path):
-    contract = contract_with(tmp_path, "synthetic", max_epochs=3)
+    contract = contract_with(tmp_path, "synthetic")
     platform = Platform(contract, tmp_path / "platform")
     platform.land(DAYS[0], len(DAYS))
     assert platform.materialize(DAYS[1], selection=["raw_data", "validated_data"]).success
@@ -129,7 +129,6 @@ def test_a_bad_day_fails_the_range_naming_it_and_keeps_its_good_version(tmp_path
 
 def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(tmp_path):
     document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
-    document["training"]["max_epochs"] = 3
     # No model can reach these: every day is rejected.
     document["evaluation"]["value_thresholds"] = {"r2": 0.9999}
     path = tmp_path / "synthetic.yaml"
@@ -154,7 +153,7 @@ def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(
 
 
 def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):
-    contract = contract_with(tmp_path, "synthetic", max_epochs=3)
+    contract = contract_with(tmp_path, "synthetic")
     platform = Platform(contract, tmp_path / "platform")
     platform.land(DAYS[0], 2)
     ingestion = ["raw_data", "validated_data", "features"]

@@ -205,7 +205,7 @@ def test_score_baseline_fits_on_the_models_training_rows_and_scores_the_holdout(
 def synthetic(tmp_path: Path, name: str, label_source: str, **evaluation) -> Contract:
     """The synthetic contract on one-day windows without the temperature feature."""
     document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
-    document["training"].update(max_epochs=3, window_days=1)
+    document["training"].update(window_days=1)
     document["features"] = [f for f in document["features"] if f["name"] != "temperature"]
     document["label"]["source"] = label_source
     document["evaluation"].update(evaluation)

@@ -51,6 +51,16 @@ def test_the_training_quality_benchmark_compares_both_trainings_on_each_day():
     assert "paired t-interval" in out, out
 
 
+def test_the_model_quality_benchmark_compares_each_estimator_with_plain_scikit_learn():
+    out = run_script(
+        "model_quality.py", "--dataset", "synthetic", "--days", "1", "--stride", "1", "--per-day"
+    )
+    rows = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ")]
+    assert rows[:4] == ["| estimator", "| sgd", "| linear", "| hist_gradient_boosting"], out
+    assert "Best mean r2: **" in out and "| linear | 2024-01-28 |" in out, out
+    assert out.startswith("uptime before: "), out
+
+
 def test_the_evaluation_report_benchmark_times_each_piece():
     out = json.loads(run_script("evaluation_report.py", "--repeat", "1"))
     assert set(out["cpu_ms"]) == {

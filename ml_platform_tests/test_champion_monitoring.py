@@ -54,7 +54,7 @@ def record(platform: Platform, day: str) -> dict:
 
 
 def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tmp_path):
-    contract = contract_with(tmp_path, "synthetic", window_days=7, max_epochs=5)
+    contract = contract_with(tmp_path, "synthetic", window_days=7)
     platform = Platform(contract, tmp_path / "platform")
     platform.land(GOOD[0], len(GOOD))
     land_changed_relation(platform, CHANGED)

@@ -370,3 +370,54 @@ def test_a_one_column_row_key_loads(tmp_path):
         edit(FLIGHTS_TEXT, "row_key: [carrier, flight, origin, event_time]", "row_key: [flight]")
     )
     assert load_contract(path).quality.row_key == ["flight"]
+
+
+def test_the_model_section_picks_the_estimator_and_defaults_by_task(tmp_path):
+    assert load_contract("flights").model.estimator == "sgd"
+    assert load_contract("synthetic").model.estimator == "linear"
+    text = edit(FLIGHTS_TEXT, "  estimator: sgd\n  max_epochs: 30\n  patience: 5\n", "  step: 5\n")
+    # No estimator named: the task's default, which must then accept the settings given.
+    error = load_broken(tmp_path, text)
+    assert located(error) == {
+        (line_of(text, "step: 5"), "model.step"): "not a setting of the 'sgd' estimator; its "
+        "settings are: max_epochs, patience, min_delta, batch_size, alpha, eta0"
+    }
+    boosting = edit(text, "  step: 5\n", "  estimator: hist_gradient_boosting\n  step: 5\n")
+    path = tmp_path / "boosting.yaml"
+    path.write_text(boosting)
+    spec = load_contract(path).model
+    assert (spec.estimator, spec.step, spec.max_iter) == ("hist_gradient_boosting", 5, 300)
+
+
+def test_model_mistakes_are_reported_with_their_lines_by_check_contract(tmp_path, capsys):
+    text = edit(
+        FLIGHTS_TEXT,
+        "  estimator: sgd\n  max_epochs: 30\n  patience: 5\n",
+        "  estimator: linear\n  alpha: 2.0\n  max_iter: 0\n  eta0: 0.1\n",
+    )
+    # An SGD setting left where it lived before the model section.
+    text = edit(text, "  random_seed: 13\n", "  random_seed: 13\n  max_epochs: 30\n")
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    assert cli.main(["check-contract", str(path)]) == 2
+    err = capsys.readouterr().err
+    problems = located(load_broken(tmp_path, text))
+    expected = {
+        (line_of(text, "max_iter: 0"), "model.max_iter"): "greater than or equal to 1 (got 0)",
+        (line_of(text, "eta0: 0.1"), "model.eta0"): "not a setting of the 'linear' estimator",
+        (line_of(text, "max_epochs: 30"), "training.max_epochs"): "belongs under `model:` now",
+    }
+    assert set(problems) == set(expected), problems
+    for where, reason in expected.items():
+        assert reason in problems[where] and problems[where] in err
+    # Fixed, the remaining mistake is Ridge's setting on a classification task.
+    fixed = edit(edit(text, "  max_iter: 0\n  eta0: 0.1\n", ""), "  max_epochs: 30\n", "")
+    assert located(load_broken(tmp_path, fixed)) == {
+        (line_of(fixed, "alpha: 2.0"), "model.alpha"): "alpha belongs to Ridge (regression); "
+        "LogisticRegression takes C"
+    }
+    unknown = edit(fixed, "estimator: linear", "estimator: xgboost")
+    assert located(load_broken(tmp_path, unknown)) == {
+        (line_of(unknown, "estimator: xgboost"), "model"): "estimator must be one of: sgd, "
+        "linear, hist_gradient_boosting (got 'xgboost')"
+    }

@@ -1,5 +1,5 @@
-"""Training that survives SIGKILL, the loss-plateau check, promotion against the champion, and
-the registry's versions, aliases and lineage manifests."""
+"""Training of each estimator that survives SIGKILL, the loss-plateau check, promotion against
+the champion, the registry's versions, aliases and lineage manifests, and scoring."""
 
 import os
 import signal
@@ -26,11 +26,15 @@ DAYS = days_from("2024-01-01", 3)
 DAILY = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
 
 
-def write_contract(tmp_path, name: str, rows: int = 1000, training=None, evaluation=None):
+def write_contract(
+    tmp_path, name: str, rows: int = 1000, training=None, evaluation=None, model=None
+):
     document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
     document["source"]["rows_per_day"] = rows
     document["quality"]["row_count"] = {"min": 1, "max": rows + 1}
     document["training"].update(training or {})
+    if model is not None:
+        document["model"] = model
     document["evaluation"].update(evaluation or {})
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -52,16 +56,29 @@ sys.exit(0 if result.success else 1)
 """
 
 
-def test_training_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(tmp_path):
-    # Enough rows and epochs (no early stop) that training lasts a few seconds: 512-row calls,
-    # each paying scikit-learn's input checks, make an epoch about ten times slower than the
-    # default batch (and exercise resuming a run that cuts its epochs into many calls). A
-    # checkpoint after every epoch, so the kill lands between two of them.
+# Each estimator's settings that make its training last a few seconds, with a checkpoint after
+# every epoch or boosting iteration (checkpoint_seconds 0), so the kill lands between two: SGD
+# in 512-row calls, each paying scikit-learn's input checks (which also exercises resuming a run
+# that cuts its epochs into many calls), without early stop; boosting one iteration a step on
+# 15,000 rows without early stop. A linear model has no checkpoint: a restart is the resume.
+KILLED = {
+    "sgd": (
+        20000,
+        {"estimator": "sgd", "max_epochs": 25, "patience": 25, "batch_size": 512},
+    ),
+    "hist_gradient_boosting": (
+        5000,
+        {"estimator": "hist_gradient_boosting", "max_iter": 80, "patience": 80, "step": 1},
+    ),
+    "linear": (1000, {"estimator": "linear"}),
+}
+
+
+@pytest.mark.parametrize("estimator", list(KILLED))
+def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_path, estimator):
+    rows, model = KILLED[estimator]
     path = write_contract(
-        tmp_path,
-        "big",
-        rows=20000,
-        training={"max_epochs": 25, "patience": 25, "batch_size": 512, "checkpoint_seconds": 0},
+        tmp_path, "big", rows=rows, training={"checkpoint_seconds": 0}, model=model
     )
     contract = load_contract(path)
     killed = Platform(contract, tmp_path / "killed")
@@ -77,29 +94,37 @@ def test_training_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(tmp_
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
-    deadline = time.monotonic() + 240
-    epoch = 0
+    # Iterative estimators: killed after their third checkpointed epoch or iteration. A linear
+    # model: killed while the run is under way (importing, reading or fitting).
+    deadline = time.monotonic() + (240 if estimator != "linear" else 2)
+    done = 0
     while time.monotonic() < deadline and proc.poll() is None:
         if checkpoint.exists():
-            epoch = deserialise(checkpoint.read_bytes(), "joblib").epoch
-            if epoch >= 3:
+            done = deserialise(checkpoint.read_bytes(), "joblib").epoch
+            if done >= 3:
                 break
         time.sleep(0.02)
     assert proc.poll() is None, "training finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
-    killed_at = deserialise(checkpoint.read_bytes(), "joblib").epoch
-    assert 3 <= killed_at < 25
+    unit = "epoch" if estimator == "sgd" else "iteration"
+    if estimator == "linear":
+        assert not checkpoint.exists(), "a linear fit writes no checkpoint"
+        killed_at = 0
+    else:
+        killed_at = deserialise(checkpoint.read_bytes(), "joblib").epoch
+        assert 3 <= killed_at < model.get("max_epochs", model.get("max_iter"))
 
     resumed = killed.materialize(DAYS[2], selection=["model"])
     uninterrupted = clean.materialize(DAYS[2], selection=["model"])
 
     assert resumed.success and uninterrupted.success
     meta = resumed.asset_materializations_for_node("model")[0].metadata
-    assert meta["resumed_from_epoch"].value == killed_at > 0
+    assert meta["estimator"].value == estimator
+    assert meta[f"resumed_from_{unit}"].value == killed_at
     assert (
         uninterrupted.asset_materializations_for_node("model")[0]
-        .metadata["resumed_from_epoch"]
+        .metadata[f"resumed_from_{unit}"]
         .value
         == 0
     )
@@ -114,10 +139,17 @@ def test_training_killed_mid_epoch_resumes_and_matches_an_uninterrupted_run(tmp_
 def test_loss_plateau_warns_on_a_stalled_run_and_not_on_a_normal_one(tmp_path):
     stalled = Platform(
         # A learning rate next to zero, a classic slip: the loss stays flat from the start.
-        load_contract(write_contract(tmp_path, "stalled", training={"eta0": 1e-9, "patience": 8})),
+        load_contract(
+            write_contract(
+                tmp_path, "stalled", model={"estimator": "sgd", "eta0": 1e-9, "patience": 8}
+            )
+        ),
         tmp_path / "stalled",
     )
-    normal = Platform(load_contract("synthetic"), tmp_path / "normal")
+    normal = Platform(
+        load_contract(write_contract(tmp_path, "normal", model={"estimator": "sgd"})),
+        tmp_path / "normal",
+    )
     verdicts = {}
     for name, platform in (("stalled", stalled), ("normal", normal)):
         platform.land(DAYS[0], 1)
@@ -139,7 +171,9 @@ def test_a_worse_candidate_stays_challenger_and_a_better_one_is_promoted(tmp_pat
     )
     weak = Platform(
         load_contract(
-            write_contract(tmp_path, "weak", training={"alpha": 1.0}, evaluation=lenient)
+            write_contract(
+                tmp_path, "weak", model={"estimator": "linear", "alpha": 1e5}, evaluation=lenient
+            )
         ),
         tmp_path / "lake",
     )
@@ -202,17 +236,31 @@ def test_rerunning_a_day_keeps_one_version_whose_manifest_names_its_inputs(tmp_p
         frame = pd.read_parquet(platform.stored("features", day, "parquet"))
         assert manifest["input_data_versions"][day] == data_version(frame)
     assert manifest["git_commit"] and manifest["python"] and manifest["packages"]["dagster"]
-    assert manifest["lock_sha256"] and manifest["hyperparameters"]["alpha"] == 1e-4
+    assert manifest["lock_sha256"] and manifest["estimator"] == "linear"
+    assert manifest["hyperparameters"]["alpha"] == 1.0  # Ridge's, the contract's default
+    assert manifest["model_settings"] == {
+        "estimator": "linear",
+        "C": None,
+        "alpha": None,
+        "max_iter": 1000,
+    }
     assert len([h for h in registry.history() if h["version"] == f"daily-{DAYS[2]}"]) <= 1
 
 
-def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("estimator", ["sgd", "linear", "hist_gradient_boosting"])
+def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch, capsys, estimator):
     from ml_platform.cli import main
 
-    platform = Platform(load_contract("synthetic"), tmp_path)
+    path = write_contract(tmp_path, estimator, model={"estimator": estimator})
+    platform = Platform(load_contract(path), tmp_path)
     platform.land(DAYS[0], 2)
     for day in DAYS[:2]:
         assert platform.materialize(day).success
+    registry = registry_of(platform)
+    champion = registry.alias("champion")
+    manifest = registry.manifest(champion)
+    assert manifest["estimator"] == estimator == manifest["model_settings"]["estimator"]
+    assert manifest["hyperparameters"]["random_state" if estimator != "linear" else "alpha"]
     monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
     monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(platform.lake_dir))
     landed = platform.landing_dir / f"synthetic_{DAYS[1]}.csv"
@@ -220,7 +268,6 @@ def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch,
 
     assert main(["score", str(landed), "--output", str(out)]) == 0
 
-    champion = registry_of(platform).alias("champion")
     assert f"1000 rows scored by {champion}" in capsys.readouterr().out
     scored = pd.read_csv(out)
     # Real predictions: close to the targets, and not a constant.

@@ -164,9 +164,8 @@ def test_scores_of_other_samples_cannot_be_paired(flights_case):
 
 
 def synthetic_contract(tmp_path: Path, name: str, **evaluation) -> Contract:
-    """The synthetic contract (short training) with evaluation settings overridden."""
+    """The synthetic contract with evaluation settings overridden."""
     document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
-    document["training"]["max_epochs"] = 3
     document["evaluation"].update(evaluation)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(document))

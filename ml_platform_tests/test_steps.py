@@ -80,7 +80,7 @@ def test_a_bad_worker_count_is_named(monkeypatch, value):
 def test_a_passing_days_checks_target_its_materialisation(tmp_path):
     # The UI counts a day's check as passed only when the evaluation targets the day's
     # materialisation; an evaluation reported before it counts the day as "Missing".
-    contract = contract_with(tmp_path, "synthetic", max_epochs=3)
+    contract = contract_with(tmp_path, "synthetic")
     platform = Platform(contract, tmp_path / "p")
     platform.land("2024-01-01", 1)
     assert platform.materialize("2024-01-01", selection=["raw_data", "validated_data"]).success

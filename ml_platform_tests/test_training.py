@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ml_platform.contracts import load_contract
+from ml_platform.contracts import Contract, load_contract
 from ml_platform.evaluation import metrics
 from ml_platform.evaluation.metrics import holdout_of, score_model
 from ml_platform.features.transforms import build_features
@@ -32,6 +32,16 @@ from ml_platform.validation.schema import type_rows
 
 SYNTHETIC = load_contract("synthetic")
 FLIGHTS = load_contract("flights")
+
+
+def with_model(contract, **settings):
+    """`contract` with its `model` section replaced (validated as a contract would be)."""
+    return Contract.model_validate({**contract.model_dump(), "model": settings})
+
+
+# SGD's epochs, batches and checkpoints, whatever the bundled contract's estimator.
+FLIGHTS_SGD = with_model(FLIGHTS, estimator="sgd", max_epochs=30, patience=5)
+
 SYNTHETIC_DAYS = ["2024-01-01", "2024-01-02", "2024-01-03"]
 FLIGHTS_DAYS = ["2013-01-01", "2013-01-02"]
 
@@ -66,6 +76,11 @@ def synthetic_model(synthetic_window):
 @pytest.fixture(scope="module")
 def flights_model(flights_window):
     return train_model(flights_window, FLIGHTS)
+
+
+@pytest.fixture(scope="module")
+def flights_sgd_model(flights_window):
+    return train_model(flights_window, FLIGHTS_SGD)
 
 
 def share(rows: int, fraction: float) -> int:
@@ -159,17 +174,17 @@ def test_flights_model_predicts_classes_and_probabilities(flights_model, flights
     assert len(score) == len(frame)
 
 
-def test_the_batch_size_changes_the_calls_not_the_model(flights_window, flights_model):
+def test_the_batch_size_changes_the_calls_not_the_model(flights_window, flights_sgd_model):
     # SGD updates row by row in the generator's order; cutting an epoch into calls only
     # changes where scikit-learn rescales the weights, so results agree up to rounding.
-    spec = FLIGHTS.training.model_copy(update={"batch_size": 100})
-    small = train_model(flights_window, FLIGHTS.model_copy(update={"training": spec}))
+    spec = FLIGHTS_SGD.model.model_copy(update={"batch_size": 100})
+    small = train_model(flights_window, FLIGHTS_SGD.model_copy(update={"model": spec}))
     a = small.pipeline.named_steps["estimator"]
-    b = flights_model.pipeline.named_steps["estimator"]
+    b = flights_sgd_model.pipeline.named_steps["estimator"]
     np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=1e-9, atol=1e-12)
-    assert small.best_epoch == flights_model.best_epoch
-    assert len(small.history) == len(flights_model.history)
+    assert small.best_epoch == flights_sgd_model.best_epoch
+    assert len(small.history) == len(flights_sgd_model.history)
 
 
 def with_training(contract, **settings):
@@ -198,30 +213,30 @@ def assert_same_model(a, b) -> None:
     assert a.history == b.history and a.best_epoch == b.best_epoch
 
 
-def test_checkpoint_cadence_decides_the_saves_not_the_model(flights_window, flights_model):
+def test_checkpoint_cadence_decides_the_saves_not_the_model(flights_window, flights_sgd_model):
     every = KeptCheckpoints()
-    model = train_model(flights_window, with_training(FLIGHTS, checkpoint_seconds=0), every)
+    model = train_model(flights_window, with_training(FLIGHTS_SGD, checkpoint_seconds=0), every)
     epochs = [deserialise(saved, "joblib").epoch for saved in every.saved]
     assert epochs == list(range(1, len(model.history) + 1))
     # An hour between checkpoints: a model trained in well under that stores none.
     none = KeptCheckpoints()
-    hourly = train_model(flights_window, with_training(FLIGHTS, checkpoint_seconds=3600), none)
+    hourly = train_model(flights_window, with_training(FLIGHTS_SGD, checkpoint_seconds=3600), none)
     assert none.saved == []
-    assert_same_model(model, flights_model)
-    assert_same_model(hourly, flights_model)
+    assert_same_model(model, flights_sgd_model)
+    assert_same_model(hourly, flights_sgd_model)
 
 
 def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_model(
-    flights_window, flights_model
+    flights_window, flights_sgd_model
 ):
     every = KeptCheckpoints()
-    train_model(flights_window, with_training(FLIGHTS, checkpoint_seconds=0), every)
+    train_model(flights_window, with_training(FLIGHTS_SGD, checkpoint_seconds=0), every)
     assert len(every.saved) > 3
     # Resumed under the default cadence: how often checkpoints are written is not part of the
     # training job's identity, so the checkpoint of a run with another cadence is taken up.
-    resumed = train_model(flights_window, FLIGHTS, KeptCheckpoints(resume_from=every.saved[2]))
+    resumed = train_model(flights_window, FLIGHTS_SGD, KeptCheckpoints(resume_from=every.saved[2]))
     assert resumed.resumed_from_epoch == 3
-    assert_same_model(resumed, flights_model)
+    assert_same_model(resumed, flights_sgd_model)
 
 
 def test_a_windows_data_versions_are_each_partitions_own(flights_window):
@@ -385,3 +400,80 @@ def test_losses_use_sparse_rows_only_where_most_entries_are_zero():
     assert issparse(loss_rows(one_hot))
     np.testing.assert_array_equal(loss_rows(one_hot).toarray(), one_hot)
     assert loss_rows(numeric) is numeric
+
+
+def test_boosting_resumed_from_a_mid_run_checkpoint_ends_with_the_uninterrupted_model(
+    flights_window,
+):
+    # One boosting iteration a step, no early stop: a checkpoint after each of the 12.
+    contract = with_training(
+        with_model(FLIGHTS, estimator="hist_gradient_boosting", max_iter=12, step=1),
+        checkpoint_seconds=0,
+    )
+    every = KeptCheckpoints()
+    model = train_model(flights_window, contract, every)
+    assert [deserialise(saved, "joblib").epoch for saved in every.saved] == list(range(1, 12))
+    resumed = train_model(flights_window, contract, KeptCheckpoints(resume_from=every.saved[4]))
+    assert resumed.resumed_from_epoch == 5 and model.resumed_from_epoch == 0
+    frame = window_frame(flights_window)
+    np.testing.assert_array_equal(resumed.score(frame), model.score(frame))
+    assert resumed.history == model.history
+    assert [h["iteration"] for h in model.history] == list(range(1, 13))
+    # The loss per iteration is scikit-learn's own record of the fit, and it falls.
+    estimator = model.pipeline.named_steps["estimator"]
+    assert model.history[-1]["train_loss"] == -estimator.train_score_[-1]
+    assert model.history[-1]["train_loss"] < model.initial_loss
+    assert "12 boosting iteration(s)" in model.progress
+
+
+def test_boosting_stops_early_on_its_validation_split(flights_window):
+    contract = with_model(FLIGHTS, estimator="hist_gradient_boosting", patience=2, step=5)
+    model = train_model(flights_window, contract)
+    estimator = model.pipeline.named_steps["estimator"]
+    # Stopped before the limit, within a step of the iteration it stopped at.
+    assert len(model.history) == estimator.n_iter_ < 300
+    assert model.best_epoch == min(model.history, key=lambda h: h["validation_loss"])["iteration"]
+
+
+def test_a_linear_model_is_one_fit_without_checkpoints(flights_window, synthetic_window):
+    every = KeptCheckpoints()
+    logistic = train_model(
+        flights_window,
+        with_training(with_model(FLIGHTS, estimator="linear", C=0.5), checkpoint_seconds=0),
+        every,
+    )
+    assert every.saved == []
+    estimator = logistic.pipeline.named_steps["estimator"]
+    assert type(estimator).__name__ == "LogisticRegression" and estimator.C == 0.5
+    assert logistic.converged and len(logistic.history) == 1
+    assert logistic.history[0]["iteration"] == estimator.n_iter_[0]
+    ridge = train_model(synthetic_window, with_model(SYNTHETIC, estimator="linear"))
+    assert type(ridge.pipeline.named_steps["estimator"]).__name__ == "Ridge"
+    assert ridge.progress == "one fit of 1 solver iteration(s), converged"
+    # Stopped at its iteration limit: recorded, for the loss_plateau check to warn.
+    capped = train_model(flights_window, with_model(FLIGHTS, estimator="linear", max_iter=2))
+    assert not capped.converged
+
+
+def test_loss_plateau_and_finite_weights_judge_each_estimator(flights_window):
+    from ml_platform.training.assets import finite_weights_result, loss_curve, loss_plateau_result
+
+    boosting = train_model(
+        flights_window, with_model(FLIGHTS, estimator="hist_gradient_boosting", step=5)
+    )
+    verdict = loss_plateau_result(boosting)
+    assert verdict.passed and verdict.description.endswith(
+        f"over {len(boosting.history)} iterations."
+    )
+    assert finite_weights_result(boosting).passed
+    assert "losses per iteration are finite" in (finite_weights_result(boosting).description or "")
+    assert "Loss per iteration" in loss_curve(boosting)
+    capped = train_model(flights_window, with_model(FLIGHTS, estimator="linear", max_iter=2))
+    verdict = loss_plateau_result(capped)
+    assert not verdict.passed and verdict.severity.value == "WARN"
+    assert "stopped at its limit of 2 iterations without converging: raise model.max_iter" in (
+        verdict.description or ""
+    )
+    converged = train_model(flights_window, with_model(FLIGHTS, estimator="linear"))
+    assert loss_plateau_result(converged).passed
+    assert finite_weights_result(converged).passed

@@ -262,7 +262,7 @@ def attempts(result: dg.ExecuteInProcessResult, step: str) -> int:
 def holed(tmp_path_factory) -> tuple[Platform, dg.ExecuteInProcessResult]:
     """Synthetic days 01-01..01-05 with a 4-day window, 01-04 never landed; the run of 01-05."""
     root = tmp_path_factory.mktemp("holed")
-    contract = contract_with(root, "synthetic", window_days=4, max_epochs=5)
+    contract = contract_with(root, "synthetic", window_days=4)
     platform = Platform(contract, root / "platform")
     platform.land(DAYS[0], 3)
     platform.land(DAYS[4], 1)
@@ -313,7 +313,7 @@ def test_below_coverage_the_model_fails_once_as_data_naming_the_days_and_command
 
 def test_in_a_range_a_day_below_coverage_fails_alone(tmp_path, monkeypatch):
     monkeypatch.setenv(WORKERS_ENV, "1")
-    contract = contract_with(tmp_path, "synthetic", window_days=4, max_epochs=5)
+    contract = contract_with(tmp_path, "synthetic", window_days=4)
     platform = Platform(contract, tmp_path / "platform")
     platform.land(DAYS[0], 5)
     ingestion = ["raw_data", "validated_data", "features"]

@@ -30,7 +30,7 @@ PUBLISHED = {
 @pytest.fixture
 def platform(tmp_path) -> Platform:
     """The synthetic graph with the good file of DAY materialised through every daily asset."""
-    platform = Platform(contract_with(tmp_path, "synthetic", max_epochs=3), tmp_path / "p")
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "p")
     platform.land(DAY, 1)
     assert platform.materialize(DAY).success
     return platform
@@ -128,7 +128,7 @@ def test_a_value_too_big_for_its_int_column_fails_raw_schema_once_naming_it(plat
 
 
 def test_a_range_publishes_its_good_days_and_keeps_the_bad_days_published_version(tmp_path):
-    platform = Platform(contract_with(tmp_path, "synthetic", max_epochs=3), tmp_path / "p")
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "p")
     days = ["2024-01-01", "2024-01-02", "2024-01-03"]
     platform.land(days[0], 3)
     gated = ["raw_data", "validated_data"]

@@ -551,7 +551,7 @@ def render_report(
         "",
         f"Task: **{model.task}**; label `{model.label}`. Trained on {model.train_rows} rows of "
         f"{len(model.window)} day(s) ({model.window[0]} to {model.window[-1]}) for "
-        f"{len(model.history)} epoch(s) (best: {model.best_epoch}); evaluated on the "
+        f"{model.progress}; evaluated on the "
         f"{model.holdout_rows} latest rows (from {model.holdout_start}), never trained on.",
         "",
         f"**Verdict: {verdict.decision}.** " + "; ".join(verdict.reasons) + ".",

@@ -182,8 +182,11 @@ def build_registered_model(
                 "run_id": context.run.run_id,
                 "input_partitions": model.window,
                 "input_data_versions": model.data_versions,
+                "estimator": model.estimator,
+                # The contract's model section as it applied (defaults filled in).
+                "model_settings": contract.model.model_dump(),
                 "hyperparameters": model.hyperparameters,
-                "epochs": len(model.history),
+                "trained_for": model.progress,
                 "metrics": evaluation["metrics"],
                 "decision": decision,
                 **environment,

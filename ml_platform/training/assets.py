@@ -46,6 +46,14 @@ LEARNED_AT_LEAST = 0.01
 # are too brief to judge.
 LOW_UTILISATION = 0.5
 UTILISATION_MIN_SECONDS = 10.0
+# What a killed run of each estimator resumes from, for the model's metadata.
+CHECKPOINTS = {
+    "sgd": "after an epoch, every training.checkpoint_seconds",
+    "hist_gradient_boosting": "after a step of model.step boosting iterations, every "
+    "training.checkpoint_seconds",
+    "linear": "none: one fit of seconds at most, so a killed run fits again from the start, "
+    "which ends with the same model",
+}
 
 
 def window_input(window_days: int) -> dg.AssetIn:
@@ -180,11 +188,16 @@ class LakeCheckpoints(Checkpoints):
 
 
 def loss_plateau_result(model: TrainedModel) -> dg.AssetCheckResult:
-    """Warn when the training loss has not improved for 5 epochs while the model has not learned.
+    """Warn when training stalled: a flat loss near the untrained one, or an unconverged solver.
 
-    A plateau after the loss fell well below the untrained model's is convergence (early
-    stopping ends it); a plateau near the untrained loss is a stall a person should look at.
+    For SGD and gradient boosting, a plateau of the training loss over the last 5 epochs or
+    iterations after it fell well below the untrained model's is convergence (early stopping
+    ends it); a plateau near the untrained loss is a stall a person should look at. A linear
+    model is one fit: it passes when its solver converged within `max_iter`.
     """
+    if model.estimator == "linear":
+        return _linear_convergence(model)
+    unit = model.unit
     losses = [h["train_loss"] for h in model.history]
     stalled = False
     if len(losses) > PLATEAU_EPOCHS:
@@ -192,36 +205,83 @@ def loss_plateau_result(model: TrainedModel) -> dg.AssetCheckResult:
         flat = min(losses[-PLATEAU_EPOCHS:]) > best_before * (1 - PLATEAU_TOLERANCE)
         learned = min(losses) < model.initial_loss * (1 - LEARNED_AT_LEAST)
         stalled = flat and not learned
+    settings = (
+        "the learning rate (eta0), the regularisation (alpha)"
+        if model.estimator == "sgd"
+        else "the learning_rate, min_samples_leaf"
+    )
     description = (
-        f"training loss has not improved for {PLATEAU_EPOCHS} epochs and stays at "
+        f"training loss has not improved for {PLATEAU_EPOCHS} {unit}s and stays at "
         f"{min(losses):.5f}, next to the untrained model's {model.initial_loss:.5f}: the model "
-        "is not learning; check the learning rate, the regularisation (alpha) and the features"
+        f"is not learning; check {settings} and the features"
         if stalled
         else f"training loss fell from {model.initial_loss:.5f} (untrained) to {min(losses):.5f}"
-        f" over {len(losses)} epochs."
+        f" over {len(losses)} {unit}s."
     )
     return dg.AssetCheckResult(
         check_name=LOSS_PLATEAU_CHECK,
         passed=not stalled,
         severity=dg.AssetCheckSeverity.WARN,
         description=description,
-        metadata={"train_loss": losses, "epochs": len(losses), "initial_loss": model.initial_loss},
+        metadata={
+            "train_loss": losses,
+            f"{unit}s": len(losses),
+            "initial_loss": model.initial_loss,
+        },
+    )
+
+
+def _linear_convergence(model: TrainedModel) -> dg.AssetCheckResult:
+    """The loss_plateau verdict of a one-fit linear model: did its solver converge?"""
+    record = model.history[-1]
+    iterations = record["iteration"]
+    if model.task == "regression":
+        text = "Ridge solved the least-squares problem exactly (no iterations to converge)"
+    elif model.converged:
+        text = f"LogisticRegression's solver converged in {iterations} iteration(s)"
+    else:
+        text = (
+            f"LogisticRegression's solver stopped at its limit of {iterations} iterations "
+            "without converging: raise model.max_iter in the contract, or regularise more "
+            "(a smaller model.C)"
+        )
+    return dg.AssetCheckResult(
+        check_name=LOSS_PLATEAU_CHECK,
+        passed=model.converged,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{text}; training loss {record['train_loss']:.5f} against the untrained model's "
+            f"{model.initial_loss:.5f}."
+        ),
+        metadata={
+            "solver_iterations": iterations,
+            "converged": model.converged,
+            "train_loss": record["train_loss"],
+            "initial_loss": model.initial_loss,
+        },
     )
 
 
 def finite_weights_result(model: TrainedModel) -> dg.AssetCheckResult:
-    """Block a model whose weights hold NaN or infinity (a diverged training)."""
-    estimator = model.pipeline.named_steps["estimator"]
-    weights = np.concatenate([np.ravel(estimator.coef_), np.ravel(estimator.intercept_)])
-    bad = int((~np.isfinite(weights)).sum())
+    """Block a model whose weights (linear) or losses (boosting) hold NaN or infinity."""
+    if model.estimator == "hist_gradient_boosting":
+        # Tree leaves are bounded by the targets' gradients and have no weights to inspect
+        # publicly: a diverged ensemble shows as non-finite losses on its rows.
+        values = np.array([[h["train_loss"], h["validation_loss"]] for h in model.history])
+        what, fix = "losses per iteration", "lower learning_rate"
+    else:
+        estimator = model.pipeline.named_steps["estimator"]
+        values = np.concatenate([np.ravel(estimator.coef_), np.ravel(estimator.intercept_)])
+        what, fix = "weights", "lower eta0" if model.estimator == "sgd" else "check the features"
+    bad = int((~np.isfinite(values)).sum())
     return dg.AssetCheckResult(
         check_name=FINITE_WEIGHTS_CHECK,
         passed=bad == 0,
         severity=dg.AssetCheckSeverity.ERROR,
         description=(
-            f"{bad} of {len(weights)} weights are not finite: training diverged; lower eta0"
+            f"{bad} of {values.size} {what} are not finite: training diverged; {fix}"
             if bad
-            else f"all {len(weights)} weights are finite."
+            else f"all {values.size} {what} are finite."
         ),
     )
 
@@ -248,25 +308,26 @@ def utilisation_result(telemetry: StepTelemetry) -> dg.AssetCheckResult:
 
 
 def loss_curve(model: TrainedModel) -> str:
-    """Markdown plot of training and validation loss per epoch."""
-    epochs = [h["epoch"] for h in model.history]
+    """Markdown plot of training and validation loss per epoch or boosting iteration."""
+    unit = model.unit
+    steps = [h[unit] for h in model.history]
     train = [h["train_loss"] for h in model.history]
     validation = [h["validation_loss"] for h in model.history]
     losses = [v for v in train + validation if math.isfinite(v)] or [0.0]
     return line_chart(
-        "Loss per epoch",
+        f"Loss per {unit}",
         [
-            Series("training", epochs, train),
-            Series("validation", epochs, validation),
+            Series("training", steps, train),
+            Series("validation", steps, validation),
             Series(
-                "kept",
+                "kept" if model.estimator == "sgd" else "best validation",
                 [model.best_epoch] * 2,
                 [min(losses), max(losses)],
                 GREY,
                 dashed=True,
             ),
         ],
-        "epoch",
+        unit,
         "loss",
     )
 
@@ -280,8 +341,11 @@ def build_model(
     """A model asset of a dataset, trained on `window_days` (default: the contract's W)."""
     days = window_days or contract.training.window_days
     checks = {
-        LOSS_PLATEAU_CHECK: "Warns when the training loss has not improved for 5 epochs.",
-        FINITE_WEIGHTS_CHECK: "Blocks a model with NaN or infinite weights.",
+        LOSS_PLATEAU_CHECK: (
+            "Warns when the training loss has not improved for 5 epochs or iterations while "
+            "the model has not learned, or when a linear solver did not converge."
+        ),
+        FINITE_WEIGHTS_CHECK: "Blocks a model with NaN or infinite weights or losses.",
         UTILISATION_CHECK: "Warns when a long training step left the CPU mostly idle.",
     }
 
@@ -306,12 +370,14 @@ def build_model(
         ],
     )
     def _model(context: dg.AssetExecutionContext, features: Any, lake: LakeStorage) -> Iterator:
-        """A scikit-learn pipeline trained in epochs on the feature partitions ending day D.
+        """A scikit-learn pipeline trained on the feature partitions ending day D.
 
-        Imputation, scaling and one-hot encoding are fitted inside the pipeline, so scoring
-        applies exactly what training did. An SGD estimator learns epoch by epoch with early
-        stopping on a validation slice; after every epoch a checkpoint is stored, so a killed
-        run resumes from the last epoch and ends with the same model. The latest rows of the
+        The preprocessing is fitted inside the pipeline, so scoring applies exactly what
+        training did. The contract's `model.estimator` learns with early stopping on a
+        validation slice: SGD epoch by epoch, gradient boosting a step of iterations at a time,
+        each with a checkpoint stored between them (every `checkpoint_seconds`), so a killed
+        run resumes from the last one and ends with the same model. A linear model is one fit
+        of seconds with no checkpoint: a killed run fits again. The latest rows of the
         window (by event time) are held out for evaluation. Days of the window whose features
         are not stored are left out while the stored ones cover the contract's
         `min_window_coverage`; the metadata lists them (`missing_window_days`).
@@ -331,14 +397,16 @@ def build_model(
             checkpoints = LakeCheckpoints(lake, f"{contract.name}/checkpoints/{name}/{day}.joblib")
 
             def log_epoch(record: dict) -> None:
+                unit = "epoch" if "epoch" in record else "iteration"
                 context.log.info(
-                    f"{day} epoch {record['epoch']}: train loss {record['train_loss']:.5f}, "
+                    f"{day} {unit} {record[unit]}: train loss {record['train_loss']:.5f}, "
                     f"validation loss {record['validation_loss']:.5f}"
                 )
 
             # A one-day run logs each epoch as it ends, to watch a long training. A range's
             # days train in worker processes, which must not write to the run's event log;
-            # each day's losses per epoch are in its metadata (`loss_per_epoch`).
+            # each day's losses per epoch or iteration are in its metadata (`loss_per_epoch`,
+            # `loss_per_iteration`).
             on_epoch = log_epoch if context.has_partition_key else None
             with StepTelemetry() as telemetry:
                 try:
@@ -354,6 +422,7 @@ def build_model(
                 raise dg.Failure(description=weights.description, allow_retries=False)
             checkpoints.clear()
             last = trained.history[-1]
+            unit = trained.unit
             yield dg.MaterializeResult(
                 value=trained,
                 metadata={
@@ -368,15 +437,17 @@ def build_model(
                     "train_rows": trained.train_rows,
                     "holdout_rows": trained.holdout_rows,
                     "holdout_start": trained.holdout_start,
-                    "epochs": len(trained.history),
-                    "best_epoch": trained.best_epoch,
-                    "resumed_from_epoch": trained.resumed_from_epoch,
+                    "estimator": trained.estimator,
+                    "trained_for": trained.progress,
+                    # Epochs for SGD, boosting iterations for the others.
+                    f"{unit}s": len(trained.history),
+                    f"best_{unit}": trained.best_epoch,
+                    f"resumed_from_{unit}": trained.resumed_from_epoch,
+                    "checkpoint": CHECKPOINTS[trained.estimator],
                     "final_train_loss": last["train_loss"],
                     "best_validation_loss": min(h["validation_loss"] for h in trained.history),
-                    "loss_per_epoch": dg.MetadataValue.md(loss_curve(trained)),
-                    "hyperparameters": {
-                        k: v for k, v in trained.hyperparameters.items() if not _is_nan(v)
-                    },
+                    f"loss_per_{unit}": dg.MetadataValue.md(loss_curve(trained)),
+                    "hyperparameters": trained.hyperparameters,
                     **telemetry.metadata(),
                 },
             )
@@ -384,7 +455,3 @@ def build_model(
         yield from each_day(context, day_of_model, independent_days=True, features=features)
 
     return _model
-
-
-def _is_nan(value: object) -> bool:
-    return isinstance(value, float) and math.isnan(value)
