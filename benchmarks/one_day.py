@@ -3,12 +3,12 @@
 Run: .venv/bin/python benchmarks/one_day.py [--day 2013-01-01] [--repeat 3]
 
 Platform, launched: `dagster-webserver` and `dagster-daemon` on a fresh instance (the
-repository's dagster.yaml: SQLite, the run queue, its run launcher), the day's file landed and
-an empty lake. One run of another day (`ingestion_job`, which touches nothing the measured day
-reads) is launched and waited for first, as a daemon that has been running has launched runs
-before; then the daily job for the day is launched through the webserver's GraphQL API (what
-the UI's "Materialize" of a partition sends, and what a sensor's run request becomes), timed
-from the launch request to the run's end as the API reports it.
+repository's dagster.yaml: SQLite, the run queue, Dagster's DefaultRunLauncher), the day's file
+landed and an empty lake. One run of another day (`ingestion_job`, which touches nothing the
+measured day reads) is launched and waited for first, as a daemon that has been running has
+launched runs before; then the daily job for the day is launched through the webserver's
+GraphQL API (what the UI's "Materialize" of a partition sends, and what a sensor's run request
+becomes), timed from the launch request to the run's end as the API reports it.
 
 Platform, new process (the previous measurement, kept as the second row): a new process that
 loads the code location and runs the daily job for the day on a fresh instance: what a run
@@ -48,7 +48,7 @@ RUN = """
 query Run($runId: ID!) {
   runOrError(runId: $runId) {
     ... on Run {
-      status creationTime startTime endTime tags { key value }
+      status creationTime startTime endTime
       stepStats { stepKey status }
     }
   }
@@ -155,7 +155,6 @@ def launched_day(day: dt.date) -> dict:
     rejected = failed_steps == ["evaluation_report"] and decision == "reject"
     if run["status"] != "SUCCESS" and not rejected:
         raise RuntimeError(f"the launched run of {day} failed in steps {failed_steps}")
-    tags = {t["key"]: t["value"] for t in run["tags"]}
     return {
         "seconds": seconds,
         "status": run["status"],
@@ -163,7 +162,6 @@ def launched_day(day: dt.date) -> dict:
         # Dagster's own account: waiting in the queue and for the worker, then the run.
         "queued_to_started": run["startTime"] - run["creationTime"],
         "run": run["endTime"] - run["startTime"],
-        "run_worker": tags.get("ml_platform/run_worker", "code_server (DefaultRunLauncher)"),
     }
 
 
@@ -214,13 +212,11 @@ def main() -> None:
         "baseline_computation": [],
         "imports": [],
     }
-    workers = set()
     for _ in range(args.repeat):
         launched = launched_day(args.day)
         runs["platform_launched"].append(launched["seconds"])
         runs["platform_launched_queue"].append(launched["queued_to_started"])
         runs["platform_launched_run"].append(launched["run"])
-        workers.add(launched["run_worker"])
         process, run = platform_day(args.day)
         runs["platform_process"].append(process)
         runs["platform_run"].append(run)
@@ -245,7 +241,6 @@ def main() -> None:
                 "launched_overhead_seconds": round(
                     median["platform_launched"] - median["baseline_process"], 2
                 ),
-                "launched_run_worker": sorted(workers),
                 # A new process each, imports included: what a run worker of the
                 # DefaultRunLauncher costs.
                 "process_overhead_seconds": round(
