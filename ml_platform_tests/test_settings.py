@@ -9,8 +9,6 @@ from ml_platform.platform.settings import Location, Settings
 from ml_platform_tests.conftest import REPO
 
 ENV_READ = re.compile(r"os\.environ|os\.getenv|getenv\(")
-# Removed with the batching event log it configures; until then its DAGSTER_HOME read stays.
-NOT_YET_MOVED = {"event_log.py"}
 
 
 def test_no_module_but_settings_reads_the_environment():
@@ -18,7 +16,6 @@ def test_no_module_but_settings_reads_the_environment():
         str(path.relative_to(REPO))
         for path in sorted((REPO / "ml_platform").rglob("*.py"))
         if path.name != "settings.py"
-        and str(path.relative_to(REPO / "ml_platform")) not in NOT_YET_MOVED
         and ENV_READ.search(path.read_text())
     ]
     assert readers == [], f"read the environment through ml_platform.platform.settings: {readers}"
