@@ -38,7 +38,6 @@ from ml_platform.validation.expectations import (
 )
 from ml_platform.validation.history import (
     HistoryWindow,
-    Statistic,
     day_profile,
     gated_statistics,
     stored_profile,
@@ -63,26 +62,12 @@ NO_EXCEPTION = {"raised_exception": False, "exception_traceback": None, "excepti
 
 
 def _narrow(low: float | None, high: float | None) -> tuple[float | None, float | None]:
-    if low is not None:
+    """Share bounds narrowed by MARGIN, but for 0 and 1, which no share passes by rounding."""
+    if low is not None and low > 0.0:
         low = low + MARGIN * max(1.0, abs(low))
-    if high is not None:
+    if high is not None and high < 1.0:
         high = high - MARGIN * max(1.0, abs(high))
     return low, high
-
-
-def _ge_statistic(stat: Statistic, typed: pd.DataFrame) -> float | None:
-    """A day's statistic as the history expectation's GE metric measures it."""
-    if stat.kind == "row_count":
-        return float(len(typed))
-    column = typed[stat.column]
-    if stat.kind in ("null_share", "labelled_share"):
-        return float(column.notna().sum()) / len(typed) if len(typed) else None
-    present = column.dropna()
-    if not len(present):
-        return None
-    if stat.kind == "positive_rate":
-        return float(present.astype("float64").mean())
-    return float(present.nunique())
 
 
 class RangeScreen:
@@ -191,11 +176,17 @@ class RangeScreen:
             ),
         ]
 
-    def _day_rows(self, day: str, typed: pd.DataFrame, history: HistoryWindow | None) -> list:
+    def _day_rows(
+        self,
+        day: str,
+        typed: pd.DataFrame,
+        history: HistoryWindow | None,
+        profile: Mapping[str, float | None],
+    ) -> list[tuple[float | None, float | None, float | None]]:
         """(value, low, high) of each table-level rule of the day.
 
         The row count, each tolerated share of missing values (as the present share), each
-        history statistic (as GE measures it).
+        history statistic (from the day's profile, as GE measures it).
         """
         quality = self.contract.quality
         rows: list[tuple[float | None, float | None, float | None]] = [
@@ -207,41 +198,28 @@ class RangeScreen:
         ]
         parameters = self.gate.parameters(day, history)
         for stat in self.statistics:
-            low, high = _narrow(
-                parameters[stat.parameter("min")], parameters[stat.parameter("max")]
-            )
-            rows.append((_ge_statistic(stat, typed), low, high))
+            low, high = parameters[stat.parameter("min")], parameters[stat.parameter("max")]
+            if stat.is_share:
+                low, high = _narrow(low, high)
+            else:
+                # GE's count expectations hold their bounds as integers (it truncates them);
+                # a count is an integer, so these bounds are exact.
+                low, high = (None if b is None else float(int(b)) for b in (low, high))
+            value = profile[stat.key]
+            if value is not None and stat.kind == "null_share":
+                value = 1.0 - value  # GE measures the present share
+            rows.append((value, low, high))
         return rows
 
-    def _unscreenable(self, typed: pd.DataFrame, history: HistoryWindow | None) -> bool:
-        """A day the screen cannot judge soundly: no rows, or a bounded statistic undefined."""
-        if not len(typed):
-            return True
-        parameters = self.gate.parameters("2000-01-01", history)
-        return any(
-            _ge_statistic(stat, typed) is None
-            and (
-                parameters[stat.parameter("min")] is not None
-                or parameters[stat.parameter("max")] is not None
-            )
-            for stat in self.statistics
-        )
-
-    def screen(
-        self, days: Mapping[str, pd.DataFrame], histories: Mapping[str, HistoryWindow | None]
-    ) -> set[str]:
-        """The days among `days` (day -> typed rows) that pass every rule of the gate."""
+    def screen_rows(self, days: Mapping[str, pd.DataFrame]) -> set[str]:
+        """The days among `days` (day -> typed rows) that pass every row-level rule."""
         signature = {
             day: tuple(zip(frame.columns, map(str, frame.dtypes), strict=True))
             for day, frame in days.items()
         }
         # Days typed alike are screened together; a day typed otherwise is validated alone.
         common = max(set(signature.values()), key=list(signature.values()).count, default=None)
-        judged = [
-            day
-            for day, frame in days.items()
-            if signature[day] == common and not self._unscreenable(frame, histories[day])
-        ]
+        judged = [day for day, frame in days.items() if signature[day] == common and len(frame)]
         if not judged:
             return set()
         rows = pd.concat(
@@ -257,15 +235,39 @@ class RangeScreen:
             ],
             ignore_index=True,
         )
-        table = [
-            (day, row) for day in judged for row in self._day_rows(day, days[day], histories[day])
+        return set(judged) - self._suspects(self.rows_batch, self.rows_suite, rows, list(rows[DAY]))
+
+    def screen_tables(
+        self,
+        days: Mapping[str, pd.DataFrame],
+        histories: Mapping[str, HistoryWindow | None],
+        profiles: Mapping[str, Mapping[str, float | None]],
+    ) -> set[str]:
+        """The days among `days` that pass every table-level rule against their `histories`.
+
+        `profiles` holds each day's profile (`day_profile`) when the history gate is on.
+        """
+        table = {
+            day: self._day_rows(day, frame, histories[day], profiles.get(day, {}))
+            for day, frame in days.items()
+            if len(frame)
+        }
+        # A statistic the day does not define (no labelled row) is judged by the day's own
+        # validation when it has bounds: the screen's pair would leave it out.
+        judged = [
+            day
+            for day, rows in table.items()
+            if not any(value is None and (low, high) != (None, None) for value, low, high in rows)
         ]
+        if not judged:
+            return set()
         per_day = pd.DataFrame(
-            [row for _, row in table], columns=[VALUE, LOW, HIGH], dtype="float64"
+            [row for day in judged for row in table[day]],
+            columns=[VALUE, LOW, HIGH],
+            dtype="float64",
         )
-        suspects = self._suspects(self.rows_batch, self.rows_suite, rows, list(rows[DAY]))
-        suspects |= self._suspects(self.days_batch, self.days_suite, per_day, [d for d, _ in table])
-        return set(judged) - suspects
+        owners = [day for day in judged for _ in table[day]]
+        return set(judged) - self._suspects(self.days_batch, self.days_suite, per_day, owners)
 
     @staticmethod
     def _suspects(definition: Any, suite: Any, frame: pd.DataFrame, day_of: list[str]) -> set[str]:
@@ -494,20 +496,36 @@ def screen_range(
     profiles: dict[str, dict[str, float | None]] = {}
     chunk: dict[str, pd.DataFrame] = {}
 
-    def histories(passing: Iterable[str]) -> dict[str, HistoryWindow | None]:
+    def histories(
+        passing: Iterable[str],
+        changed: set[str] | None = None,
+        previous: dict[str, HistoryWindow | None] | None = None,
+    ) -> dict[str, HistoryWindow | None]:
+        """Each chunk day's history if the `passing` days pass.
+
+        The `previous` history is kept where none of its reference days is `changed`.
+        """
+        if not history_on:
+            return dict.fromkeys(chunk)
         assumed = {day: profiles[day] for day in passing}
-        return {
-            day: assumed_window(lake, contract, day, assumed) if history_on else None
-            for day in chunk
-        }
+        windows: dict[str, HistoryWindow | None] = {}
+        for day in chunk:
+            window = None if previous is None else previous[day]
+            if window is None or changed is None or changed & set(window.wanted):
+                window = assumed_window(lake, contract, day, assumed)
+            windows[day] = window
+        return windows
 
     def judge_chunk() -> None:
         earlier = [day for day in passed if day in profiles]
+        # Row-level verdicts do not depend on history: only the table-level rules are judged
+        # again when the history changes.
         first = histories([*earlier, *chunk])
-        clean = screen.screen(chunk, first)
-        second = histories([*earlier, *clean])
+        rows_pass = screen.screen_rows(chunk)
+        clean = screen.screen_tables({d: chunk[d] for d in rows_pass}, first, profiles)
+        second = histories([*earlier, *clean], changed=set(chunk) - clean, previous=first)
         changed = {day: chunk[day] for day in clean if second[day] != first[day]}
-        again = screen.screen(changed, second) if changed else set()
+        again = screen.screen_tables(changed, second, profiles) if changed else set()
         passed.update({day: first[day] for day in clean if day not in changed})
         passed.update({day: second[day] for day in again})
         chunk.clear()
