@@ -1,13 +1,14 @@
 """The range's quality gate: real flights days screened together reach the one-by-one verdicts."""
 
 import datetime as dt
+import json
 
+import dagster as dg
 import pandas as pd
 import pytest
-import yaml
 
-from ml_platform.contracts import Contract, load_contract
-from ml_platform.contracts.model import EVENT_TIME, bundled_contracts
+from ml_platform.contracts import Contract
+from ml_platform.contracts.model import EVENT_TIME
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.platform.storage import LocalStorage
@@ -24,7 +25,8 @@ from ml_platform.validation.expectations import (
 from ml_platform.validation.history import HistoryWindow, day_profile, window_from_profiles
 from ml_platform.validation.range_gate import range_screen, screen_range
 from ml_platform.validation.schema import type_rows
-from ml_platform_tests.conftest import days_from
+from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.test_history_gate import flights_with_history, land_edited
 
 DAYS = days_from("2013-01-01", 9)
 # Each broken day fails one rule of a different kind; the others are the real days.
@@ -40,14 +42,11 @@ BAD_DISTANCE, TOO_FEW_ROWS, HALF_TAILNUMS, WRONG_DAY, DUPLICATE = (
 @pytest.fixture(scope="module")
 def contract(tmp_path_factory) -> Contract:
     """Flights, each day judged against the previous 7 days' history (3 needed)."""
-    document = yaml.safe_load(bundled_contracts()["flights"].read_text())
-    document["quality"]["history"] = {
-        "reference": {"mode": "previous_days", "days": 7},
-        "min_days": 3,
-    }
-    path = tmp_path_factory.mktemp("range_gate") / "flights.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return load_contract(path)
+    return flights_with_history(
+        tmp_path_factory.mktemp("range_gate"),
+        reference={"mode": "previous_days", "days": 7},
+        min_days=3,
+    )
 
 
 def typed_day(contract: Contract, day: str) -> pd.DataFrame:
@@ -146,3 +145,92 @@ def test_a_range_reaches_each_days_one_by_one_verdict_failures_and_ge_result(
     report, result, _ = in_range[DAYS[8]]
     page = render_data_docs(result)
     assert "flights_gate" in page and str(report.rows) in page
+
+
+def check_verdicts(result: dg.ExecuteInProcessResult) -> dict:
+    """Day -> check -> (passed, description, metadata but the run's own file links)."""
+    links = {"validation_result", "data_docs", "rejected_parse", "quarantine"}
+    verdicts: dict[str, dict] = {}
+    for check in result.get_asset_check_evaluations():
+        metadata = {k: v for k, v in check.metadata.items() if k not in links}
+        verdicts.setdefault(check.partition, {})[check.check_name] = (
+            check.passed,
+            check.description,
+            metadata,
+        )
+    return verdicts
+
+
+def stored_results(platform: Platform, day: str) -> list[dict]:
+    """The day's stored GE results, without their meta (batch markers, times)."""
+    folder = platform.lake_dir / platform.contract.name / "quality" / "validated_data" / day
+    return [without_meta(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+
+
+def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(contract, tmp_path):
+    # A day failing the history gate amid the range, judged against the days before it that
+    # passed, and a day after it that must not see it as history.
+    days = DAYS[:7]
+
+    def break_days(platform: Platform) -> None:
+        platform.land(days[0], len(days))
+
+        def bad_distance(frame: pd.DataFrame) -> None:
+            frame.loc[7, "distance"] = "9000"
+
+        def half_tailnums(frame: pd.DataFrame) -> None:
+            frame.loc[frame.index % 2 == 0, "tailnum"] = ""
+
+        land_edited(platform, days[1], bad_distance)
+        land_edited(platform, days[5], half_tailnums)
+        # A partial delivery: the header and the first 200 flights.
+        partial = platform.landing_dir / contract.landing.file_name(days[3])
+        partial.write_text("".join(partial.read_text().splitlines(keepends=True)[:201]))
+
+    alone = Platform(contract, tmp_path / "alone")
+    break_days(alone)
+    one_by_one: dict[str, dict] = {}
+    for day in days:
+        result = alone.materialize(day, selection=["raw_data", "validated_data"])
+        one_by_one.update(check_verdicts(result))
+
+    together = Platform(contract, tmp_path / "together")
+    break_days(together)
+    result = dg.materialize(
+        list(together.defs.assets or []),
+        resources=together.defs.resources,
+        instance=together.instance,
+        selection=["raw_data", "validated_data"],
+        tags={
+            "dagster/asset_partition_range_start": days[0],
+            "dagster/asset_partition_range_end": days[-1],
+        },
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    in_range = check_verdicts(result)
+    failed = {d for d, checks in in_range.items() if not all(p for p, _, _ in checks.values())}
+    assert failed == {days[1], days[3], days[5]}
+    assert not in_range[days[1]][VALIDITY][0] and not in_range[days[3]][VOLUME][0]
+    assert not in_range[days[5]][HISTORY][0]
+    assert in_range[days[6]][HISTORY][2]["history_reference_days"].value == [
+        days[0],
+        days[2],
+        days[4],
+    ]
+    assert in_range == one_by_one
+    # The good days are stored (a range is recorded once all its days pass), the others not.
+    for day in days:
+        assert stored_results(together, day) == stored_results(alone, day), day
+        assert together.stored("validated_data", day, "parquet").exists() == (day not in failed)
+    # The good days took their results from the range's shared screen, not validations of
+    # their own.
+    folder = together.lake_dir / contract.name / "quality" / "validated_data"
+    screened = {
+        day
+        for day in days
+        for path in (folder / day).glob("*.json")
+        if json.loads(path.read_text())["meta"].get("judged_in_range_screen")
+    }
+    assert screened == set(days) - failed
