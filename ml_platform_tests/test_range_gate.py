@@ -26,7 +26,11 @@ from ml_platform.validation.history import HistoryWindow, day_profile, window_fr
 from ml_platform.validation.range_gate import range_screen, screen_range
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import Platform, days_from
-from ml_platform_tests.test_history_gate import flights_with_history, land_edited
+from ml_platform_tests.test_history_gate import (
+    flights_with_history,
+    land_edited,
+    materialize_range,
+)
 
 DAYS = days_from("2013-01-01", 9)
 # Each broken day fails one rule of a different kind; the others are the real days.
@@ -196,17 +200,7 @@ def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(cont
 
     together = Platform(contract, tmp_path / "together")
     break_days(together)
-    result = dg.materialize(
-        list(together.defs.assets or []),
-        resources=together.defs.resources,
-        instance=together.instance,
-        selection=["raw_data", "validated_data"],
-        tags={
-            "dagster/asset_partition_range_start": days[0],
-            "dagster/asset_partition_range_end": days[-1],
-        },
-        raise_on_error=False,
-    )
+    result = materialize_range(together, days)
 
     assert not result.success
     in_range = check_verdicts(result)
