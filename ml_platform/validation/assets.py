@@ -200,13 +200,19 @@ def audited_key(lake: LakeStorage, contract: Contract, day: str) -> str:
     )
 
 
-def load_audited(lake: LakeStorage, contract: Contract, day: str) -> pd.DataFrame:
-    """The raw_data parse of `day` that its gate judges (`audited_key`)."""
+def load_audited(
+    lake: LakeStorage, contract: Contract, day: str, *, count_bytes: bool = True
+) -> pd.DataFrame:
+    """The raw_data parse of `day` that its gate judges (`audited_key`).
+
+    `count_bytes=False` reads it for the range's screen, outside any one day's `bytes_read`.
+    """
     with lake.open_read(audited_key(lake, contract, day)) as handle:
         size = handle.seek(0, io.SEEK_END)
         handle.seek(0)
         frame = deserialise_from(handle, "parquet")
-    record_bytes_read("validated_data", size)
+    if count_bytes:
+        record_bytes_read("validated_data", size)
     return frame
 
 
@@ -277,7 +283,9 @@ def build_validated_data(
         is kept in the day's quarantine; the GE result and a Data Docs page are stored either way.
         Under the `quarantine` policy, rows failing a row-level expectation are set aside with their
         reasons and the day passes if they are few enough. Rows without a label yet (a cancelled
-        flight) are kept and counted.
+        flight) are kept and counted. A range run screens its days together first, in a few GE
+        validations instead of one a day; each day still gets its own verdict, checks, GE result
+        and Data Docs page, the same as a run of that day alone.
         """
 
         def where_of(day: str) -> str:
@@ -373,7 +381,9 @@ def build_validated_data(
                 context.partition_keys,
                 rows_of=lambda day: audited_rows(lake, contract, day),
                 typed_of=lambda day: type_rows(
-                    load_audited(lake, contract, day), contract, where=where_of(day)
+                    load_audited(lake, contract, day, count_bytes=False),
+                    contract,
+                    where=where_of(day),
                 ).reset_index(drop=True),
                 history_on=history_on,
             )
