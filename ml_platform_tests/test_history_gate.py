@@ -152,6 +152,21 @@ def land_edited(platform: Platform, day: str, edit) -> None:
     path.write_text(frame.to_csv(index=False))
 
 
+def materialize_range(platform: Platform, days: list[str]) -> dg.ExecuteInProcessResult:
+    """raw_data and validated_data of `days` in one run, as a backfill runs a range."""
+    return dg.materialize(
+        list(platform.defs.assets or []),
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=["raw_data", "validated_data"],
+        tags={
+            "dagster/asset_partition_range_start": days[0],
+            "dagster/asset_partition_range_end": days[-1],
+        },
+        raise_on_error=False,
+    )
+
+
 def test_a_first_day_passes_with_a_note_that_the_history_is_too_short(platform):
     first = history_check(platform.results[GOOD_DAYS[0]])
     assert first.passed
@@ -238,17 +253,7 @@ def test_a_range_judges_each_day_against_the_days_before_it_that_passed(tmp_path
 
     land_edited(platform, days[4], empty_half_the_tailnums)
     # One run over the six days, as a backfill runs them.
-    result = dg.materialize(
-        list(platform.defs.assets or []),
-        resources=platform.defs.resources,
-        instance=platform.instance,
-        selection=["raw_data", "validated_data"],
-        tags={
-            "dagster/asset_partition_range_start": days[0],
-            "dagster/asset_partition_range_end": days[-1],
-        },
-        raise_on_error=False,
-    )
+    result = materialize_range(platform, days)
 
     assert not result.success
     checks = {

@@ -45,6 +45,7 @@ from ml_platform.validation.history import (
     history_window,
     write_profile,
 )
+from ml_platform.validation.range_gate import range_screen, screen_range
 from ml_platform.validation.schema import ContractViolationError, type_rows
 
 QUARANTINE_REASONS = "quarantine_reasons"
@@ -199,14 +200,35 @@ def audited_key(lake: LakeStorage, contract: Contract, day: str) -> str:
     )
 
 
-def load_audited(lake: LakeStorage, contract: Contract, day: str) -> pd.DataFrame:
-    """The raw_data parse of `day` that its gate judges (`audited_key`)."""
+def load_audited(
+    lake: LakeStorage, contract: Contract, day: str, *, count_bytes: bool = True
+) -> pd.DataFrame:
+    """The raw_data parse of `day` that its gate judges (`audited_key`).
+
+    `count_bytes=False` reads it for the range's screen, outside any one day's `bytes_read`.
+    """
     with lake.open_read(audited_key(lake, contract, day)) as handle:
         size = handle.seek(0, io.SEEK_END)
         handle.seek(0)
         frame = deserialise_from(handle, "parquet")
-    record_bytes_read("validated_data", size)
+    if count_bytes:
+        record_bytes_read("validated_data", size)
     return frame
+
+
+def audited_rows(lake: LakeStorage, contract: Contract, day: str) -> int:
+    """Rows of the raw_data parse of `day` that its gate judges, from the parquet footer.
+
+    Zero when the parse is missing: the day then fails on its own, naming it.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        key = audited_key(lake, contract, day)
+    except MissingPartitionError:
+        return 0
+    with lake.open_read(key) as handle:
+        return int(pq.ParquetFile(handle).metadata.num_rows)
 
 
 def publish_raw(lake: LakeStorage, contract: Contract, day: str) -> None:
@@ -261,12 +283,16 @@ def build_validated_data(
         is kept in the day's quarantine; the GE result and a Data Docs page are stored either way.
         Under the `quarantine` policy, rows failing a row-level expectation are set aside with their
         reasons and the day passes if they are few enough. Rows without a label yet (a cancelled
-        flight) are kept and counted.
+        flight) are kept and counted. A range run screens its days together first, in a few GE
+        validations instead of one a day; each day still gets its own verdict, checks, GE result
+        and Data Docs page, the same as a run of that day alone.
         """
 
+        def where_of(day: str) -> str:
+            return f"{contract.landing.file_name(day)} (partition {day})"
+
         def day_of_validated_data(day: str, raw_data: pd.DataFrame) -> Iterator:
-            file_name = contract.landing.file_name(day)
-            where = f"{file_name} (partition {day})"
+            where = where_of(day)
             try:
                 typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
             except ContractViolationError as exc:
@@ -278,9 +304,12 @@ def build_validated_data(
             # the gate and the parquet write. Its index stays, so `rows_in` still counts it.
             for column in list(raw_data.columns):
                 del raw_data[column]
-            gate = quality_gate(contract)
             history = history_window(lake, contract, day) if history_on else None
-            report, result = gate.validate(typed, day, history)
+            if day in screened and screened[day] == history:
+                # The range's screen passed the day against this very history.
+                report, result = range_screen(contract).passing_result(typed, day, history)
+            else:
+                report, result = quality_gate(contract).validate(typed, day, history)
 
             prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
             lake.write_bytes(f"{prefix}.json", result_bytes(report))
@@ -341,6 +370,27 @@ def build_validated_data(
         independent = not history_on or context.has_partition_key
         if not independent:
             independent = not days_depend_on_each_other(contract, context.partition_keys)
+        # A range shares GE's fixed cost: its days are screened together first (see
+        # `ml_platform.validation.range_gate`); a day the screen passes against the history it
+        # then has needs no validation of its own.
+        screened: dict[str, HistoryWindow | None] = {}
+        if not context.has_partition_key:
+            screened = screen_range(
+                lake,
+                contract,
+                context.partition_keys,
+                rows_of=lambda day: audited_rows(lake, contract, day),
+                typed_of=lambda day: type_rows(
+                    load_audited(lake, contract, day, count_bytes=False),
+                    contract,
+                    where=where_of(day),
+                ).reset_index(drop=True),
+                history_on=history_on,
+            )
+            context.log.info(
+                f"validated_data: {len(screened)} of {len(context.partition_keys)} days passed "
+                "the range's screen; the others are validated one by one"
+            )
         raw_data: Any
         if context.has_partition_key:
             try:

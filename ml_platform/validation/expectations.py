@@ -227,6 +227,17 @@ class QualityGate:
         """Number of expectations in the suite."""
         return len(self.suite.expectations)
 
+    def parameters(self, day: str, history: HistoryWindow | None) -> dict[str, Any]:
+        """The suite parameters of one day: its bounds in time and its history's bounds."""
+        start = pd.Timestamp(day)
+        parameters: dict[str, Any] = {
+            "day_start": start,
+            "day_end": start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
+        }
+        if self.contract.quality.history.enabled:
+            parameters.update(history_parameters(gated_statistics(self.contract), history))
+        return parameters
+
     def validate(
         self, typed: pd.DataFrame, day: str, history: HistoryWindow | None = None
     ) -> tuple[GateReport, Any]:
@@ -243,13 +254,7 @@ class QualityGate:
         """
         # Positions, not labels, identify offending rows in GE's index lists.
         frame = typed.reset_index(drop=True)
-        start = pd.Timestamp(day)
-        parameters = {
-            "day_start": start,
-            "day_end": start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
-        }
-        if self.contract.quality.history.enabled:
-            parameters.update(history_parameters(gated_statistics(self.contract), history))
+        parameters = self.parameters(day, history)
         batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
         result = batch.validate(
             self.suite, expectation_parameters=parameters, result_format="BOOLEAN_ONLY"

@@ -19,6 +19,7 @@ import datetime as dt
 import io
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -145,8 +146,10 @@ def day_profile(typed: pd.DataFrame, contract: Contract) -> dict[str, float | No
 
 def robust_sd(values: Sequence[float]) -> float:
     """1.4826 x the median absolute deviation: a standard deviation that ignores outliers."""
-    series = pd.Series(values, dtype="float64")
-    return MAD_TO_SD * float((series - series.median()).abs().median())
+    # statistics.median, not pandas: a history holds a few values, and a range computes the
+    # bounds of every day of it more than once.
+    centre = statistics.median(values)
+    return MAD_TO_SD * float(statistics.median([abs(v - centre) for v in values]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +178,7 @@ def share_bound(history: Sequence[float], spread: float, floor: float) -> Bound:
 def count_bound(history: Sequence[float], spread: float, floor: float) -> Bound:
     """Bounds of a count: the range widened by max(spread x robust sd, floor x median), >= 0."""
     lo, hi = min(history), max(history)
-    median = float(pd.Series(history, dtype="float64").median())
+    median = float(statistics.median(history))
     margin = max(spread * robust_sd(history), floor * median)
     return Bound(lo, hi, max(0.0, lo - margin), hi + margin)
 

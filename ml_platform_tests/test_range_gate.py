@@ -1,0 +1,230 @@
+"""The range's quality gate: real flights days screened together reach the one-by-one verdicts."""
+
+import datetime as dt
+import json
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from ml_platform.contracts import Contract
+from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.flights import flights_for_day
+from ml_platform.platform.storage import LocalStorage
+from ml_platform.validation.expectations import (
+    HISTORY,
+    PARTITION_DAY,
+    UNIQUENESS,
+    VALIDITY,
+    VOLUME,
+    GateReport,
+    quality_gate,
+    render_data_docs,
+)
+from ml_platform.validation.history import HistoryWindow, day_profile, window_from_profiles
+from ml_platform.validation.range_gate import range_screen, screen_range
+from ml_platform.validation.schema import type_rows
+from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.test_history_gate import (
+    flights_with_history,
+    land_edited,
+    materialize_range,
+)
+
+DAYS = days_from("2013-01-01", 9)
+# Each broken day fails one rule of a different kind; the others are the real days.
+BAD_DISTANCE, TOO_FEW_ROWS, HALF_TAILNUMS, WRONG_DAY, DUPLICATE = (
+    DAYS[2],
+    DAYS[3],
+    DAYS[5],
+    DAYS[6],
+    DAYS[7],
+)
+
+
+@pytest.fixture(scope="module")
+def contract(tmp_path_factory) -> Contract:
+    """Flights, each day judged against the previous 7 days' history (3 needed)."""
+    return flights_with_history(
+        tmp_path_factory.mktemp("range_gate"),
+        reference={"mode": "previous_days", "days": 7},
+        min_days=3,
+    )
+
+
+def typed_day(contract: Contract, day: str) -> pd.DataFrame:
+    """A real day as validated_data types it, broken as its name in this module says."""
+    name = contract.landing.file_name(day)
+    flights = flights_for_day(dt.date.fromisoformat(day))
+    text = [c.name for c in contract.columns if c.dtype == "str"]
+    raw = read_landed_file(flights.to_csv(index=False).encode(), name, day, text)
+    typed = type_rows(raw, contract, where=name).reset_index(drop=True)
+    if day == BAD_DISTANCE:
+        typed.loc[7, "distance"] = 9000.0
+    if day == TOO_FEW_ROWS:
+        typed = typed.iloc[:200].reset_index(drop=True)
+    if day == HALF_TAILNUMS:
+        typed.loc[typed.index % 2 == 0, "tailnum"] = None
+    if day == WRONG_DAY:
+        typed.loc[3, EVENT_TIME] = typed.loc[3, EVENT_TIME] + pd.Timedelta(days=1)
+    if day == DUPLICATE:
+        typed = pd.concat([typed, typed.iloc[[10]]], ignore_index=True)
+    return typed
+
+
+@pytest.fixture(scope="module")
+def frames(contract) -> dict[str, pd.DataFrame]:
+    return {day: typed_day(contract, day) for day in DAYS}
+
+
+def judge_in_order(contract, frames, screened: dict[str, HistoryWindow | None]) -> dict:
+    """Each day's report and GE result, judged in order as validated_data judges a range.
+
+    A day's history is the profiles of the days before it that passed; a day the screen passed
+    against that very history takes the screen's result, any other is validated on its own.
+    """
+    gate, screen = quality_gate(contract), range_screen(contract)
+    passed: dict[str, dict[str, float | None]] = {}
+    outcome: dict[str, tuple[GateReport, object, bool]] = {}
+    for day, typed in frames.items():
+        history = window_from_profiles(contract, day, passed)
+        from_screen = day in screened and screened[day] == history
+        if from_screen:
+            report, result = screen.passing_result(typed, day, history)
+        else:
+            report, result = gate.validate(typed, day, history)
+        if not report.failures:
+            passed[day] = day_profile(typed, contract)
+        outcome[day] = (report, result, from_screen)
+    return outcome
+
+
+def without_meta(document: dict) -> dict:
+    return {key: value for key, value in document.items() if key != "meta"}
+
+
+def test_a_range_reaches_each_days_one_by_one_verdict_failures_and_ge_result(
+    contract, frames, tmp_path
+):
+    one_by_one = judge_in_order(contract, frames, screened={})
+    failed = {
+        day: sorted({f.check for f in report.failures})
+        for day, (report, _, _) in one_by_one.items()
+        if report.failures
+    }
+    # The broken days fail as a day of their own fails: a row, a table, a history rule.
+    assert failed[BAD_DISTANCE] == [VALIDITY]
+    assert VOLUME in failed[TOO_FEW_ROWS]
+    assert failed[HALF_TAILNUMS] == [HISTORY]
+    assert failed[WRONG_DAY] == [PARTITION_DAY]
+    assert failed[DUPLICATE] == [UNIQUENESS]
+    assert set(failed) == {BAD_DISTANCE, TOO_FEW_ROWS, HALF_TAILNUMS, WRONG_DAY, DUPLICATE}
+
+    lake = LocalStorage(base_dir=str(tmp_path))
+    screened = screen_range(
+        lake,
+        contract,
+        DAYS,
+        rows_of=lambda day: len(frames[day]),
+        typed_of=lambda day: frames[day],
+        history_on=True,
+    )
+    in_range = judge_in_order(contract, frames, screened)
+
+    # The screen passed every good day, and no broken one.
+    assert set(screened) == set(DAYS) - set(failed)
+    for day in DAYS:
+        report, result, from_screen = in_range[day]
+        expected, expected_result, _ = one_by_one[day]
+        assert report.failures == expected.failures, day
+        assert report.rows == expected.rows and report.evaluated == expected.evaluated
+        assert without_meta(report.result_json) == without_meta(expected.result_json), day
+    # Every good day passed on the screen's verdict, judged against the days before it that
+    # passed: the screen assumed the broken days fail once it had not passed them.
+    assert [day for day in DAYS if in_range[day][2]] == sorted(set(DAYS) - set(failed))
+    last = screened[DAYS[8]]
+    assert last is not None and last.stored == [DAYS[1], DAYS[4]]
+    # A screened day's result is a GE result object its Data Docs page renders from.
+    report, result, _ = in_range[DAYS[8]]
+    page = render_data_docs(result)
+    assert "flights_gate" in page and str(report.rows) in page
+
+
+def check_verdicts(result: dg.ExecuteInProcessResult) -> dict:
+    """Day -> check -> (passed, description, metadata but the run's own file links)."""
+    links = {"validation_result", "data_docs", "rejected_parse", "quarantine"}
+    verdicts: dict[str, dict] = {}
+    for check in result.get_asset_check_evaluations():
+        metadata = {k: v for k, v in check.metadata.items() if k not in links}
+        verdicts.setdefault(check.partition, {})[check.check_name] = (
+            check.passed,
+            check.description,
+            metadata,
+        )
+    return verdicts
+
+
+def stored_results(platform: Platform, day: str) -> list[dict]:
+    """The day's stored GE results, without their meta (batch markers, times)."""
+    folder = platform.lake_dir / platform.contract.name / "quality" / "validated_data" / day
+    return [without_meta(json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+
+
+def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(contract, tmp_path):
+    # A day failing the history gate amid the range, judged against the days before it that
+    # passed, and a day after it that must not see it as history.
+    days = DAYS[:7]
+
+    def break_days(platform: Platform) -> None:
+        platform.land(days[0], len(days))
+
+        def bad_distance(frame: pd.DataFrame) -> None:
+            frame.loc[7, "distance"] = "9000"
+
+        def half_tailnums(frame: pd.DataFrame) -> None:
+            frame.loc[frame.index % 2 == 0, "tailnum"] = ""
+
+        land_edited(platform, days[1], bad_distance)
+        land_edited(platform, days[5], half_tailnums)
+        # A partial delivery: the header and the first 200 flights.
+        partial = platform.landing_dir / contract.landing.file_name(days[3])
+        partial.write_text("".join(partial.read_text().splitlines(keepends=True)[:201]))
+
+    alone = Platform(contract, tmp_path / "alone")
+    break_days(alone)
+    one_by_one: dict[str, dict] = {}
+    for day in days:
+        result = alone.materialize(day, selection=["raw_data", "validated_data"])
+        one_by_one.update(check_verdicts(result))
+
+    together = Platform(contract, tmp_path / "together")
+    break_days(together)
+    result = materialize_range(together, days)
+
+    assert not result.success
+    in_range = check_verdicts(result)
+    failed = {d for d, checks in in_range.items() if not all(p for p, _, _ in checks.values())}
+    assert failed == {days[1], days[3], days[5]}
+    assert not in_range[days[1]][VALIDITY][0] and not in_range[days[3]][VOLUME][0]
+    assert not in_range[days[5]][HISTORY][0]
+    assert in_range[days[6]][HISTORY][2]["history_reference_days"].value == [
+        days[0],
+        days[2],
+        days[4],
+    ]
+    assert in_range == one_by_one
+    # The good days are stored (a range is recorded once all its days pass), the others not.
+    for day in days:
+        assert stored_results(together, day) == stored_results(alone, day), day
+        assert together.stored("validated_data", day, "parquet").exists() == (day not in failed)
+    # The good days took their results from the range's shared screen, not validations of
+    # their own.
+    folder = together.lake_dir / contract.name / "quality" / "validated_data"
+    screened = {
+        day
+        for day in days
+        for path in (folder / day).glob("*.json")
+        if json.loads(path.read_text())["meta"].get("judged_in_range_screen")
+    }
+    assert screened == set(days) - failed
