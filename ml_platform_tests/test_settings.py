@@ -15,8 +15,7 @@ def test_no_module_but_settings_reads_the_environment():
     readers = [
         str(path.relative_to(REPO))
         for path in sorted((REPO / "ml_platform").rglob("*.py"))
-        if path.name != "settings.py"
-        and ENV_READ.search(path.read_text())
+        if path.name != "settings.py" and ENV_READ.search(path.read_text())
     ]
     assert readers == [], f"read the environment through ml_platform.platform.settings: {readers}"
 
