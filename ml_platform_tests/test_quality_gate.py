@@ -186,7 +186,7 @@ def test_misnamed_and_out_of_range_files_are_reported_by_name(tmp_path, capsys):
     (tmp_path / "synthetic_2024-02-30.csv").write_text("x")
     (tmp_path / "synthetic_2023-12-31.csv").write_text("x")
 
-    scan = scan_landing(contract, zone.file_names())
+    scan = scan_landing(contract, [e.name for e in zone.entries() if e.refused is None])
 
     assert scan.days == {"2024-01-05": "synthetic_2024-01-05.csv"}
     assert "carries no parsable date" in scan.problems["synthetic_latest.csv"]

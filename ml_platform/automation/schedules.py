@@ -63,7 +63,7 @@ def build_weekly_retrain_schedule(
 ) -> dg.ScheduleDefinition:
     """On Mondays at 02:00, retrain on the window ending the previous day (Sunday).
 
-    `job_name` is the retrain job (issue 5's longer-window `weekly_retrain_job`); this schedule
+    `job_name` is the retrain job (the longer-window `weekly_retrain_job`); this schedule
     only decides when and for which day.
     """
 

@@ -2,10 +2,6 @@
 
 The reference is always made of days before day D, so a day is never compared with itself or
 with the future, and rerunning the check of an old day gives the answer it gave then.
-
-Issue #5 adds a third mode, "the training window of the current champion model": add
-`champion` to `DriftReferenceSpec.mode` and a branch to `reference_days` returning the
-champion's `TrainedModel.window` (the partition keys it was trained on) before D.
 """
 
 import datetime as dt

@@ -108,10 +108,6 @@ class LandingStore(dg.ConfigurableResource):
         with self.open_file(file_name, partition) as handle:
             return handle.read()
 
-    def file_names(self) -> list[str]:
-        """Names of all the files in the zone that can be read, sorted (refused ones left out)."""
-        return [entry.name for entry in self.entries() if entry.refused is None]
-
     def entries(self) -> list[LandedObject]:
         """Every entry of the zone, readable or refused, in name order (all pages)."""
         found: list[LandedObject] = []
@@ -210,20 +206,6 @@ class LandingZone(LandingStore):
             return []
         with os.scandir(self.base_dir) as entries:
             return sorted(e.name for e in entries if not e.name.startswith("."))
-
-    def file_names(self) -> list[str]:
-        """Names of the regular files in the zone, skipping dot-files, links and the rest."""
-        if not os.path.isdir(self.base_dir):
-            return []
-        # scandir's entries know their type from the directory read itself: no stat per file,
-        # which made each page of a 10,000-file zone cost a quarter of a second. Links are not
-        # followed to learn what they point at.
-        with os.scandir(self.base_dir) as entries:
-            return sorted(
-                e.name
-                for e in entries
-                if not e.name.startswith(".") and e.is_file(follow_symlinks=False)
-            )
 
     def modified_slack_seconds(self) -> float:
         """One second: `modified` is the later of mtime and ctime, which a rename also sets."""

@@ -195,14 +195,6 @@ class ModelRegistry:
             )
         return key, manifest.get(MODEL_SHA256)
 
-    def is_whole(self, version: str) -> bool:
-        """Whether a version is registered whole: a manifest and the model object it names."""
-        try:
-            self._model_key(version)
-        except RegistryError:
-            return False
-        return True
-
     def load(self, version: str) -> TrainedModel:
         """The model of a whole version; RegistryError saying why when it is absent or partial."""
         key, digest = self._model_key(version)
@@ -231,13 +223,6 @@ class ModelRegistry:
             return current
         moves = [h for h in self.history() if h["alias"] == "champion" and h["version"] == current]
         return moves[-1]["previous"] if moves else None
-
-    def load_alias(self, name: str) -> TrainedModel:
-        """The model an alias points to."""
-        version = self.alias(name)
-        if version is None:
-            raise RegistryError(f"alias '{name}' points to no version yet")
-        return self.load(version)
 
     def set_alias(self, name: str, version: str, *, partition: str, run_id: str, reason: str):
         """Point an alias at a version and record the move; a no-op if it already points there."""
@@ -268,14 +253,6 @@ class ModelRegistry:
     def history(self) -> list[dict]:
         """Every move of every alias, oldest first."""
         return list(self._json("alias_history.json", []))
-
-    def alias_at(self, name: str, when: dt.datetime) -> str | None:
-        """The version an alias pointed to at a moment (UTC), from the history."""
-        current = None
-        for entry in self.history():
-            if entry["alias"] == name and dt.datetime.fromisoformat(entry["at"]) <= when:
-                current = entry["version"]
-        return current
 
 
 def _git(*args: str) -> str:
