@@ -1,6 +1,7 @@
 """Training of each estimator that survives SIGKILL, the loss-plateau check, promotion against
 the champion, the registry's versions, aliases and lineage manifests, and scoring."""
 
+import json
 import os
 import signal
 import subprocess
@@ -254,6 +255,13 @@ def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch,
     platform.land(DAYS[0], 2)
     for day in DAYS[:2]:
         assert platform.materialize(day).success
+    # The second day's candidate was judged against the first day's champion and the trivial
+    # baseline on the same held-out rows.
+    report = json.loads(platform.stored("evaluation_report", DAYS[1], "json").read_text())
+    assert report["champion_version"] == f"daily-{DAYS[0]}"
+    assert "rmse" in report["improvements"]
+    assert report["baseline"]["strategy"] == "mean" and report["baseline"]["beats"]
+    assert report["baseline"]["metrics"]["rmse"] > report["metrics"]["rmse"]
     registry = registry_of(platform)
     champion = registry.alias("champion")
     manifest = registry.manifest(champion)
