@@ -233,7 +233,6 @@ def test_links_folders_and_fifos_are_listed_as_refused_with_the_reason(tmp_path)
     assert "directory" in entries.pop("synthetic_2024-01-05.csv")
     assert "not a regular file" in entries.pop("synthetic_2024-01-06.csv")
     assert entries == {}
-    assert zone.file_names() == ["synthetic_2024-01-01.csv"]
 
 
 def test_opening_a_refused_entry_names_file_partition_and_reason_and_reads_nothing(tmp_path):
