@@ -341,10 +341,20 @@ class LandingScan:
     problems: dict[str, str]  # file name -> why it belongs to no partition
 
 
+def file_name_pattern(contract: Contract) -> re.Pattern[str]:
+    """The contract's file pattern as a regular expression; the `date` group holds the day."""
+    prefix, suffix = contract.landing.file_pattern.split("{date}")
+    return re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$")
+
+
+def named_by(contract: Contract, file_name: str) -> bool:
+    """Whether a landed file's name has the contract's pattern (whatever date it carries)."""
+    return file_name_pattern(contract).match(file_name) is not None
+
+
 def scan_landing(contract: Contract, file_names: Iterable[str]) -> LandingScan:
     """Map file names to partition days by the contract's pattern; explain every misfit."""
-    prefix, suffix = contract.landing.file_pattern.split("{date}")
-    pattern = re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$")
+    pattern = file_name_pattern(contract)
     first, last = contract.partitions.start_date, contract.partitions.end_date
     days: dict[str, str] = {}
     problems: dict[str, str] = {}
