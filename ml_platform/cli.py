@@ -112,15 +112,17 @@ def land(args: argparse.Namespace) -> int:
 def landing_status(args: argparse.Namespace) -> int:
     """Map landed files to days; name misfits and refused entries, each with the reason.
 
-    Refused: links, non-regular files and unsafe S3 keys, which nothing reads. The zone is the
+    Refused: links, non-regular files and unsafe S3 keys, which nothing reads. Files named for
+    another dataset of the code location are left to it. The zone is the
     code location's (a directory, or the S3 prefix of ML_PLATFORM_LANDING_URL) unless
     --landing-dir names a directory.
     """
-    from ml_platform.ingestion.landing import LandingZone, S3LandingZone, scan_landing
+    from ml_platform.ingestion.landing import LandingZone, S3LandingZone, own_files, scan_landing
     from ml_platform.platform.storage import at_location, s3_resource
 
     settings = Settings()
     contract = dataset_of(args, settings)
+    served = load_contracts(settings.contracts_dir, settings.dataset)
     location = settings.landing
     if location.kind == "local" or args.landing_dir:
         location = Location.directory(_landing_dir(args, settings))
@@ -128,7 +130,9 @@ def landing_status(args: argparse.Namespace) -> int:
     with configured(source) as zone:
         entries = zone.entries()
         refused = {e.name: e.refused for e in entries if e.refused is not None}
-        scan = scan_landing(contract, [e.name for e in entries if e.refused is None])
+        readable = [e.name for e in entries if e.refused is None]
+        # Files of the other datasets of the code location are theirs, not misfits of this one.
+        scan = scan_landing(contract, own_files(contract, readable, served))
         days = sorted(scan.days)
         span = f" ({days[0]} to {days[-1]})" if days else ""
         print(f"{zone.path_for('')}: {len(days)} day file(s) of {contract.name}{span}")

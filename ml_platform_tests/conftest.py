@@ -13,7 +13,7 @@ from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
-from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.datasets import asset_key, op_name
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_ASSETS = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
@@ -86,6 +86,10 @@ class Platform:
     def key(self, asset: str) -> dg.AssetKey:
         """The key of the dataset's asset `asset` (keys are prefixed by the dataset)."""
         return asset_key(self.contract.name, asset)
+
+    def node(self, asset: str) -> str:
+        """The op of the dataset's asset `asset`, as `asset_materializations_for_node` wants."""
+        return op_name(self.contract.name, asset)
 
     def materialize(self, day: str, selection=None) -> dg.ExecuteInProcessResult:
         """Materialise `day` of the assets named in `selection` (default: the daily job's)."""

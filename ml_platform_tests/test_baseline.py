@@ -250,7 +250,7 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
     assert baseline["metrics"]["rmse"] == pytest.approx(rmse)
     assert baseline["beats"] is False
     assert baseline["lifts"]["rmse"]["low"] <= 0
-    metadata = result.asset_materializations_for_node("evaluation_report")[0].metadata
+    metadata = result.asset_materializations_for_node(noise.node("evaluation_report"))[0].metadata
     assert metadata["baseline_rmse"].value == pytest.approx(rmse)
     assert metadata["lift_rmse_low"].value == baseline["lifts"]["rmse"]["low"]
     assert metadata["beats_baseline"].value is False

@@ -95,7 +95,7 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
     plotted = {
         r.partition_key: r.asset_materialization.metadata
         for r in platform.instance.fetch_materializations(
-            dg.AssetKey(CHAMPION_PERFORMANCE), limit=100
+            platform.key(CHAMPION_PERFORMANCE), limit=100
         ).records
         if r.asset_materialization is not None
     }

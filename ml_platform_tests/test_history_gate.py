@@ -197,8 +197,8 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     assert failures["labelled_share(delayed)"]["reference_days"] == GOOD_DAYS
     assert profile.exists()
     # The day stops at its gate: nothing stored for it, no model, and the champion unchanged.
-    materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialised == {"raw_data"}
+    materialised = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert materialised == {platform.key("raw_data")}
     assert not platform.stored("validated_data", EMPTIED_LABEL_DAY, "parquet").exists()
     assert not platform.stored("model", EMPTIED_LABEL_DAY, "joblib").exists()
     assert not (platform.lake_dir / profile_key(platform.contract, EMPTIED_LABEL_DAY)).exists()

@@ -204,7 +204,7 @@ def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_pat
     assert checks["promotion_verdict"].severity == dg.AssetCheckSeverity.WARN
     assert checks["rejection_streak"].passed  # one rejection in a row
     # The report carries the improvement over the champion and its paired interval.
-    report = result.asset_materializations_for_node("evaluation_report")[0].metadata
+    report = result.asset_materializations_for_node(strict.node("evaluation_report"))[0].metadata
     gain, low, high = (report[f"improvement_rmse{end}"].value for end in ("", "_low", "_high"))
     assert gain == pytest.approx(report["champion_rmse"].value - report["rmse"].value)
     assert low <= gain <= high
@@ -275,8 +275,8 @@ def test_the_rejection_streak_fails_on_the_nth_rejected_day_of_one_day_runs(tmp_
 
 
 def test_a_day_whose_evaluation_is_missing_or_accepted_ends_the_streak(tmp_path):
-    store = LakeIOManager(storage=LocalStorage(base_dir=str(tmp_path)), dataset="synthetic")
-    key = dg.AssetKey("evaluation_report")
+    store = LakeIOManager(storage=LocalStorage(base_dir=str(tmp_path)))
+    key = dg.AssetKey(["synthetic", "evaluation_report"])
     decisions = {
         "2024-01-01": "reject",
         "2024-01-02": "reject",

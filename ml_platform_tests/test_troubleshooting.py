@@ -168,13 +168,13 @@ def incidents(tmp_path_factory):
                 partition_key=DAY,
                 resources=defs.resources,
                 instance=instance,
-                selection=["raw_data", "validated_data"],
+                selection=["synthetic/raw_data", "synthetic/validated_data"],
                 raise_on_error=False,
             )
         )
 
         lake = LocalStorage(base_dir=env["ML_PLATFORM_LAKE_DIR"])
-        resources = {"io_manager": LakeIOManager(storage=lake, dataset="incidents")}
+        resources = {"io_manager": LakeIOManager(storage=lake)}
         assets = [flights, cancellation_delay, plugin_scores, weather]
         upstream = dg.materialize(
             assets, selection=[flights], partition_key=DAY, resources=resources, instance=instance
@@ -330,7 +330,7 @@ def test_every_line_of_the_json_log_is_json_with_run_step_and_partition(incident
 
 def test_asset_steps_record_time_cpu_memory_rows_and_bytes(incidents):
     instance = incidents["instance"]
-    [raw] = instance.fetch_materializations(dg.AssetKey("raw_data"), limit=1).records
+    [raw] = instance.fetch_materializations(dg.AssetKey(["synthetic", "raw_data"]), limit=1).records
     metadata = {k: v.value for k, v in raw.asset_materialization.metadata.items()}
     for key in ["step_wall_seconds", "step_cpu_seconds", "step_cpu_utilisation"]:
         assert isinstance(metadata[key], float) and metadata[key] >= 0, key
@@ -365,7 +365,7 @@ def test_reproduce_raises_the_same_exception_on_a_100_row_sample(incidents, tmp_
         assets=[flights, cancellation_delay],
         resources={
             "lake": incidents["lake"],
-            "io_manager": LakeIOManager(storage=incidents["lake"], dataset="incidents"),
+            "io_manager": LakeIOManager(storage=incidents["lake"]),
         },
     )
     caplog.set_level("INFO", logger="ml_platform.troubleshooting.reproduce")
@@ -404,7 +404,7 @@ def test_reproduce_runs_the_step_once_and_raises_its_error_not_the_retries(incid
         assets=[flights, weather],
         resources={
             "lake": incidents["lake"],
-            "io_manager": LakeIOManager(storage=incidents["lake"], dataset="incidents"),
+            "io_manager": LakeIOManager(storage=incidents["lake"]),
         },
     )
     # The run retried twice; a rerun with its retry policy would end in Dagster's
@@ -430,7 +430,7 @@ def test_reproduce_names_the_runs_own_gate_not_the_samples_volume(incidents, tmp
 def test_reproduce_after_the_lake_moved_on_uses_what_the_run_read_or_refuses(tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     lake = LocalStorage(base_dir=str(tmp_path / "lake"))
-    resources = {"lake": lake, "io_manager": LakeIOManager(storage=lake, dataset="moved_on")}
+    resources = {"lake": lake, "io_manager": LakeIOManager(storage=lake)}
     defs = dg.Definitions(assets=[flights, cancellation_delay], resources=resources)
     later = "2024-01-04"
 
@@ -495,7 +495,7 @@ def test_reproduce_command_on_a_failed_raw_data_step_after_the_lake_moved_on(
         def raw_data(day: dt.date) -> dg.ExecuteInProcessResult:
             return dg.materialize(
                 list(defs.assets or []),
-                selection=["raw_data"],
+                selection=["synthetic/raw_data"],
                 partition_key=day.isoformat(),
                 resources=defs.resources,
                 instance=instance,
@@ -606,12 +606,12 @@ def test_reproduce_of_a_failed_gate_refuses_once_its_day_was_landed_again(tmp_pa
 
     with dg.DagsterInstance.get() as instance:
         list(land_days(contract, zone, [dt.date.fromisoformat(DAY)], fault="out_of_range"))
-        failed = run_id_of(run(["raw_data", "validated_data"]))
+        failed = run_id_of(run(["synthetic/raw_data", "synthetic/validated_data"]))
         with pytest.raises(dg.Failure, match=r"failed the quality gate \(gx_validity\)"):
             reproduce(instance, failed, defs, tmp_path / "scratch1", contract=contract)
 
         # The corrected file lands and raw_data stages it: the parse the run judged is gone.
         list(land_days(contract, zone, [dt.date.fromisoformat(DAY)]))
-        assert run(["raw_data"]).success
+        assert run(["synthetic/raw_data"]).success
         with pytest.raises(InputsChangedError, match=f"raw_data partition {DAY} changed"):
             reproduce(instance, failed, defs, tmp_path / "scratch2", contract=contract)

@@ -103,7 +103,7 @@ def test_a_rejected_file_stays_staged_and_a_passing_file_replaces_it_when_publis
     assert result.success
     assert not staging.exists()
     assert published(platform)["raw_data"] == before["raw_data"]
-    raw = result.asset_materializations_for_node("raw_data")[0].metadata
+    raw = result.asset_materializations_for_node(platform.node("raw_data"))[0].metadata
     assert raw["staged"].value == str(staging.resolve())
 
 

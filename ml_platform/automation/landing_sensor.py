@@ -40,7 +40,7 @@ import dagster as dg
 from ml_platform.automation.alerts import WARNING, Alert, DeliveryState, Notifier, one_line
 from ml_platform.automation.jobs import day_run_tags
 from ml_platform.contracts import Contract
-from ml_platform.ingestion.landing import LandedObject, LandingStore, named_by, scan_landing
+from ml_platform.ingestion.landing import LandedObject, LandingStore, own_files, scan_landing
 from ml_platform.platform.datasets import asset_key, dataset_name
 
 LANDING_SENSOR = "landing_sensor"
@@ -263,7 +263,6 @@ def build_landing_sensor(
     are theirs: this dataset's sensor neither runs nor reports them.
     """
     first_key = asset_key(contract.name, first_asset)
-    others = [other for other in other_datasets if other.name != contract.name]
 
     @dg.sensor(
         name=dataset_name(contract.name, LANDING_SENSOR),
@@ -289,14 +288,8 @@ def build_landing_sensor(
             max_changed=max_requests_per_tick,
         )
         refused = {obj.name: obj.refused for obj in step.changed if obj.refused is not None}
-        scan = scan_landing(
-            contract,
-            [
-                obj.name
-                for obj in step.changed
-                if obj.refused is None and not any(named_by(other, obj.name) for other in others)
-            ],
-        )
+        readable = [obj.name for obj in step.changed if obj.refused is None]
+        scan = scan_landing(contract, own_files(contract, readable, other_datasets))
         for name in refused:
             cursor.pending.pop(name, None)
         by_name = {obj.name: obj for obj in step.changed}

@@ -347,9 +347,16 @@ def file_name_pattern(contract: Contract) -> re.Pattern[str]:
     return re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$")
 
 
-def named_by(contract: Contract, file_name: str) -> bool:
-    """Whether a landed file's name has the contract's pattern (whatever date it carries)."""
-    return file_name_pattern(contract).match(file_name) is not None
+def own_files(
+    contract: Contract, file_names: Iterable[str], served: Iterable[Contract] = ()
+) -> list[str]:
+    """The names that are not another served dataset's: those of no other contract's pattern.
+
+    Datasets served together may share a landing zone; a file named by another dataset's
+    pattern (whatever date it carries) is that dataset's to run or report.
+    """
+    others = [file_name_pattern(c) for c in served if c.name != contract.name]
+    return [name for name in file_names if not any(o.match(name) for o in others)]
 
 
 def scan_landing(contract: Contract, file_names: Iterable[str]) -> LandingScan:
