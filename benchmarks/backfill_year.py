@@ -195,7 +195,7 @@ def backfill(start: dt.date, days: int, root: Path) -> dict:
                 "params": {
                     "partitionsByAssets": [
                         {
-                            "assetKey": {"path": [name]},
+                            "assetKey": {"path": ["flights", name]},
                             "partitions": {
                                 "range": {"start": partitions[0], "end": partitions[-1]}
                             },

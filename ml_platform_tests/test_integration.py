@@ -50,8 +50,33 @@ def test_definitions_validate(user_env):
     assert "All code locations passed validation" in result.stdout + result.stderr
 
 
+def test_one_code_location_validates_and_lists_both_datasets_under_their_names(user_env):
+    # The default: every bundled contract, each dataset's definitions under its own names.
+    env = {k: v for k, v in user_env.items() if k != "ML_PLATFORM_DATASET"}
+    dagster = str(BIN / "dagster")
+    validated = run([dagster, "definitions", "validate", "-w", "workspace.yaml"], env)
+    assert validated.returncode == 0, validated.stderr[-3000:]
+    assert "All code locations passed validation" in validated.stdout + validated.stderr
+
+    listed = {
+        what: run([dagster, *what.split(), "-w", "workspace.yaml"], env).stdout
+        for what in ("job list", "sensor list", "schedule list")
+    }
+    assets = run([dagster, "asset", "list", "-m", "ml_platform.definitions"], env)
+    for dataset in ("flights", "synthetic"):
+        assert {f"{dataset}/{name}" for name in DAILY_ASSETS} <= set(assets.stdout.split())
+        for job in ("daily_pipeline_job", "weekly_retrain_job", "ingestion_job"):
+            assert f"Job: {dataset}_{job}" in listed["job list"]
+        assert f"Sensor: {dataset}_landing_sensor [STOPPED]" in listed["sensor list"]
+        for schedule in ("daily_pipeline_schedule", "weekly_retrain_schedule"):
+            assert f"Schedule: {dataset}_{schedule} [STOPPED]" in listed["schedule list"]
+
+
 def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(user_env):
-    landed = run([str(BIN / "ml-platform"), "land", "flights", "--start", "2013-01-01"], user_env)
+    landed = run(
+        [str(BIN / "ml-platform"), "land", "--dataset", "flights", "--start", "2013-01-01"],
+        user_env,
+    )
     assert landed.returncode == 0, landed.stderr
     assert "2013-01-01 flights_2013-01-01.csv: 842 rows written" in landed.stdout
 
@@ -88,7 +113,9 @@ def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(use
 
 def test_materialize_command_skips_days_already_done(user_env):
     ml = str(BIN / "ml-platform")
-    assert run([ml, "land", "flights", "--start", "2013-01-01", "--days", "2"], user_env)
+    assert run(
+        [ml, "land", "--dataset", "flights", "--start", "2013-01-01", "--days", "2"], user_env
+    )
     first = run([ml, "materialize", "--start", "2013-01-01", "--days", "2"], user_env)
     days = ["2013-01-01", "2013-01-02"]
     rejected = rejected_days(FLIGHTS, Path(user_env["ML_PLATFORM_LAKE_DIR"]), days)
@@ -104,7 +131,9 @@ def test_materialize_command_skips_days_already_done(user_env):
     assert again.returncode == 0
     assert again.stdout.count("already materialised") == 2
 
-    relanded = run([ml, "land", "flights", "--start", "2013-01-01", "--days", "2"], user_env)
+    relanded = run(
+        [ml, "land", "--dataset", "flights", "--start", "2013-01-01", "--days", "2"], user_env
+    )
     assert relanded.stdout.count("rows unchanged") == 2
 
 

@@ -225,13 +225,13 @@ def assert_forked(stack: Stack, run: dict) -> None:
 
 def test_runs_fork_from_one_warm_process_and_new_code_restarts_it(stack):
     stack.land(3)
-    first = stack.finished(stack.launch("daily_pipeline_job", FIRST_DAY.isoformat()))
+    first = stack.finished(stack.launch("synthetic_daily_pipeline_job", FIRST_DAY.isoformat()))
     assert first["status"] == "SUCCESS", stack.messages(first["runId"])[-20:]
     assert_forked(stack, first)
     assert stack.marker.read_text() == "v1"
 
     # The second run is forked from the same warm process: no new imports.
-    second = stack.finished(stack.launch("daily_pipeline_job", "2024-01-02"))
+    second = stack.finished(stack.launch("synthetic_daily_pipeline_job", "2024-01-02"))
     assert second["status"] == "SUCCESS", stack.messages(second["runId"])[-20:]
     assert_forked(stack, second)
     assert second["tags"][WARM_TAG] == first["tags"][WARM_TAG]
@@ -241,7 +241,7 @@ def test_runs_fork_from_one_warm_process_and_new_code_restarts_it(stack):
     definitions.write_text(
         definitions.read_text().replace('CODE_VERSION = "v1"', 'CODE_VERSION = "v2"')
     )
-    third = stack.finished(stack.launch("daily_pipeline_job", "2024-01-03"))
+    third = stack.finished(stack.launch("synthetic_daily_pipeline_job", "2024-01-03"))
     assert third["status"] == "SUCCESS", stack.messages(third["runId"])[-20:]
     assert_forked(stack, third)
     assert third["tags"][WARM_TAG] != first["tags"][WARM_TAG]
@@ -312,7 +312,7 @@ BROKEN_WARM_PROCESS = "  config:\n    preload_modules: [ml_platform_no_such_modu
 @pytest.mark.parametrize("stack", [BROKEN_WARM_PROCESS], indirect=True)
 def test_a_run_the_warm_process_cannot_take_runs_through_the_code_server(stack):
     stack.land(1)
-    run = stack.finished(stack.launch("daily_pipeline_job", FIRST_DAY.isoformat()))
+    run = stack.finished(stack.launch("synthetic_daily_pipeline_job", FIRST_DAY.isoformat()))
     assert run["status"] == "SUCCESS", stack.messages(run["runId"])[-20:]
     assert run["tags"][WORKER_TAG] == CODE_SERVER
     assert "ml_platform_no_such_module" in run["tags"][REASON_TAG]

@@ -320,7 +320,12 @@ def test_materialize_prints_what_each_day_did_and_fails_only_on_a_real_failure(
         "unbeatable": synthetic_contract(tmp_path, "unbeatable", change_thresholds={"rmse": 10.0}),
         "strict": synthetic_contract(tmp_path, "strict", **UNREACHABLE),
     }
-    assert cli.main(["land", str(tmp_path / "normal.yaml"), "--start", DAYS[0], "--days", "3"]) == 0
+    assert (
+        cli.main(
+            ["land", "--dataset", str(tmp_path / "normal.yaml"), "--start", DAYS[0], "--days", "3"]
+        )
+        == 0
+    )
     capsys.readouterr()
 
     def materialize(contract: str, day: str, days: int = 1) -> tuple[int, str, str]:

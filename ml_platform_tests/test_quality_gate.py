@@ -192,7 +192,7 @@ def test_misnamed_and_out_of_range_files_are_reported_by_name(tmp_path, capsys):
     assert "carries no parsable date" in scan.problems["synthetic_latest.csv"]
     assert "carries no parsable date" in scan.problems["synthetic_2024-02-30.csv"]
     assert "before the first partition 2024-01-01" in scan.problems["synthetic_2023-12-31.csv"]
-    code = main(["landing-status", "synthetic", "--landing-dir", str(tmp_path)])
+    code = main(["landing-status", "--dataset", "synthetic", "--landing-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1
     assert f"{tmp_path / 'synthetic_latest.csv'} belongs to no partition" in err
