@@ -65,7 +65,7 @@ def run(platform: Platform, day: str, selection: list[str]) -> dg.ExecuteInProce
         partition_key=day,
         resources=defs.resources,
         instance=platform.instance,
-        selection=selection,
+        selection=[platform.key(name) for name in selection],
         raise_on_error=False,
     )
 
@@ -118,7 +118,7 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     report = json.loads(Path(check.metadata["report_json"].value).read_text())
     assert report["partition"] == DAYS[3] and report["drifting_features"] == ["x1"]
     assert report["features"][0]["n_current"] == 1000
-    assert "data:image/png;base64," in check.metadata["report"].value
+    assert "data:image/svg+xml;base64," in check.metadata["report"].value
     assert Path(check.metadata["report_markdown"].value).read_text() == (
         check.metadata["report"].value
     )

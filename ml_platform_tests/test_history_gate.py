@@ -242,7 +242,7 @@ def test_a_range_judges_each_day_against_the_days_before_it_that_passed(tmp_path
         list(platform.defs.assets or []),
         resources=platform.defs.resources,
         instance=platform.instance,
-        selection=["raw_data", "validated_data"],
+        selection=[platform.key("raw_data"), platform.key("validated_data")],
         tags={
             "dagster/asset_partition_range_start": days[0],
             "dagster/asset_partition_range_end": days[-1],

@@ -140,7 +140,7 @@ def test_a_range_publishes_its_good_days_and_keeps_the_bad_days_published_versio
         list(platform.defs.assets or []),
         resources=platform.defs.resources,
         instance=platform.instance,
-        selection=gated,
+        selection=[platform.key(asset) for asset in gated],
         tags={
             "dagster/asset_partition_range_start": days[0],
             "dagster/asset_partition_range_end": days[-1],
