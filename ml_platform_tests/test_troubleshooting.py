@@ -223,7 +223,10 @@ def incidents(tmp_path_factory):
 
 
 EXPECTED = {
-    DATA: ("validated_data", ["failed check: validated_data:gx_validity (ERROR)"]),
+    DATA: (
+        "synthetic__validated_data",
+        ["failed check: synthetic/validated_data:gx_validity (ERROR)"],
+    ),
     RESOURCE_EXHAUSTION: ("big_join", ["MemoryError"]),
     DEPENDENCY_MISMATCH: (
         "plugin_scores",
@@ -270,7 +273,7 @@ def test_diagnose_takes_the_short_run_id_that_materialize_prints(incidents, caps
     assert cli.main(["diagnose", short]) == 0
 
     out = capsys.readouterr().out
-    assert f"run {run_id}: FAILURE" in out and "failed step: validated_data" in out
+    assert f"run {run_id}: FAILURE" in out and "failed step: synthetic__validated_data" in out
 
 
 @dg.asset
@@ -315,9 +318,9 @@ def test_every_line_of_the_json_log_is_json_with_run_step_and_partition(incident
     run_id = incidents["runs"][DATA]
     ours = [r for r in records if r["run_id"] == run_id]
     assert {r["partition"] for r in ours} == {DAY}
-    assert {"raw_data", "validated_data"} <= {r["component"] for r in ours}
+    assert {"synthetic__raw_data", "synthetic__validated_data"} <= {r["component"] for r in ours}
     [failure] = [r for r in ours if r["event"] == "STEP_FAILURE"]
-    assert failure["level"] == "ERROR" and failure["component"] == "validated_data"
+    assert failure["level"] == "ERROR" and failure["component"] == "synthetic__validated_data"
     assert failure["error"].startswith("Failure: synthetic_2024-01-03.csv (partition 2024-01-03)")
     assert "failed the quality gate (gx_validity)" in failure["error"]
     extra = [r for r in records if r["message"] == "generated the day's flights"]
@@ -350,9 +353,9 @@ def test_health_summarises_rates_durations_checks_and_memory(incidents, capsys):
     assert "  __ephemeral_asset_job__: 20% of 5" in out
     assert "  __ASSET_JOB: 0% of 1" in out
     assert "  weather: 0% of 1, p50 -, p95 -, 2 retries" in out
-    assert "  raw_data: 100% of 1, p50 " in out
-    assert "  validated_data:gx_validity: 0% of 1" in out
-    assert "  validated_data:gx_volume: 100% of 1" in out
+    assert "  synthetic__raw_data: 100% of 1, p50 " in out
+    assert "  synthetic/validated_data:gx_validity: 0% of 1" in out
+    assert "  synthetic/validated_data:gx_volume: 100% of 1" in out
     [flights_line] = [line for line in out.splitlines() if line.startswith("  flights: peak")]
     peak = float(flights_line.split("peak ")[1].split(" MiB")[0])
     request = int(flights_line.split("request ")[1].split(" MiB")[0])
@@ -393,7 +396,7 @@ def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incide
         cli.main(["reproduce", incidents["runs"][DATA][:8], "--sample", "200"])
     assert "(gx_validity)" in str(failed.value)
     err = capsys.readouterr().err
-    assert "reproducing run" in err and "validated_data partition 2024-01-03" in err
+    assert "reproducing run" in err and "synthetic/validated_data partition 2024-01-03" in err
     assert "volume expectations scaled" not in err
     # validated_data writes its GE result and data docs beside the lake; they went to scratch.
     assert sorted(lake_dir.rglob("*")) == stored
@@ -512,7 +515,7 @@ def test_reproduce_command_on_a_failed_raw_data_step_after_the_lake_moved_on(
     )
     assert result.returncode == 1, result.stderr[-3000:]
     assert "dagster._core.definitions.events.Failure: synthetic_2024-01-02.csv" in result.stderr
-    assert f"reproducing run {failed}: raw_data partition 2024-01-02" in result.stderr
+    assert f"reproducing run {failed}: synthetic/raw_data partition 2024-01-02" in result.stderr
     for noise in ("alembic", "SQLiteImpl", " - dagster - ", "INFO"):
         assert noise not in result.stderr, noise
 

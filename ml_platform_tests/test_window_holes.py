@@ -306,7 +306,7 @@ def test_below_coverage_the_model_fails_once_as_data_naming_the_days_and_command
     assert "only 2 of the 4 days of its feature window 2024-01-02..2024-01-05" in message
     assert "features partitions 2024-01-03, 2024-01-04 are not in storage" in message
     assert "`ml-platform materialize --start 2024-01-03 --days 3`" in message
-    assert attempts(result, "model") == 1
+    assert attempts(result, platform.node("model")) == 1
     verdict = classification(platform, result)
     assert verdict.failure_class == DATA, verdict.reason
     assert "WindowCoverageError" in verdict.reason
@@ -329,7 +329,7 @@ def test_in_a_range_a_day_below_coverage_fails_alone(tmp_path, monkeypatch):
     assert "model: 1 of 3 days failed" in message
     assert "model 2024-01-03 was not trained: features partition 2024-01-02 is not" in message
     assert "only 2 of the 3 days of its feature window 2024-01-01..2024-01-03" in message
-    assert attempts(result, "model") == 1
+    assert attempts(result, platform.node("model")) == 1
     assert not platform.stored("model", DAYS[2], "joblib").exists()
     for day in DAYS[3:]:
         assert platform.stored("model", day, "joblib").is_file()

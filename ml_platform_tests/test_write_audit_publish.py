@@ -71,7 +71,9 @@ def test_a_day_failing_validation_keeps_what_was_published_and_quarantines_the_f
     result = platform.materialize(DAY)
 
     assert not result.success
-    assert [e.step_key for e in result.get_step_failure_events()] == ["validated_data"]
+    assert [e.step_key for e in result.get_step_failure_events()] == [
+        platform.node("validated_data")
+    ]
     assert not retried(result)
     assert published(platform) == before
     # The bad file's parse is in the day's quarantine, linked from the failed check.
@@ -116,7 +118,7 @@ def test_a_value_too_big_for_its_int_column_fails_raw_schema_once_naming_it(plat
     result = platform.materialize(DAY)
 
     assert not result.success
-    assert [e.step_key for e in result.get_step_failure_events()] == ["raw_data"]
+    assert [e.step_key for e in result.get_step_failure_events()] == [platform.node("raw_data")]
     assert not retried(result)
     schema = check(result, "raw_schema")
     assert not schema.passed
