@@ -93,7 +93,7 @@ def platform_day(day: dt.date) -> tuple[float, float]:
         seconds, out = timed([sys.executable, __file__, "--run-day", day.isoformat()], env)
         # A rejected model is a verdict, not an error: the day's work was all done.
         failed = json.loads(out)["failed_checks"]
-        if failed not in ([], ["evaluation_report:promotion_verdict"]):
+        if failed not in ([], ["flights/evaluation_report:promotion_verdict"]):
             raise RuntimeError(f"the platform's run of {day} failed checks {failed}")
         return seconds, float(json.loads(out)["run_seconds"])
 
