@@ -173,10 +173,12 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen):
 def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env, tmp_path):
     port = free_port()
     log = (tmp_path / "run.log").open("w")
+    # `make run` serves every bundled dataset: flights and the synthetic one side by side.
+    env = {k: v for k, v in user_env.items() if k != "ML_PLATFORM_DATASET"}
     proc = subprocess.Popen(
-        ["make", "run", "DAYS=2", f"PORT={port}"],
+        ["make", "run", "DAYS=2", "SYNTHETIC_DAYS=3", f"PORT={port}"],
         cwd=REPO,
-        env=user_env,
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -185,14 +187,19 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
     )
     try:
         nodes = wait_for(lambda: graphql(port, ASSETS_QUERY)["assetNodes"], 240, "the UI", proc)
-        by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
-        # The daily graph is materialised for both days (a rejected model's day records it as
-        # not registered); the weekly retrain waits for Monday.
-        assert set(DAILY_ASSETS) | {"full_model", "full_evaluation_report"} <= set(by_key)
-        for key, node in by_key.items():
+        by_key = {tuple(n["assetKey"]["path"]): n for n in nodes}
+        # Each dataset's daily graph is materialised for its landed days (a rejected model's
+        # day records it as not registered); the weekly retrain waits for Monday.
+        days = {"flights": 2, "synthetic": 3}
+        assert {
+            (dataset, name)
+            for dataset in days
+            for name in [*DAILY_ASSETS, "full_model", "full_evaluation_report"]
+        } <= set(by_key)
+        for (dataset, name), node in by_key.items():
             assert node["partitionDefinition"]["type"] == "TIME_WINDOW"
-            expected = 2 if key in DAILY_ASSETS else 0
-            assert node["partitionStats"]["numMaterialized"] == expected, key
+            expected = days[dataset] if name in DAILY_ASSETS else 0
+            assert node["partitionStats"]["numMaterialized"] == expected, (dataset, name)
 
         def daemons_healthy():
             statuses = graphql(port, DAEMONS_QUERY)["instance"]["daemonHealth"]
@@ -211,6 +218,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
                 os.killpg(proc.pid, signal.SIGKILL)
     output = (tmp_path / "run.log").read_text()
     assert "2013-01-02 flights_2013-01-02.csv: 943 rows written" in output
+    assert "landing 3 day(s) of synthetic" in output
     assert "Dagster services shut down" in output
     assert not leftover, f"processes left after Ctrl-C: {leftover}"
     assert code in (0, 130, -signal.SIGINT, 2), output[-3000:]
