@@ -45,8 +45,11 @@ run_launcher:
 # definitions function that records which version of the code built the run's definitions.
 SLEEP_JOB = """
 
+import os as _os
 import pathlib as _pathlib
 import time as _time
+
+from ml_platform.contracts import load_contracts as _load_contracts
 
 
 @dg.op
@@ -61,11 +64,11 @@ def sleep_job() -> None:
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    marker = os.environ.get("TEST_CODE_MARKER")
+    marker = _os.environ.get("TEST_CODE_MARKER")
     if marker:
         _pathlib.Path(marker).write_text(CODE_VERSION)
-    contract = load_contract(os.environ.get("ML_PLATFORM_DATASET", "flights"))
-    return dg.Definitions.merge(build_definitions(contract), dg.Definitions(jobs=[sleep_job]))
+    contracts = _load_contracts(None, _os.environ.get("ML_PLATFORM_DATASET"))
+    return dg.Definitions.merge(build_definitions(contracts), dg.Definitions(jobs=[sleep_job]))
 
 
 CODE_VERSION = "v1"
