@@ -44,7 +44,7 @@ class DatasetChoiceError(ValueError):
 
 
 def choose(
-    contracts: Sequence[Contract], name: str | None, where: str = "the location"
+    contracts: Sequence[Contract], name: str | None, where: str = "the code location"
 ) -> Contract:
     """The contract named `name`; without a name, the only one (an error lists the choices)."""
     names = ", ".join(c.name for c in contracts)
