@@ -145,13 +145,14 @@ def land(landing: Path, start: dt.date, days: int) -> None:
 
 
 def step_seconds(runs: list[dict]) -> dict[str, float]:
-    """Seconds per step key over the runs."""
+    """Seconds per step over the runs, by asset name (step keys are `flights__<asset>`)."""
     seconds: dict[str, float] = {}
     for run in runs:
         for step in run["stepStats"]:
             if step["startTime"] and step["endTime"]:
                 took = step["endTime"] - step["startTime"]
-                seconds[step["stepKey"]] = seconds.get(step["stepKey"], 0.0) + took
+                name = step["stepKey"].removeprefix("flights__")
+                seconds[name] = seconds.get(name, 0.0) + took
     return {key: round(value, 1) for key, value in seconds.items()}
 
 
@@ -195,7 +196,7 @@ def backfill(start: dt.date, days: int, root: Path) -> dict:
                 "params": {
                     "partitionsByAssets": [
                         {
-                            "assetKey": {"path": [name]},
+                            "assetKey": {"path": ["flights", name]},
                             "partitions": {
                                 "range": {"start": partitions[0], "end": partitions[-1]}
                             },

@@ -163,7 +163,7 @@ def measure_step(
 ) -> str:
     """One row of the drift-step table."""
     lake = tempfile.TemporaryDirectory(prefix="drift-bench-")
-    io_manager = LakeIOManager(storage=LocalStorage(base_dir=lake.name), dataset=contract.name)
+    io_manager = LakeIOManager(storage=LocalStorage(base_dir=lake.name))
     days = [BASELINE_DAY.isoformat()]
     rows = len(current)
     decision = timed(lambda: detect_drift([reference], current, contract), repeat, rows)

@@ -118,7 +118,7 @@ def materialise(
             partition_key=day,
             resources=defs.resources,
             instance=instance,
-            selection=selection,
+            selection=[f"synthetic/{name}" for name in selection],
             raise_on_error=memory is None,
         )
 
@@ -175,12 +175,14 @@ def child_platform(root: Path, day: str) -> dict[str, Any]:
     result = materialise(root, day, [s for s in STEP_ORDER if s != "features_drift"], memory)
     total = time.perf_counter() - started
     own = {
-        event.asset_key.to_user_string(): event.materialization.metadata.get("step_peak_rss_mb")
+        event.asset_key.path[-1]: event.materialization.metadata.get("step_peak_rss_mb")
         for event in result.get_asset_materialization_events()
     }
     steps = {}
     for key, figures in memory.steps.items():
         # A check's step key is derived from its asset's and its own name.
+        # Asset steps are named by the key's path: `synthetic__raw_data`.
+        key = key.removeprefix("synthetic__")
         name = key if key in STEP_ORDER else next((s for s in STEP_ORDER if s in key), key)
         reported = own.get(name)
         figures["platform_step_peak_rss_mb"] = reported.value if reported is not None else None

@@ -93,7 +93,7 @@ def platform_day(day: dt.date) -> tuple[float, float]:
         seconds, out = timed([sys.executable, __file__, "--run-day", day.isoformat()], env)
         # A rejected model is a verdict, not an error: the day's work was all done.
         failed = json.loads(out)["failed_checks"]
-        if failed not in ([], ["evaluation_report:promotion_verdict"]):
+        if failed not in ([], ["flights/evaluation_report:promotion_verdict"]):
             raise RuntimeError(f"the platform's run of {day} failed checks {failed}")
         return seconds, float(json.loads(out)["run_seconds"])
 
@@ -139,11 +139,11 @@ def launched_day(day: dt.date) -> dict:
         stack.start()
         try:
             stack.wait(lambda: stack.graphql("{ version }", {}), 180, "the webserver")
-            warm_up = finished(stack, launch(stack, "ingestion_job", day + WARM_UP_DAY))
+            warm_up = finished(stack, launch(stack, "flights_ingestion_job", day + WARM_UP_DAY))
             if warm_up["status"] != "SUCCESS":
                 raise RuntimeError(f"the warm-up run failed; see {root}/daemon.log")
             launched_at = time.time()
-            run_id = launch(stack, "daily_pipeline_job", day)
+            run_id = launch(stack, "flights_daily_pipeline_job", day)
             run = finished(stack, run_id)
             seconds = time.time() - launched_at
             decision = verdict(root / "lake", day)
@@ -176,12 +176,13 @@ def run_day(day: str) -> None:
     import dagster as dg
 
     from ml_platform.definitions import DAILY_JOB, defs
+    from ml_platform.platform.datasets import dataset_name
 
     started = time.perf_counter()
     with dg.DagsterInstance.get() as instance:
         result = (
             defs()
-            .resolve_job_def(DAILY_JOB)
+            .resolve_job_def(dataset_name("flights", DAILY_JOB))
             .execute_in_process(partition_key=day, instance=instance, raise_on_error=False)
         )
     failed = [

@@ -42,9 +42,14 @@ from ml_platform.automation.landing_sensor import (
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions
+from ml_platform.platform.datasets import dataset_name
 
 FILE_BYTES = b"event_time,x1\n2024-01-01T00:00:00,0.5\n"
 BUCKET = "landing-bench"
+
+
+# The dataset of the benchmark's contract, whose landing sensor is ticked.
+SENSED = "synthetic"
 
 
 def long_contract(directory: Path, first_day: dt.date) -> Contract:
@@ -110,7 +115,8 @@ class Ticker:
 
     def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance):
         self.repository = defs.get_repository_def()
-        self.sensor = self.repository.get_sensor_def(LANDING_SENSOR)
+        self.sensor_name = dataset_name(SENSED, LANDING_SENSOR)
+        self.sensor = self.repository.get_sensor_def(self.sensor_name)
         self.resources = {
             key: self.repository.get_top_level_resources()[key]
             for key in self.sensor.required_resource_keys
@@ -126,7 +132,7 @@ class Ticker:
             instance=self.instance,
             cursor=self.cursor,
             repository_def=self.repository,
-            sensor_name=LANDING_SENSOR,
+            sensor_name=self.sensor_name,
             resources=self.resources,
         ) as context:
             data = self.sensor.evaluate_tick(context)

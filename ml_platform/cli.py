@@ -13,7 +13,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ml_platform.contracts import ContractError, load_contract
+from ml_platform.contracts import (
+    Contract,
+    ContractError,
+    DatasetChoiceError,
+    choose,
+    load_contract,
+    load_contracts,
+)
 from ml_platform.ingestion.synthetic import BYTE_FAULTS, FAULTS, Drift
 from ml_platform.platform.settings import Location, Settings
 
@@ -23,6 +30,10 @@ if TYPE_CHECKING:
 # Step events go to the instance (and the UI); the terminal shows one line a day and errors.
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 R = TypeVar("R")
+DATASET_HELP = (
+    "the dataset's name, or a contract file; default: the only dataset of the code location "
+    "(ML_PLATFORM_CONTRACTS, narrowed by ML_PLATFORM_DATASET)"
+)
 
 
 def _date(text: str) -> dt.date:
@@ -60,12 +71,25 @@ def _landing_dir(args: argparse.Namespace, settings: Settings) -> str:
         raise SystemExit(f"error: {exc}") from None
 
 
+def dataset_of(args: argparse.Namespace, settings: Settings) -> Contract:
+    """The dataset a command acts on: `--dataset` (a name or a contract file), else the only one.
+
+    Names are those of the code location's contracts (ML_PLATFORM_CONTRACTS, narrowed by
+    ML_PLATFORM_DATASET); several and no `--dataset` is an error listing them.
+    """
+    name = args.dataset
+    if name and Path(name).suffix in {".yaml", ".yml"}:
+        return load_contract(name)
+    return choose(load_contracts(settings.contracts_dir, settings.dataset), name)
+
+
 def land(args: argparse.Namespace) -> int:
     """Write day files into the landing zone as an upstream system would."""
     from ml_platform.ingestion.landing import LandingZone, land_days
 
-    contract = load_contract(args.dataset)
-    zone = LandingZone(base_dir=_landing_dir(args, Settings()))
+    settings = Settings()
+    contract = dataset_of(args, settings)
+    zone = LandingZone(base_dir=_landing_dir(args, settings))
     drift = None
     if args.drift_feature:
         drift = Drift(args.drift_feature, args.drift_sd, args.drift_from or args.start)
@@ -88,15 +112,17 @@ def land(args: argparse.Namespace) -> int:
 def landing_status(args: argparse.Namespace) -> int:
     """Map landed files to days; name misfits and refused entries, each with the reason.
 
-    Refused: links, non-regular files and unsafe S3 keys, which nothing reads. The zone is the
+    Refused: links, non-regular files and unsafe S3 keys, which nothing reads. Files named for
+    another dataset of the code location are left to it. The zone is the
     code location's (a directory, or the S3 prefix of ML_PLATFORM_LANDING_URL) unless
     --landing-dir names a directory.
     """
-    from ml_platform.ingestion.landing import LandingZone, S3LandingZone, scan_landing
+    from ml_platform.ingestion.landing import LandingZone, S3LandingZone, own_files, scan_landing
     from ml_platform.platform.storage import at_location, s3_resource
 
-    contract = load_contract(args.dataset)
     settings = Settings()
+    contract = dataset_of(args, settings)
+    served = load_contracts(settings.contracts_dir, settings.dataset)
     location = settings.landing
     if location.kind == "local" or args.landing_dir:
         location = Location.directory(_landing_dir(args, settings))
@@ -104,7 +130,9 @@ def landing_status(args: argparse.Namespace) -> int:
     with configured(source) as zone:
         entries = zone.entries()
         refused = {e.name: e.refused for e in entries if e.refused is not None}
-        scan = scan_landing(contract, [e.name for e in entries if e.refused is None])
+        readable = [e.name for e in entries if e.refused is None]
+        # Files of the other datasets of the code location are theirs, not misfits of this one.
+        scan = scan_landing(contract, own_files(contract, readable, served))
         days = sorted(scan.days)
         span = f" ({days[0]} to {days[-1]})" if days else ""
         print(f"{zone.path_for('')}: {len(days)} day file(s) of {contract.name}{span}")
@@ -117,12 +145,14 @@ def landing_status(args: argparse.Namespace) -> int:
     return 1 if scan.problems or refused else 0
 
 
-def day_outcome(result: "dg.ExecuteInProcessResult") -> str:
+def day_outcome(result: "dg.ExecuteInProcessResult", dataset: str) -> str:
     """What a successful day's run did to the registry, as registered_model recorded it.
 
     `promoted`, `kept champion (challenger)` or `rejected: <reason>`.
     """
-    for event in result.asset_materializations_for_node("registered_model"):
+    from ml_platform.platform.datasets import op_name
+
+    for event in result.asset_materializations_for_node(op_name(dataset, "registered_model")):
         outcome = event.metadata.get("outcome")
         if outcome is not None:
             return str(outcome.value)
@@ -207,15 +237,21 @@ def materialize(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.definitions import DAILY_JOB, build_definitions
+    from ml_platform.platform.datasets import asset_key, dataset_name
 
     settings = Settings()
-    job = build_definitions(load_contract(settings.dataset), settings).resolve_job_def(DAILY_JOB)
+    contract = dataset_of(args, settings)
+    job = build_definitions(contract, settings).resolve_job_def(
+        dataset_name(contract.name, DAILY_JOB)
+    )
     days = [d.isoformat() for d in _days(args.start, args.days)]
     failed = []
     finished: str | None = None  # the last day whose run ended
     with stop_signals() as stop_signal, dg.DagsterInstance.get() as instance:
         try:
-            done = instance.get_materialized_partitions(dg.AssetKey("evaluation_report"))
+            done = instance.get_materialized_partitions(
+                asset_key(contract.name, "evaluation_report")
+            )
             for i, day in enumerate(days, start=1):
                 prefix = f"[{i:>{len(str(len(days)))}}/{len(days)}] {day}"
                 if day in done and not args.force:
@@ -251,8 +287,9 @@ def materialize(args: argparse.Namespace) -> int:
                         flush=True,
                     )
                     continue
+                outcome = day_outcome(result, contract.name)
                 print(
-                    f"{prefix} {day_outcome(result)} ({seconds:.1f}s, run {result.run_id[:8]})",
+                    f"{prefix} {outcome} ({seconds:.1f}s, run {result.run_id[:8]})",
                     flush=True,
                 )
         except StopRequested as stop:
@@ -277,7 +314,7 @@ def score(args: argparse.Namespace) -> int:
     from ml_platform.validation.schema import type_rows
 
     settings = Settings()
-    contract = load_contract(settings.dataset)
+    contract = dataset_of(args, settings)
     lake_storage = at_location(settings.lake, LocalStorage, S3Storage, s3_resource(settings))
     # The code location's lake, a directory or S3; resolving it fails naming a missing variable.
     with configured(lake_storage) as lake:
@@ -379,7 +416,7 @@ def reproduce(args: argparse.Namespace) -> int:
     logger.setLevel(logging.INFO)
     logger.propagate = False
     settings = Settings()
-    contract = load_contract(settings.dataset)
+    contract = dataset_of(args, settings)
     defs = build_definitions(contract, settings)
     try:
         with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
@@ -431,7 +468,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("land", help="land day files of a dataset into the landing zone")
-    p.add_argument("dataset", help="bundled contract name (flights, synthetic) or contract path")
+    p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
     p.add_argument("--days", type=int, default=1, help="number of consecutive days")
     p.add_argument("--landing-dir", help="default: $ML_PLATFORM_LANDING_DIR")
@@ -450,7 +487,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=land)
 
     p = sub.add_parser("landing-status", help="map landed files to days; report misfits")
-    p.add_argument("dataset", help="bundled contract name or contract path")
+    p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument("--landing-dir", help="default: $ML_PLATFORM_LANDING_DIR")
     p.set_defaults(func=landing_status)
 
@@ -458,6 +495,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
     p.add_argument("--days", type=int, default=1, help="number of consecutive days")
     p.add_argument("--force", action="store_true", help="rerun days already materialised")
+    p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=materialize)
 
     p = sub.add_parser("score", help="score a file with a registered model")
@@ -465,6 +503,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--alias", default="champion", choices=["champion", "challenger"])
     p.add_argument("--version", help="a registered version instead of an alias")
     p.add_argument("--output", type=Path, help="default: FILE.scored.csv beside the input")
+    p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=score)
 
     p = sub.add_parser("diagnose", help="explain a failed run: step, last log lines, class")
@@ -479,6 +518,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("run_id", help="the failed run's id or a unique prefix of it")
     p.add_argument("--sample", type=int, default=100, help="rows per input partition")
     p.add_argument("--pdb", action="store_true", help="open the debugger where it raised")
+    p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=reproduce)
 
     p = sub.add_parser("health", help="success rates, durations, checks, memory requests")
@@ -502,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except ContractError as exc:
+    except (ContractError, DatasetChoiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,4 +1,12 @@
-"""The code location: the asset graph of one dataset's contract, wired by the settings."""
+"""The code location: the asset graph of every dataset's contract, wired by the settings.
+
+Each dataset has the whole graph under its own names (`flights/raw_data`, group
+`flights_ingestion`, `flights_daily_pipeline_job`, ...; see `ml_platform.platform.datasets`);
+the datasets share the storage resources, the IO manager (which stores by asset key) and the
+alert sensors, which watch every run.
+"""
+
+from collections.abc import Sequence
 
 import dagster as dg
 
@@ -7,13 +15,14 @@ from ml_platform.automation.alerts import Notifier
 from ml_platform.automation.jobs import TRAINING_TAGS, build_ingestion_job
 from ml_platform.automation.landing_sensor import build_landing_sensor
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
-from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts import Contract, load_contracts
 from ml_platform.drift.checks import build_drift_checks
 from ml_platform.evaluation.assets import build_evaluation_report
 from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.landing import LandingZone, S3LandingZone
+from ml_platform.platform.datasets import dataset_name
 from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
 from ml_platform.platform.storage import (
@@ -31,25 +40,15 @@ DAILY_JOB = "daily_pipeline_job"
 WEEKLY_RETRAIN_JOB = "weekly_retrain_job"
 
 
-def build_definitions(
-    contract: Contract,
-    settings: Settings | None = None,
-    *,
-    landing_dir: str | None = None,
-    lake_dir: str | None = None,
+def dataset_definitions(
+    contract: Contract, sensor_interval_seconds: int, served: Sequence[Contract] = ()
 ) -> dg.Definitions:
-    """The whole daily graph of `contract`, its storage and automation as `settings` say.
+    """The daily graph of one dataset with its jobs, schedules and landing sensor.
 
-    `settings` defaults to the environment's; `landing_dir` and `lake_dir` (tests) put the
-    landing zone or the lake in a directory whatever the settings say.
+    `served` are the contracts of every dataset of the code location: files named for one of
+    the others are left to that dataset's landing sensor.
     """
-    settings = settings or Settings()
-    landing = Location.directory(landing_dir) if landing_dir else settings.landing
-    lake_location = Location.directory(lake_dir) if lake_dir else settings.lake
-    # One S3 client configuration for the landing zone and the lake, wherever each lives.
-    s3 = s3_resource(settings)
-    lake = at_location(lake_location, LocalStorage, S3Storage, s3)
-    interval = settings.sensor_interval_seconds
+    dataset = contract.name
     partitions = daily_partitions(contract)
     daily = [
         build(contract, partitions)
@@ -85,41 +84,78 @@ def build_definitions(
             kind="full",
         ),
     ]
-    assets = daily + full_retrain
+    daily_job = dataset_name(dataset, DAILY_JOB)
+    retrain_job = dataset_name(dataset, WEEKLY_RETRAIN_JOB)
     return dg.Definitions(
-        assets=assets,
+        assets=daily + full_retrain,
         asset_checks=build_drift_checks(contract, partitions),
         jobs=[
             # Both train: the instance runs one training job at a time (dagster.yaml).
-            dg.define_asset_job(DAILY_JOB, selection=daily, tags=TRAINING_TAGS),
-            dg.define_asset_job(WEEKLY_RETRAIN_JOB, selection=full_retrain, tags=TRAINING_TAGS),
-            build_ingestion_job(),
+            dg.define_asset_job(daily_job, selection=daily, tags=TRAINING_TAGS),
+            dg.define_asset_job(retrain_job, selection=full_retrain, tags=TRAINING_TAGS),
+            build_ingestion_job(dataset),
         ],
         schedules=[
-            build_daily_schedule(partitions, DAILY_JOB, [a.key.to_user_string() for a in daily]),
-            build_weekly_retrain_schedule(partitions, WEEKLY_RETRAIN_JOB),
+            build_daily_schedule(dataset, partitions, daily_job, [a.key for a in daily]),
+            build_weekly_retrain_schedule(dataset, partitions, retrain_job),
         ],
         sensors=[
             build_landing_sensor(
-                contract, partitions, DAILY_JOB, minimum_interval_seconds=interval
+                contract,
+                partitions,
+                daily_job,
+                minimum_interval_seconds=sensor_interval_seconds,
+                other_datasets=served,
             ),
-            *build_alert_sensors(minimum_interval_seconds=interval),
         ],
+    )
+
+
+def build_definitions(
+    contracts: Contract | Sequence[Contract],
+    settings: Settings | None = None,
+    *,
+    landing_dir: str | None = None,
+    lake_dir: str | None = None,
+) -> dg.Definitions:
+    """The graphs of `contracts` (one or several), their storage and automation as `settings` say.
+
+    `settings` defaults to the environment's; `landing_dir` and `lake_dir` (tests) put the
+    landing zone or the lake in a directory whatever the settings say.
+    """
+    contracts = [contracts] if isinstance(contracts, Contract) else list(contracts)
+    settings = settings or Settings()
+    landing = Location.directory(landing_dir) if landing_dir else settings.landing
+    lake_location = Location.directory(lake_dir) if lake_dir else settings.lake
+    # One S3 client configuration for the landing zone and the lake, wherever each lives.
+    s3 = s3_resource(settings)
+    lake = at_location(lake_location, LocalStorage, S3Storage, s3)
+    interval = settings.sensor_interval_seconds
+    shared = dg.Definitions(
+        sensors=build_alert_sensors(minimum_interval_seconds=interval),
         resources={
             "s3": s3,
             "landing": at_location(landing, LandingZone, S3LandingZone, s3),
             "notifier": Notifier(**settings.notifier_config),
             "lake": lake,
-            "io_manager": LakeIOManager(storage=lake, dataset=contract.name),
+            # Keys start with the dataset, so one IO manager stores every dataset in its folder.
+            "io_manager": LakeIOManager(storage=lake),
         },
         # A day is ~1k rows: one process per step would spend more time importing pandas and
         # scikit-learn than computing, so steps of a run share one process.
         executor=dg.in_process_executor,
     )
+    return dg.Definitions.merge(
+        *(dataset_definitions(c, interval, contracts) for c in contracts), shared
+    )
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    """Definitions of the dataset named by ML_PLATFORM_DATASET (a bundled name or a path)."""
+    """Every dataset of ML_PLATFORM_CONTRACTS, or the one ML_PLATFORM_DATASET names.
+
+    ML_PLATFORM_CONTRACTS is a directory of contracts (default: the bundled ones);
+    ML_PLATFORM_DATASET is the name of one of them, or a contract file's path.
+    """
     settings = Settings()
-    return build_definitions(load_contract(settings.dataset), settings)
+    return build_definitions(load_contracts(settings.contracts_dir, settings.dataset), settings)

@@ -13,6 +13,7 @@ from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform.platform.datasets import asset_key, op_name
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_ASSETS = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
@@ -82,14 +83,23 @@ class Platform:
         dates = [dt.date.fromisoformat(d) for d in days_from(start, days)]
         list(land_days(self.contract, zone, dates, **switches))
 
+    def key(self, asset: str) -> dg.AssetKey:
+        """The key of the dataset's asset `asset` (keys are prefixed by the dataset)."""
+        return asset_key(self.contract.name, asset)
+
+    def node(self, asset: str) -> str:
+        """The op of the dataset's asset `asset`, as `asset_materializations_for_node` wants."""
+        return op_name(self.contract.name, asset)
+
     def materialize(self, day: str, selection=None) -> dg.ExecuteInProcessResult:
+        """Materialise `day` of the assets named in `selection` (default: the daily job's)."""
         assets = list(self.defs.assets or [])
         return dg.materialize(
             assets,
             partition_key=day,
             resources=self.defs.resources,
             instance=self.instance,
-            selection=selection or DAILY_ASSETS,
+            selection=[self.key(name) for name in selection or DAILY_ASSETS],
             raise_on_error=False,
         )
 
@@ -97,7 +107,7 @@ class Platform:
         return self.lake_dir / self.contract.name / asset / f"{day}.{ext}"
 
     def materialized(self, asset: str) -> set[str]:
-        return set(self.instance.get_materialized_partitions(dg.AssetKey(asset)))
+        return set(self.instance.get_materialized_partitions(self.key(asset)))
 
 
 @pytest.fixture

@@ -465,7 +465,7 @@ def test_a_missing_landed_file_fails_at_once_as_a_data_failure(platform_for):
     outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
     assert outcome is not None
     [failure] = outcome.step_failures
-    assert failure.step == "raw_data" and failure.user_failure
+    assert failure.step == platform.node("raw_data") and failure.user_failure
     assert failure.message.startswith("No landed file for partition 2024-01-05: expected ")
     verdict = classify_failure(outcome.step_failures, outcome.failed_checks)
     assert verdict.failure_class == DATA

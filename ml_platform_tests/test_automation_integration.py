@@ -39,8 +39,9 @@ SYNTHETIC = load_contract("synthetic")
 BUCKET = "landing"
 PREFIX = "incoming/"
 LOCATION = {"repositoryLocationName": "ml_platform", "repositoryName": "__repository__"}
-DAILY_JOB = "daily_pipeline_job"
-INGESTION_JOB = "ingestion_job"
+DAILY_JOB = "synthetic_daily_pipeline_job"
+INGESTION_JOB = "synthetic_ingestion_job"
+LANDING_SENSOR = "synthetic_landing_sensor"
 
 
 def day(offset: int) -> str:
@@ -125,7 +126,7 @@ class Stack(DagsterProcesses):
         ]
 
     def sensor(self, mutation: str) -> None:
-        selector = {**LOCATION, "sensorName": "landing_sensor"}
+        selector = {**LOCATION, "sensorName": LANDING_SENSOR}
         if mutation == "start":
             result = self.graphql(START_SENSOR, {"selector": selector})["startSensor"]
             assert result["sensorState"]["status"] == "RUNNING", result
@@ -150,7 +151,7 @@ class Stack(DagsterProcesses):
         return {run_id for t in ticks for run_id in t["originRunIds"]}
 
     def sensor_ticks_since(self, timestamp: float) -> int:
-        return sum(1 for t in self.ticks("landing_sensor") if t["timestamp"] > timestamp)
+        return sum(1 for t in self.ticks(LANDING_SENSOR) if t["timestamp"] > timestamp)
 
     def daemon_passed(self, timestamp: float) -> bool:
         """Whether the sensor daemon has run two loops since `timestamp`, none still in flight.
@@ -158,7 +159,7 @@ class Stack(DagsterProcesses):
         A loop reads the sensors' states when it begins, so a loop that began before a sensor
         was stopped may still evaluate it; the second loop after the stop cannot.
         """
-        selector = {**LOCATION, "sensorName": "landing_sensor"}
+        selector = {**LOCATION, "sensorName": LANDING_SENSOR}
         state = self.graphql(SENSOR_QUERY, {"selector": selector})["sensorOrError"]["sensorState"]
         if state["status"] != "STOPPED":
             # A tick that was running when the sensor was stopped stores its cursor with the
@@ -282,7 +283,7 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
     )
     assert sorted(r["tags"]["dagster/partition"] for r in first) == [day(0), day(1), day(2)]
     for run in first:
-        assert run["tags"]["dagster/sensor_name"] == "landing_sensor"
+        assert run["tags"]["dagster/sensor_name"] == LANDING_SENSOR
         expected = f"s3://{BUCKET}/{PREFIX}synthetic_{run['tags']['dagster/partition']}.csv"
         assert run["tags"]["ml_platform/landed_file"] == expected
 

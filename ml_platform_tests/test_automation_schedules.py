@@ -7,11 +7,19 @@ import dagster as dg
 import pytest
 
 from ml_platform.automation.alert_sensors import ALERT_SENSORS
-from ml_platform.automation.jobs import INGESTION_JOB, WORKLOAD_TAG
+from ml_platform.automation.jobs import DATASET_PARTITION_TAG, INGESTION_JOB, WORKLOAD_TAG
 from ml_platform.automation.landing_sensor import LANDING_SENSOR
 from ml_platform.automation.schedules import DAILY_SCHEDULE, WEEKLY_RETRAIN_SCHEDULE
 from ml_platform.contracts import load_contract
 from ml_platform.definitions import DAILY_JOB, WEEKLY_RETRAIN_JOB, build_definitions
+from ml_platform.platform.datasets import asset_key, dataset_name
+
+FLIGHTS_DAILY_SCHEDULE = dataset_name("flights", DAILY_SCHEDULE)
+FLIGHTS_WEEKLY_RETRAIN_SCHEDULE = dataset_name("flights", WEEKLY_RETRAIN_SCHEDULE)
+FLIGHTS_DAILY_JOB = dataset_name("flights", DAILY_JOB)
+FLIGHTS_WEEKLY_RETRAIN_JOB = dataset_name("flights", WEEKLY_RETRAIN_JOB)
+FLIGHTS_INGESTION_JOB = dataset_name("flights", INGESTION_JOB)
+FLIGHTS_LANDING_SENSOR = dataset_name("flights", LANDING_SENSOR)
 
 
 @pytest.fixture(scope="module")
@@ -39,30 +47,34 @@ NEW_YORK = ZoneInfo("America/New_York")
 
 def test_daily_schedule_runs_the_day_that_just_ended_in_the_dataset_timezone(flights):
     defs, repository = flights
-    schedule = defs.resolve_schedule_def(DAILY_SCHEDULE)
+    schedule = defs.resolve_schedule_def(FLIGHTS_DAILY_SCHEDULE)
     assert schedule.cron_schedule == "0 2 * * *"
     assert schedule.execution_timezone == "America/New_York"  # the flights contract's timezone
-    assert schedule.job_name == DAILY_JOB
+    assert schedule.job_name == FLIGHTS_DAILY_JOB
 
     # 02:00 in New York is 07:00 UTC: the previous day there, not the UTC day.
-    result = evaluate(defs, repository, DAILY_SCHEDULE, dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK))
+    result = evaluate(
+        defs, repository, FLIGHTS_DAILY_SCHEDULE, dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
+    )
 
     [request] = result.run_requests
     assert request.partition_key == "2013-03-04"
     assert request.tags["dagster/partition"] == "2013-03-04"
-    assert request.run_key == f"{DAILY_SCHEDULE}:2013-03-04"
+    assert request.run_key == f"{FLIGHTS_DAILY_SCHEDULE}:2013-03-04"
+    # The instance's one-run-per-day limit keys on the dataset and the day together.
+    assert request.tags[DATASET_PARTITION_TAG] == "flights:2013-03-04"
 
 
 def test_daily_schedule_skips_a_day_that_is_already_done(flights):
     defs, repository = flights
-    job_assets = defs.resolve_job_def(DAILY_JOB).asset_layer.executable_asset_keys
+    job_assets = defs.resolve_job_def(FLIGHTS_DAILY_JOB).asset_layer.executable_asset_keys
     with dg.instance_for_test() as instance:
         for key in job_assets:
             instance.report_runless_asset_event(
                 dg.AssetMaterialization(asset_key=key, partition="2013-03-04")
             )
         at = dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
-        result = evaluate(defs, repository, DAILY_SCHEDULE, at, instance)
+        result = evaluate(defs, repository, FLIGHTS_DAILY_SCHEDULE, at, instance)
 
     assert result.run_requests == []
     assert "2013-03-04 is already materialised" in (result.skip_message or "")
@@ -70,17 +82,17 @@ def test_daily_schedule_skips_a_day_that_is_already_done(flights):
 
 def test_weekly_retrain_runs_on_monday_for_sunday(flights):
     defs, repository = flights
-    schedule = defs.resolve_schedule_def(WEEKLY_RETRAIN_SCHEDULE)
+    schedule = defs.resolve_schedule_def(FLIGHTS_WEEKLY_RETRAIN_SCHEDULE)
     assert schedule.cron_schedule == "0 2 * * 1"
     assert schedule.execution_timezone == "America/New_York"
-    assert schedule.job_name == WEEKLY_RETRAIN_JOB
+    assert schedule.job_name == FLIGHTS_WEEKLY_RETRAIN_JOB
 
     monday = dt.datetime(2013, 1, 7, 2, tzinfo=NEW_YORK)
     assert monday.weekday() == 0
-    [request] = evaluate(defs, repository, WEEKLY_RETRAIN_SCHEDULE, monday).run_requests
+    [request] = evaluate(defs, repository, FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, monday).run_requests
 
     assert request.partition_key == "2013-01-06"
-    assert request.run_key == f"{WEEKLY_RETRAIN_SCHEDULE}:2013-01-06"
+    assert request.run_key == f"{FLIGHTS_WEEKLY_RETRAIN_SCHEDULE}:2013-01-06"
 
 
 def test_synthetic_schedules_use_utc(tmp_path):
@@ -90,16 +102,21 @@ def test_synthetic_schedules_use_utc(tmp_path):
         lake_dir=str(tmp_path / "lake"),
     )
     at = dt.datetime(2024, 3, 1, 2, tzinfo=dt.UTC)
-    result = evaluate(defs, defs.get_repository_def(), DAILY_SCHEDULE, at)
+    result = evaluate(
+        defs, defs.get_repository_def(), dataset_name("synthetic", DAILY_SCHEDULE), at
+    )
     assert [r.partition_key for r in result.run_requests] == ["2024-02-29"]
 
 
 def test_automation_is_registered_with_safe_defaults(flights):
     defs, _ = flights
-    assert defs.resolve_sensor_def(LANDING_SENSOR).job_name == DAILY_JOB
+    assert defs.resolve_sensor_def(FLIGHTS_LANDING_SENSOR).job_name == FLIGHTS_DAILY_JOB
     # New-file runs and schedules start stopped: turning them on is a deliberate act.
-    assert defs.resolve_sensor_def(LANDING_SENSOR).default_status == dg.DefaultSensorStatus.STOPPED
-    for name in (DAILY_SCHEDULE, WEEKLY_RETRAIN_SCHEDULE):
+    assert (
+        defs.resolve_sensor_def(FLIGHTS_LANDING_SENSOR).default_status
+        == dg.DefaultSensorStatus.STOPPED
+    )
+    for name in (FLIGHTS_DAILY_SCHEDULE, FLIGHTS_WEEKLY_RETRAIN_SCHEDULE):
         assert defs.resolve_schedule_def(name).default_status == dg.DefaultScheduleStatus.STOPPED
     # Alerts are on from the start: failing in silence is the one thing never wanted.
     for name in ALERT_SENSORS:
@@ -108,14 +125,14 @@ def test_automation_is_registered_with_safe_defaults(flights):
 
 def test_jobs_carry_the_workload_tag_the_concurrency_limits_use(flights):
     defs, _ = flights
-    assert defs.resolve_job_def(DAILY_JOB).tags[WORKLOAD_TAG] == "training"
-    assert defs.resolve_job_def(WEEKLY_RETRAIN_JOB).tags[WORKLOAD_TAG] == "training"
-    ingestion = defs.resolve_job_def(INGESTION_JOB)
+    assert defs.resolve_job_def(FLIGHTS_DAILY_JOB).tags[WORKLOAD_TAG] == "training"
+    assert defs.resolve_job_def(FLIGHTS_WEEKLY_RETRAIN_JOB).tags[WORKLOAD_TAG] == "training"
+    ingestion = defs.resolve_job_def(FLIGHTS_INGESTION_JOB)
     assert ingestion.tags[WORKLOAD_TAG] == "ingestion"
     assert {k.to_user_string() for k in ingestion.asset_layer.executable_asset_keys} == {
-        "raw_data",
-        "validated_data",
-        "features",
+        "flights/raw_data",
+        "flights/validated_data",
+        "flights/features",
     }
 
 
@@ -123,7 +140,7 @@ def test_every_storage_step_retries_with_backoff_and_jitter(flights):
     defs, _ = flights
     graph = defs.resolve_asset_graph()
     for name in ("raw_data", "validated_data", "features"):
-        node = graph.get(dg.AssetKey(name))
+        node = graph.get(asset_key("flights", name))
         policy = node.assets_def.op.retry_policy
         assert policy is not None, name
         assert policy.max_retries == 3

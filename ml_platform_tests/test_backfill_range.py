@@ -26,7 +26,7 @@ def materialize_range(
         [*(platform.defs.assets or []), *(platform.defs.asset_checks or [])],
         resources=platform.defs.resources,
         instance=platform.instance,
-        selection=selection,
+        selection=[platform.key(name) for name in selection],
         tags={
             "dagster/asset_partition_range_start": first,
             "dagster/asset_partition_range_end": last,
@@ -38,7 +38,7 @@ def materialize_range(
 def evaluations(platform: Platform, asset: str, check: str) -> dict[str, bool]:
     """Latest evaluation of a check per partition, from the instance."""
     records = platform.instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(dg.AssetKey(asset), check), limit=100
+        dg.AssetCheckKey(platform.key(asset), check), limit=100
     )
     latest: dict[str, bool] = {}
     for record in reversed(records):  # oldest first, so the latest wins
@@ -90,11 +90,11 @@ def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path):
     # Each day is its own partition: its own metadata and its own check evaluations.
     rows = {
         m.partition: m.metadata["dagster/row_count"].value
-        for m in result.asset_materializations_for_node("raw_data")
+        for m in result.asset_materializations_for_node(in_range.node("raw_data"))
     }
     assert rows == {day: 1000 for day in DAYS}
     for asset in DAILY_ASSETS:
-        for event in result.asset_materializations_for_node(asset):
+        for event in result.asset_materializations_for_node(in_range.node(asset)):
             assert event.metadata["step_wall_seconds"].value > 0, asset
     assert evaluations(in_range, "validated_data", "gx_validity") == {day: True for day in DAYS}
     assert set(evaluations(in_range, "features", "features_drift")) == set(DAYS)

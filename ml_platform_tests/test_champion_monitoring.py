@@ -95,7 +95,7 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
     plotted = {
         r.partition_key: r.asset_materialization.metadata
         for r in platform.instance.fetch_materializations(
-            dg.AssetKey(CHAMPION_PERFORMANCE), limit=100
+            platform.key(CHAMPION_PERFORMANCE), limit=100
         ).records
         if r.asset_materialization is not None
     }
@@ -130,7 +130,7 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
     alerts = [
         a
         for a in evaluate_run(outcome, {}, Notifier(), now=0.0)
-        if a.subject == f"{CHAMPION_PERFORMANCE}:{DECAY_CHECK}"
+        if a.subject == f"{platform.key(CHAMPION_PERFORMANCE).to_user_string()}:{DECAY_CHECK}"
     ]
     assert len(alerts) == 1
     assert alerts[0].severity == WARNING and alerts[0].rule == "check_failed"

@@ -1,12 +1,30 @@
-"""The code location loads and holds one daily-partitioned graph of the five assets."""
+"""The code location loads every contract of its directory, each dataset under its own names."""
+
+import shutil
 
 import dagster as dg
 import pytest
+import yaml
 
+from ml_platform.automation.alert_sensors import ALERT_SENSORS
 from ml_platform.contracts import load_contract
+from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import DAILY_JOB, defs
+from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import ALL_ASSETS
+
+GRAPH = [
+    *ALL_ASSETS,
+    "registered_model",
+    "champion_performance",
+    "full_model",
+    "full_evaluation_report",
+    "registered_full_model",
+]
+PER_DATASET_JOBS = ["daily_pipeline_job", "weekly_retrain_job", "ingestion_job"]
+PER_DATASET_SCHEDULES = ["daily_pipeline_schedule", "weekly_retrain_schedule"]
+STAGES = ["ingestion", "validation", "features", "training", "evaluation", "registry"]
 
 
 @pytest.mark.parametrize("dataset", ["flights", "synthetic"])
@@ -16,25 +34,79 @@ def test_definitions_load_for_each_bundled_dataset(monkeypatch, dataset):
     graph = loaded.resolve_asset_graph()
     contract = load_contract(dataset)
 
-    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert set(ALL_ASSETS) <= keys
-    assert keys - set(ALL_ASSETS) == {
-        "registered_model",
-        "champion_performance",
-        "full_model",
-        "full_evaluation_report",
-        "registered_full_model",
-    }
-    for name in keys:
-        node = graph.get(dg.AssetKey(name))
+    keys = set(graph.get_all_asset_keys())
+    assert keys == {asset_key(dataset, name) for name in GRAPH}
+    for key in keys:
+        node = graph.get(key)
         assert isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
         assert node.partitions_def.start.date() == contract.partitions.start_date
-        assert node.description, f"{name} has no docstring for the UI"
-    assert loaded.resolve_job_def(DAILY_JOB) is not None
-    assert {k.to_user_string() for k in graph.get(dg.AssetKey("model")).parent_keys} == {"features"}
-    assert {
-        k.to_user_string() for k in graph.get(dg.AssetKey("evaluation_report")).parent_keys
-    } == {"model", "features"}
+        assert node.description, f"{key.to_user_string()} has no docstring for the UI"
+    assert loaded.resolve_job_def(dataset_name(dataset, DAILY_JOB)) is not None
+    model = graph.get(asset_key(dataset, "model"))
+    assert model.parent_keys == {asset_key(dataset, "features")}
+    report = graph.get(asset_key(dataset, "evaluation_report"))
+    assert report.parent_keys == {asset_key(dataset, "model"), asset_key(dataset, "features")}
+
+
+def test_one_code_location_serves_every_bundled_dataset_under_its_own_names(monkeypatch):
+    monkeypatch.delenv("ML_PLATFORM_DATASET", raising=False)
+    monkeypatch.delenv("ML_PLATFORM_CONTRACTS", raising=False)
+    loaded = defs()
+    graph = loaded.resolve_asset_graph()
+    datasets = ["flights", "synthetic"]
+
+    assert set(graph.get_all_asset_keys()) == {
+        asset_key(dataset, name) for dataset in datasets for name in GRAPH
+    }
+    # Each dataset is its own set of groups; no asset of one depends on the other's.
+    for dataset in datasets:
+        groups = {graph.get(asset_key(dataset, name)).group_name for name in GRAPH}
+        assert groups == {dataset_name(dataset, stage) for stage in STAGES}
+        for name in GRAPH:
+            parents = graph.get(asset_key(dataset, name)).parent_keys
+            assert all(parent.path[0] == dataset for parent in parents), (dataset, name)
+    repository = loaded.get_repository_def()
+    assert {job.name for job in repository.get_all_jobs()} >= {
+        dataset_name(dataset, job) for dataset in datasets for job in PER_DATASET_JOBS
+    }
+    assert {s.name for s in repository.schedule_defs} == {
+        dataset_name(dataset, schedule)
+        for dataset in datasets
+        for schedule in PER_DATASET_SCHEDULES
+    }
+    # The alert sensors watch every run once, whichever dataset's.
+    assert {s.name for s in repository.sensor_defs} == {
+        *(dataset_name(dataset, "landing_sensor") for dataset in datasets),
+        *ALERT_SENSORS,
+    }
+    # Each dataset's daily job targets its own graph only.
+    flights_job = loaded.resolve_job_def(dataset_name("flights", DAILY_JOB))
+    assert {k.path[0] for k in flights_job.asset_layer.executable_asset_keys} == {"flights"}
+
+
+def test_a_contracts_directory_is_served_and_the_dataset_variable_keeps_one(monkeypatch, tmp_path):
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    document["name"] = "sales"
+    (tmp_path / "sales.yaml").write_text(yaml.safe_dump(document))
+    shutil.copy(bundled_contracts()["flights"], tmp_path / "flights.yaml")
+    monkeypatch.setenv("ML_PLATFORM_CONTRACTS", str(tmp_path))
+    monkeypatch.delenv("ML_PLATFORM_DATASET", raising=False)
+
+    keys = defs().resolve_asset_graph().get_all_asset_keys()
+    assert {key.path[0] for key in keys} == {"flights", "sales"}
+
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "sales")
+    keys = defs().resolve_asset_graph().get_all_asset_keys()
+    assert {key.path[0] for key in keys} == {"sales"}
+
+
+def test_two_contracts_of_one_dataset_name_fail_naming_both_files(monkeypatch, tmp_path):
+    for copy in ("a.yaml", "b.yaml"):
+        shutil.copy(bundled_contracts()["synthetic"], tmp_path / copy)
+    monkeypatch.setenv("ML_PLATFORM_CONTRACTS", str(tmp_path))
+    monkeypatch.delenv("ML_PLATFORM_DATASET", raising=False)
+    with pytest.raises(ValueError, match=r"(?s)b\.yaml.*'synthetic' is also the name in .*a\.yaml"):
+        defs()
 
 
 def test_quality_gates_block_downstream_assets_and_schema_change_only_warns():
@@ -58,7 +130,8 @@ def test_every_check_of_a_daily_asset_has_a_result_per_day(monkeypatch, dataset)
     assert graph.asset_check_keys and unpartitioned == []
 
 
-def test_an_unknown_dataset_fails_with_the_bundled_names(monkeypatch):
+def test_an_unknown_dataset_fails_with_the_served_names(monkeypatch):
+    monkeypatch.delenv("ML_PLATFORM_CONTRACTS", raising=False)
     monkeypatch.setenv("ML_PLATFORM_DATASET", "weather")
-    with pytest.raises(ValueError, match="bundled contracts are: flights, synthetic"):
+    with pytest.raises(ValueError, match="no dataset named 'weather'; the datasets are: flights"):
         defs()

@@ -43,7 +43,7 @@ def store_validated(platform: Platform, day: str, drift: Drift | None = None) ->
     )
     raw = read_landed_file(file_bytes(frame), "day.csv", day, ["segment"])
     io_manager = platform.defs.resources["io_manager"]
-    key = io_manager.key(dg.AssetKey("validated_data"), day, "parquet")
+    key = io_manager.key(platform.key("validated_data"), day, "parquet")
     io_manager.storage.write_bytes(key, serialise(type_rows(raw, contract, day), "parquet"))
 
 
@@ -54,7 +54,7 @@ def store_features(platform: Platform, day: str) -> None:
     raw = read_landed_file(file_bytes(frame), "day.csv", day, ["segment"])
     features = build_features(type_rows(raw, contract, day), contract)
     io_manager = platform.defs.resources["io_manager"]
-    key = io_manager.key(dg.AssetKey("features"), day, "parquet")
+    key = io_manager.key(platform.key("features"), day, "parquet")
     io_manager.storage.write_bytes(key, serialise(features, "parquet"))
 
 
@@ -65,7 +65,7 @@ def run(platform: Platform, day: str, selection: list[str]) -> dg.ExecuteInProce
         partition_key=day,
         resources=defs.resources,
         instance=platform.instance,
-        selection=selection,
+        selection=[platform.key(name) for name in selection],
         raise_on_error=False,
     )
 
@@ -80,7 +80,7 @@ def drift_check(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
 def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path):
     platform = Platform(blocking_on_x2(tmp_path), tmp_path)
     graph = platform.defs.resolve_asset_graph()
-    spec = graph.get_check_spec(dg.AssetCheckKey(dg.AssetKey("features"), FEATURES_DRIFT_CHECK))
+    spec = graph.get_check_spec(dg.AssetCheckKey(platform.key("features"), FEATURES_DRIFT_CHECK))
     assert spec.blocking and spec.partitions_def is not None
 
     for day in DAYS[:3]:
@@ -88,7 +88,7 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     day_one = run(platform, DAYS[0], ["features"])
     first = drift_check(day_one)
     assert first.passed and "not evaluated" in first.description  # nothing before day 1
-    profile = day_one.asset_materializations_for_node("features")[0].metadata
+    profile = day_one.asset_materializations_for_node(platform.node("features"))[0].metadata
     assert profile["profile/x1/count"].value == 1000
     assert profile["profile/x4/nulls"].value > 0  # x4 has about 2 % missing values
     assert profile["profile/segment/distinct"].value == 3
@@ -122,7 +122,7 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     assert Path(check.metadata["report_markdown"].value).read_text() == (
         check.metadata["report"].value
     )
-    assert warned.asset_materializations_for_node("model")
+    assert warned.asset_materializations_for_node(platform.node("model"))
 
     # The day is redone with x2 shifted: x2 is blocking, so the check fails at ERROR and the
     # day's model does not run.
@@ -131,7 +131,7 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     check = drift_check(blocked)
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert "x2 is blocking" in check.description
-    assert not blocked.asset_materializations_for_node("model")
+    assert not blocked.asset_materializations_for_node(platform.node("model"))
     report = json.loads(Path(check.metadata["report_json"].value).read_text())
     assert report["drifting_features"] == ["x2"]  # the rerun replaced the day's report
 

@@ -158,7 +158,7 @@ def materialize_range(platform: Platform, days: list[str]) -> dg.ExecuteInProces
         list(platform.defs.assets or []),
         resources=platform.defs.resources,
         instance=platform.instance,
-        selection=["raw_data", "validated_data"],
+        selection=[platform.key("raw_data"), platform.key("validated_data")],
         tags={
             "dagster/asset_partition_range_start": days[0],
             "dagster/asset_partition_range_end": days[-1],
@@ -212,8 +212,8 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     assert failures["labelled_share(delayed)"]["reference_days"] == GOOD_DAYS
     assert profile.exists()
     # The day stops at its gate: nothing stored for it, no model, and the champion unchanged.
-    materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialised == {"raw_data"}
+    materialised = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert materialised == {platform.key("raw_data")}
     assert not platform.stored("validated_data", EMPTIED_LABEL_DAY, "parquet").exists()
     assert not platform.stored("model", EMPTIED_LABEL_DAY, "joblib").exists()
     assert not (platform.lake_dir / profile_key(platform.contract, EMPTIED_LABEL_DAY)).exists()

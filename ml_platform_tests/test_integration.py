@@ -50,8 +50,33 @@ def test_definitions_validate(user_env):
     assert "All code locations passed validation" in result.stdout + result.stderr
 
 
+def test_one_code_location_validates_and_lists_both_datasets_under_their_names(user_env):
+    # The default: every bundled contract, each dataset's definitions under its own names.
+    env = {k: v for k, v in user_env.items() if k != "ML_PLATFORM_DATASET"}
+    dagster = str(BIN / "dagster")
+    validated = run([dagster, "definitions", "validate", "-w", "workspace.yaml"], env)
+    assert validated.returncode == 0, validated.stderr[-3000:]
+    assert "All code locations passed validation" in validated.stdout + validated.stderr
+
+    listed = {
+        what: run([dagster, *what.split(), "-w", "workspace.yaml"], env).stdout
+        for what in ("job list", "sensor list", "schedule list")
+    }
+    assets = run([dagster, "asset", "list", "-m", "ml_platform.definitions"], env)
+    for dataset in ("flights", "synthetic"):
+        assert {f"{dataset}/{name}" for name in DAILY_ASSETS} <= set(assets.stdout.split())
+        for job in ("daily_pipeline_job", "weekly_retrain_job", "ingestion_job"):
+            assert f"Job: {dataset}_{job}" in listed["job list"]
+        assert f"Sensor: {dataset}_landing_sensor [STOPPED]" in listed["sensor list"]
+        for schedule in ("daily_pipeline_schedule", "weekly_retrain_schedule"):
+            assert f"Schedule: {dataset}_{schedule} [STOPPED]" in listed["schedule list"]
+
+
 def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(user_env):
-    landed = run([str(BIN / "ml-platform"), "land", "flights", "--start", "2013-01-01"], user_env)
+    landed = run(
+        [str(BIN / "ml-platform"), "land", "--dataset", "flights", "--start", "2013-01-01"],
+        user_env,
+    )
     assert landed.returncode == 0, landed.stderr
     assert "2013-01-01 flights_2013-01-01.csv: 842 rows written" in landed.stdout
 
@@ -88,7 +113,9 @@ def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(use
 
 def test_materialize_command_skips_days_already_done(user_env):
     ml = str(BIN / "ml-platform")
-    assert run([ml, "land", "flights", "--start", "2013-01-01", "--days", "2"], user_env)
+    assert run(
+        [ml, "land", "--dataset", "flights", "--start", "2013-01-01", "--days", "2"], user_env
+    )
     first = run([ml, "materialize", "--start", "2013-01-01", "--days", "2"], user_env)
     days = ["2013-01-01", "2013-01-02"]
     rejected = rejected_days(FLIGHTS, Path(user_env["ML_PLATFORM_LAKE_DIR"]), days)
@@ -104,7 +131,9 @@ def test_materialize_command_skips_days_already_done(user_env):
     assert again.returncode == 0
     assert again.stdout.count("already materialised") == 2
 
-    relanded = run([ml, "land", "flights", "--start", "2013-01-01", "--days", "2"], user_env)
+    relanded = run(
+        [ml, "land", "--dataset", "flights", "--start", "2013-01-01", "--days", "2"], user_env
+    )
     assert relanded.stdout.count("rows unchanged") == 2
 
 
@@ -144,10 +173,12 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen):
 def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env, tmp_path):
     port = free_port()
     log = (tmp_path / "run.log").open("w")
+    # `make run` serves every bundled dataset: flights and the synthetic one side by side.
+    env = {k: v for k, v in user_env.items() if k != "ML_PLATFORM_DATASET"}
     proc = subprocess.Popen(
-        ["make", "run", "DAYS=2", f"PORT={port}"],
+        ["make", "run", "DAYS=2", "SYNTHETIC_DAYS=3", f"PORT={port}"],
         cwd=REPO,
-        env=user_env,
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -156,14 +187,19 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
     )
     try:
         nodes = wait_for(lambda: graphql(port, ASSETS_QUERY)["assetNodes"], 240, "the UI", proc)
-        by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
-        # The daily graph is materialised for both days (a rejected model's day records it as
-        # not registered); the weekly retrain waits for Monday.
-        assert set(DAILY_ASSETS) | {"full_model", "full_evaluation_report"} <= set(by_key)
-        for key, node in by_key.items():
+        by_key = {tuple(n["assetKey"]["path"]): n for n in nodes}
+        # Each dataset's daily graph is materialised for its landed days (a rejected model's
+        # day records it as not registered); the weekly retrain waits for Monday.
+        days = {"flights": 2, "synthetic": 3}
+        assert {
+            (dataset, name)
+            for dataset in days
+            for name in [*DAILY_ASSETS, "full_model", "full_evaluation_report"]
+        } <= set(by_key)
+        for (dataset, name), node in by_key.items():
             assert node["partitionDefinition"]["type"] == "TIME_WINDOW"
-            expected = 2 if key in DAILY_ASSETS else 0
-            assert node["partitionStats"]["numMaterialized"] == expected, key
+            expected = days[dataset] if name in DAILY_ASSETS else 0
+            assert node["partitionStats"]["numMaterialized"] == expected, (dataset, name)
 
         def daemons_healthy():
             statuses = graphql(port, DAEMONS_QUERY)["instance"]["daemonHealth"]
@@ -182,6 +218,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
                 os.killpg(proc.pid, signal.SIGKILL)
     output = (tmp_path / "run.log").read_text()
     assert "2013-01-02 flights_2013-01-02.csv: 943 rows written" in output
+    assert "landing 3 day(s) of synthetic" in output
     assert "Dagster services shut down" in output
     assert not leftover, f"processes left after Ctrl-C: {leftover}"
     assert code in (0, 130, -signal.SIGINT, 2), output[-3000:]

@@ -120,11 +120,11 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
     uninterrupted = clean.materialize(DAYS[2], selection=["model"])
 
     assert resumed.success and uninterrupted.success
-    meta = resumed.asset_materializations_for_node("model")[0].metadata
+    meta = resumed.asset_materializations_for_node(killed.node("model"))[0].metadata
     assert meta["estimator"].value == estimator
     assert meta[f"resumed_from_{unit}"].value == killed_at
     assert (
-        uninterrupted.asset_materializations_for_node("model")[0]
+        uninterrupted.asset_materializations_for_node(clean.node("model"))[0]
         .metadata[f"resumed_from_{unit}"]
         .value
         == 0
@@ -187,7 +187,7 @@ def test_a_worse_candidate_stays_challenger_and_a_better_one_is_promoted(tmp_pat
     assert registry.alias("champion") == f"daily-{DAYS[1]}"
     worse = weak.materialize(DAYS[2])
     assert worse.success
-    report = worse.asset_materializations_for_node("evaluation_report")[0].metadata
+    report = worse.asset_materializations_for_node(weak.node("evaluation_report"))[0].metadata
     assert report["decision"].value == "challenger"
     assert report["rmse"].value > report["champion_rmse"].value
     assert registry.alias("champion") == f"daily-{DAYS[1]}"
@@ -215,7 +215,9 @@ def test_a_candidate_below_the_value_thresholds_is_rejected_and_the_run_succeeds
     assert verdict.description.startswith("reject: r2 ")
     assert "misses the bound (at least 0.999)" in verdict.description
     assert registry_of(platform).versions() == []
-    registered = result.asset_materializations_for_node("registered_model")[0].metadata
+    registered = result.asset_materializations_for_node(platform.node("registered_model"))[
+        0
+    ].metadata
     assert registered["version"].value == "none: rejected, not registered"
     assert registered["outcome"].value.startswith("rejected: r2 ")
 

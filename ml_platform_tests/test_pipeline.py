@@ -30,14 +30,18 @@ def test_three_consecutive_days_materialise_every_asset(platform_for, dataset, d
 
     for day in days:
         result = platform.materialize(day)
-        raw = result.asset_materializations_for_node("raw_data")[0].metadata
+        raw = result.asset_materializations_for_node(platform.node("raw_data"))[0].metadata
         landed = Path(raw["source_file"].value).read_bytes()
         assert raw["source_sha256"].value == hashlib.sha256(landed).hexdigest()
         assert raw["source_bytes"].value == raw["bytes_read"].value == len(landed)
-        validated = result.asset_materializations_for_node("validated_data")[0].metadata
+        validated = result.asset_materializations_for_node(platform.node("validated_data"))[
+            0
+        ].metadata
         # validated_data empties its raw input once typed; rows_in still counts its rows.
         assert validated["rows_in"].value == raw["dagster/row_count"].value
-        report = result.asset_materializations_for_node("evaluation_report")[0].metadata
+        report = result.asset_materializations_for_node(platform.node("evaluation_report"))[
+            0
+        ].metadata
         assert metrics <= set(report), f"missing metrics: {metrics - set(report)}"
         assert "Evaluation of the model of" in report["report"].value
         # A rejected model (the first flights day's one-day model may be) is an outcome: the
@@ -109,7 +113,7 @@ def test_model_reads_exactly_the_window_ending_its_day(platform_for, tmp_path):
 
     result = platform.materialize(days[4], selection=["model"])
     assert result.success
-    meta = result.asset_materializations_for_node("model")[0].metadata
+    meta = result.asset_materializations_for_node(platform.node("model"))[0].metadata
     assert meta["window_partitions"].value == days[2:5]
     window_rows = sum(
         len(pd.read_parquet(platform.stored("features", d, "parquet"))) for d in days[2:5]
@@ -134,7 +138,7 @@ def test_first_days_train_on_the_days_that_exist(platform_for):
     # Up to the model: what is judged of a one-day model (167 held-out rows) is not the point.
     result = platform.materialize("2013-01-01", selection=ALL_ASSETS[:4])
     assert result.success
-    meta = result.asset_materializations_for_node("model")[0].metadata
+    meta = result.asset_materializations_for_node(platform.node("model"))[0].metadata
     assert meta["window_partitions"].value == ["2013-01-01"]
 
 

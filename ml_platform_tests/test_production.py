@@ -35,7 +35,7 @@ SYNTHETIC = load_contract("synthetic")
 BUCKET = "ml-platform-data"
 # The prefixes of deploy/iam-policy.json.
 LANDING, LAKE, COMPUTE_LOGS = "landing/", "lake/", "compute-logs"
-DAILY_JOB = "daily_pipeline_job"
+DAILY_JOB = "synthetic_daily_pipeline_job"
 DAILY_ASSETS = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
 
 

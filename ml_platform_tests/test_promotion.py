@@ -203,7 +203,7 @@ def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_pat
     assert checks["promotion_verdict"].severity == dg.AssetCheckSeverity.WARN
     assert checks["rejection_streak"].passed  # one rejection in a row
     # The report carries the improvement over the champion and its paired interval.
-    report = result.asset_materializations_for_node("evaluation_report")[0].metadata
+    report = result.asset_materializations_for_node(strict.node("evaluation_report"))[0].metadata
     gain, low, high = (report[f"improvement_rmse{end}"].value for end in ("", "_low", "_high"))
     assert gain == pytest.approx(report["champion_rmse"].value - report["rmse"].value)
     assert low <= gain <= high
@@ -274,8 +274,8 @@ def test_the_rejection_streak_fails_on_the_nth_rejected_day_of_one_day_runs(tmp_
 
 
 def test_a_day_whose_evaluation_is_missing_or_accepted_ends_the_streak(tmp_path):
-    store = LakeIOManager(storage=LocalStorage(base_dir=str(tmp_path)), dataset="synthetic")
-    key = dg.AssetKey("evaluation_report")
+    store = LakeIOManager(storage=LocalStorage(base_dir=str(tmp_path)))
+    key = dg.AssetKey(["synthetic", "evaluation_report"])
     decisions = {
         "2024-01-01": "reject",
         "2024-01-02": "reject",
@@ -319,7 +319,12 @@ def test_materialize_prints_what_each_day_did_and_fails_only_on_a_real_failure(
         "unbeatable": synthetic_contract(tmp_path, "unbeatable", change_thresholds={"rmse": 10.0}),
         "strict": synthetic_contract(tmp_path, "strict", **UNREACHABLE),
     }
-    assert cli.main(["land", str(tmp_path / "normal.yaml"), "--start", DAYS[0], "--days", "3"]) == 0
+    assert (
+        cli.main(
+            ["land", "--dataset", str(tmp_path / "normal.yaml"), "--start", DAYS[0], "--days", "3"]
+        )
+        == 0
+    )
     capsys.readouterr()
 
     def materialize(contract: str, day: str, days: int = 1) -> tuple[int, str, str]:

@@ -124,7 +124,9 @@ def linked_zone(platform_for, tmp_path):
 def test_landing_status_names_links_out_of_the_zone_with_the_reason(linked_zone, capsys):
     platform, secrets = linked_zone
 
-    code = main(["landing-status", "synthetic", "--landing-dir", str(platform.landing_dir)])
+    code = main(
+        ["landing-status", "--dataset", "synthetic", "--landing-dir", str(platform.landing_dir)]
+    )
 
     out = capsys.readouterr()
     assert code == 1

@@ -303,7 +303,7 @@ def test_turning_the_sensor_on_does_not_rerun_days_already_materialised(local):
     time.sleep(1.1)  # the local zone's mtime slack
     for day in ["2024-01-01", "2024-01-03"]:
         sensor.instance.report_runless_asset_event(
-            dg.AssetMaterialization(asset_key="raw_data", partition=day)
+            dg.AssetMaterialization(asset_key=["synthetic", "raw_data"], partition=day)
         )
 
     assert sensor.requested() == ["2024-01-02"]
@@ -497,7 +497,7 @@ def test_s3_keys_that_could_leave_the_prefix_are_refused_alerted_once_and_never_
 
     monkeypatch.setenv("ML_PLATFORM_LANDING_URL", s3_zone.url)
     monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", s3_zone.s3.endpoint_url or "")
-    assert main(["landing-status", "synthetic"]) == 1
+    assert main(["landing-status", "--dataset", "synthetic"]) == 1
     out = capsys.readouterr()
     assert "1 day file(s) of synthetic" in out.out
     for name, reason in tricks.items():

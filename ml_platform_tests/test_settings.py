@@ -20,9 +20,9 @@ def test_no_module_but_settings_reads_the_environment():
     assert readers == [], f"read the environment through ml_platform.platform.settings: {readers}"
 
 
-def test_an_empty_environment_means_flights_in_local_directories():
+def test_an_empty_environment_means_every_bundled_dataset_in_local_directories():
     settings = Settings({})
-    assert settings.dataset == "flights"
+    assert settings.contracts_dir is None and settings.dataset is None
     assert settings.landing == Location("local", None, "ML_PLATFORM_LANDING_DIR")
     assert settings.lake.kind == "local"
     assert settings.s3_config == {}

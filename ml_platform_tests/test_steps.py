@@ -87,7 +87,7 @@ def test_a_passing_days_checks_target_its_materialisation(tmp_path):
     for check in ("raw_schema", "gx_validity"):
         asset = "raw_data" if check == "raw_schema" else "validated_data"
         records = platform.instance.event_log_storage.get_asset_check_execution_history(
-            dg.AssetCheckKey(dg.AssetKey(asset), check), limit=5
+            dg.AssetCheckKey(platform.key(asset), check), limit=5
         )
         assert records, check
         evaluation = records[0].event.dagster_event.event_specific_data

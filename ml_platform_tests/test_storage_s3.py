@@ -85,7 +85,7 @@ def test_write_with_streams_an_object_whole_and_open_read_reads_it(storage):
 
 
 def test_a_frame_round_trips_through_the_io_manager_unchanged(storage):
-    io_manager = LakeIOManager(storage=storage, dataset="d")
+    io_manager = LakeIOManager(storage=storage)
     frame = pd.DataFrame(
         {
             "when": pd.to_datetime(["2024-01-01 10:00", None, "2024-01-01 12:30"]),
@@ -95,9 +95,9 @@ def test_a_frame_round_trips_through_the_io_manager_unchanged(storage):
             "segment": pd.array(["a", None, "c"], dtype="str"),
         }
     )
-    metadata = io_manager.store_partition(dg.AssetKey("t"), "2024-01-01", "parquet", frame)
+    metadata = io_manager.store_partition(dg.AssetKey(["d", "t"]), "2024-01-01", "parquet", frame)
 
-    loaded = io_manager.load_partition(dg.AssetKey("t"), "2024-01-01", "parquet")
+    loaded = io_manager.load_partition(dg.AssetKey(["d", "t"]), "2024-01-01", "parquet")
     pd.testing.assert_frame_equal(loaded, frame)
     assert metadata["stored_bytes"] == len(storage.read_bytes("d/t/2024-01-01.parquet"))
 
@@ -138,25 +138,30 @@ def test_the_io_manager_stores_partitions_in_s3(s3_server, aws_env):
     lake = S3Storage(url=f"s3://{BUCKET}/lake", s3=S3Resource(endpoint_url=s3_server))
     daily = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 
-    @dg.asset(partitions_def=daily, metadata={"ml_platform/format": "parquet"})
+    @dg.asset(key_prefix="d", partitions_def=daily, metadata={"ml_platform/format": "parquet"})
     def numbers(context: dg.AssetExecutionContext) -> pd.DataFrame:
         return pd.DataFrame({"day": [context.partition_key], "n": [1]})
 
-    @dg.asset(partitions_def=daily, metadata={"ml_platform/format": "json"})
+    @dg.asset(
+        key_prefix="d",
+        partitions_def=daily,
+        metadata={"ml_platform/format": "json"},
+        ins={"numbers": dg.AssetIn(["d", "numbers"])},
+    )
     def total(numbers: pd.DataFrame) -> dict:
         return {"n": int(numbers["n"].sum())}
 
     result = dg.materialize(
         [numbers, total],
         partition_key="2024-01-02",
-        resources={"io_manager": LakeIOManager(storage=lake, dataset="d")},
+        resources={"io_manager": LakeIOManager(storage=lake)},
     )
 
     assert result.success
     stored = deserialise(lake.read_bytes("d/numbers/2024-01-02.parquet"), "parquet")
     assert stored["day"].tolist() == ["2024-01-02"]
     assert deserialise(lake.read_bytes("d/total/2024-01-02.json"), "json") == {"n": 1}
-    [materialization] = result.asset_materializations_for_node("numbers")
+    [materialization] = result.asset_materializations_for_node("d__numbers")
     path = materialization.metadata["path"].value
     assert path == f"s3://{BUCKET}/lake/d/numbers/2024-01-02.parquet"
 

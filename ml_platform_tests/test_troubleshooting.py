@@ -169,13 +169,13 @@ def incidents(tmp_path_factory):
                 partition_key=DAY,
                 resources=defs.resources,
                 instance=instance,
-                selection=["raw_data", "validated_data"],
+                selection=["synthetic/raw_data", "synthetic/validated_data"],
                 raise_on_error=False,
             )
         )
 
         lake = LocalStorage(base_dir=env["ML_PLATFORM_LAKE_DIR"])
-        resources = {"io_manager": LakeIOManager(storage=lake, dataset="incidents")}
+        resources = {"io_manager": LakeIOManager(storage=lake)}
         assets = [flights, cancellation_delay, plugin_scores, weather]
         upstream = dg.materialize(
             assets, selection=[flights], partition_key=DAY, resources=resources, instance=instance
@@ -224,7 +224,10 @@ def incidents(tmp_path_factory):
 
 
 EXPECTED = {
-    DATA: ("validated_data", ["failed check: validated_data:gx_validity (ERROR)"]),
+    DATA: (
+        "synthetic__validated_data",
+        ["failed check: synthetic/validated_data:gx_validity (ERROR)"],
+    ),
     RESOURCE_EXHAUSTION: ("big_join", ["MemoryError"]),
     DEPENDENCY_MISMATCH: (
         "plugin_scores",
@@ -271,7 +274,7 @@ def test_diagnose_takes_the_short_run_id_that_materialize_prints(incidents, caps
     assert cli.main(["diagnose", short]) == 0
 
     out = capsys.readouterr().out
-    assert f"run {run_id}: FAILURE" in out and "failed step: validated_data" in out
+    assert f"run {run_id}: FAILURE" in out and "failed step: synthetic__validated_data" in out
 
 
 @dg.asset
@@ -316,9 +319,9 @@ def test_every_line_of_the_json_log_is_json_with_run_step_and_partition(incident
     run_id = incidents["runs"][DATA]
     ours = [r for r in records if r["run_id"] == run_id]
     assert {r["partition"] for r in ours} == {DAY}
-    assert {"raw_data", "validated_data"} <= {r["component"] for r in ours}
+    assert {"synthetic__raw_data", "synthetic__validated_data"} <= {r["component"] for r in ours}
     [failure] = [r for r in ours if r["event"] == "STEP_FAILURE"]
-    assert failure["level"] == "ERROR" and failure["component"] == "validated_data"
+    assert failure["level"] == "ERROR" and failure["component"] == "synthetic__validated_data"
     assert failure["error"].startswith("Failure: synthetic_2024-01-03.csv (partition 2024-01-03)")
     assert "failed the quality gate (gx_validity)" in failure["error"]
     extra = [r for r in records if r["message"] == "generated the day's flights"]
@@ -331,7 +334,7 @@ def test_every_line_of_the_json_log_is_json_with_run_step_and_partition(incident
 
 def test_asset_steps_record_time_cpu_memory_rows_and_bytes(incidents):
     instance = incidents["instance"]
-    [raw] = instance.fetch_materializations(dg.AssetKey("raw_data"), limit=1).records
+    [raw] = instance.fetch_materializations(dg.AssetKey(["synthetic", "raw_data"]), limit=1).records
     metadata = {k: v.value for k, v in raw.asset_materialization.metadata.items()}
     for key in ["step_wall_seconds", "step_cpu_seconds", "step_cpu_utilisation"]:
         assert isinstance(metadata[key], float) and metadata[key] >= 0, key
@@ -351,9 +354,9 @@ def test_health_summarises_rates_durations_checks_and_memory(incidents, capsys):
     assert "  __ephemeral_asset_job__: 20% of 5" in out
     assert "  __ASSET_JOB: 0% of 1" in out
     assert "  weather: 0% of 1, p50 -, p95 -, 2 retries" in out
-    assert "  raw_data: 100% of 1, p50 " in out
-    assert "  validated_data:gx_validity: 0% of 1" in out
-    assert "  validated_data:gx_volume: 100% of 1" in out
+    assert "  synthetic__raw_data: 100% of 1, p50 " in out
+    assert "  synthetic/validated_data:gx_validity: 0% of 1" in out
+    assert "  synthetic/validated_data:gx_volume: 100% of 1" in out
     [flights_line] = [line for line in out.splitlines() if line.startswith("  flights: peak")]
     peak = float(flights_line.split("peak ")[1].split(" MiB")[0])
     request = int(flights_line.split("request ")[1].split(" MiB")[0])
@@ -366,7 +369,7 @@ def test_reproduce_raises_the_same_exception_on_a_100_row_sample(incidents, tmp_
         assets=[flights, cancellation_delay],
         resources={
             "lake": incidents["lake"],
-            "io_manager": LakeIOManager(storage=incidents["lake"], dataset="incidents"),
+            "io_manager": LakeIOManager(storage=incidents["lake"]),
         },
     )
     caplog.set_level("INFO", logger="ml_platform.troubleshooting.reproduce")
@@ -394,7 +397,7 @@ def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incide
         cli.main(["reproduce", incidents["runs"][DATA][:8], "--sample", "200"])
     assert "(gx_validity)" in str(failed.value)
     err = capsys.readouterr().err
-    assert "reproducing run" in err and "validated_data partition 2024-01-03" in err
+    assert "reproducing run" in err and "synthetic/validated_data partition 2024-01-03" in err
     assert "volume expectations scaled" not in err
     # validated_data writes its GE result and data docs beside the lake; they went to scratch.
     assert sorted(lake_dir.rglob("*")) == stored
@@ -405,7 +408,7 @@ def test_reproduce_runs_the_step_once_and_raises_its_error_not_the_retries(incid
         assets=[flights, weather],
         resources={
             "lake": incidents["lake"],
-            "io_manager": LakeIOManager(storage=incidents["lake"], dataset="incidents"),
+            "io_manager": LakeIOManager(storage=incidents["lake"]),
         },
     )
     # The run retried twice; a rerun with its retry policy would end in Dagster's
@@ -431,7 +434,7 @@ def test_reproduce_names_the_runs_own_gate_not_the_samples_volume(incidents, tmp
 def test_reproduce_after_the_lake_moved_on_uses_what_the_run_read_or_refuses(tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     lake = LocalStorage(base_dir=str(tmp_path / "lake"))
-    resources = {"lake": lake, "io_manager": LakeIOManager(storage=lake, dataset="moved_on")}
+    resources = {"lake": lake, "io_manager": LakeIOManager(storage=lake)}
     defs = dg.Definitions(assets=[flights, cancellation_delay], resources=resources)
     later = "2024-01-04"
 
@@ -496,7 +499,7 @@ def test_reproduce_command_on_a_failed_raw_data_step_after_the_lake_moved_on(
         def raw_data(day: dt.date) -> dg.ExecuteInProcessResult:
             return dg.materialize(
                 list(defs.assets or []),
-                selection=["raw_data"],
+                selection=["synthetic/raw_data"],
                 partition_key=day.isoformat(),
                 resources=defs.resources,
                 instance=instance,
@@ -514,7 +517,7 @@ def test_reproduce_command_on_a_failed_raw_data_step_after_the_lake_moved_on(
     assert result.returncode == 1, result.stderr[-3000:]
     # The traceback names the run's own exception, dg.Failure (its module path is Dagster's).
     assert re.search(r"\bFailure: synthetic_2024-01-02\.csv", result.stderr), result.stderr[-3000:]
-    assert f"reproducing run {failed}: raw_data partition 2024-01-02" in result.stderr
+    assert f"reproducing run {failed}: synthetic/raw_data partition 2024-01-02" in result.stderr
     for noise in ("alembic", "SQLiteImpl", " - dagster - ", "INFO"):
         assert noise not in result.stderr, noise
 
@@ -608,12 +611,12 @@ def test_reproduce_of_a_failed_gate_refuses_once_its_day_was_landed_again(tmp_pa
 
     with dg.DagsterInstance.get() as instance:
         list(land_days(contract, zone, [dt.date.fromisoformat(DAY)], fault="out_of_range"))
-        failed = run_id_of(run(["raw_data", "validated_data"]))
+        failed = run_id_of(run(["synthetic/raw_data", "synthetic/validated_data"]))
         with pytest.raises(dg.Failure, match=r"failed the quality gate \(gx_validity\)"):
             reproduce(instance, failed, defs, tmp_path / "scratch1", contract=contract)
 
         # The corrected file lands and raw_data stages it: the parse the run judged is gone.
         list(land_days(contract, zone, [dt.date.fromisoformat(DAY)]))
-        assert run(["raw_data"]).success
+        assert run(["synthetic/raw_data"]).success
         with pytest.raises(InputsChangedError, match=f"raw_data partition {DAY} changed"):
             reproduce(instance, failed, defs, tmp_path / "scratch2", contract=contract)

@@ -92,11 +92,14 @@ def ui(tmp_path_factory) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        assert cli.main(["land", "flights", "--start", DAYS[0], "--days", str(len(DAYS))]) == 0
+        assert (
+            cli.main(["land", "--dataset", "flights", "--start", DAYS[0], "--days", str(len(DAYS))])
+            == 0
+        )
         code = cli.main(["materialize", "--start", DAYS[0], "--days", str(len(DAYS))])
         # The first day's one-day model may be rejected: an outcome, not a failed run.
         assert code == 0
-        assert cli.main(["land", "flights", "--start", FAULTY_DAY, "--days", "1"]) == 0
+        assert cli.main(["land", "--dataset", "flights", "--start", FAULTY_DAY, "--days", "1"]) == 0
         damage_carriers(root / "landing" / f"flights_{FAULTY_DAY}.csv")
         # The quality gate stops the day at validated_data (about 2 s): the run fails.
         assert cli.main(["materialize", "--start", FAULTY_DAY, "--days", "1"]) == 1
@@ -156,18 +159,16 @@ def page(ui) -> Iterator[Page]:
 
 
 def test_asset_graph_shows_the_five_core_assets(page):
-    page.goto("/assets/evaluation_report?view=lineage&lineageScope=upstream&lineageDepth=5")
+    page.goto("/assets/flights/evaluation_report?view=lineage&lineageScope=upstream&lineageDepth=5")
     for asset in ALL_ASSETS:
-        if asset == "features":
-            # "features" is also the name of its group's box: the node is the second match.
-            expect(page.get_by_text(asset, exact=True)).to_have_count(2)
-        else:
-            expect(page.get_by_text(asset, exact=True).first).to_be_visible()
+        # A node shows the last part of its key (`flights/features`); groups are
+        # `flights_<stage>`.
+        expect(page.get_by_text(asset, exact=True).first).to_be_visible()
     page.screenshot(path=SCREENSHOTS / "asset-graph.png")
 
 
 def test_a_partitions_checks_are_visible_with_their_runbook_link(page):
-    page.goto("/assets/validated_data?view=checks&checkDetail=gx_validity")
+    page.goto("/assets/flights/validated_data?view=checks&checkDetail=gx_validity")
     for check in [
         "gx_schema",
         "gx_completeness",
@@ -185,7 +186,7 @@ def test_a_partitions_checks_are_visible_with_their_runbook_link(page):
 
 
 def test_a_failed_days_check_shows_that_day_failed_with_its_reason(page):
-    page.goto("/assets/validated_data?view=checks&checkDetail=gx_validity")
+    page.goto("/assets/flights/validated_data?view=checks&checkDetail=gx_validity")
     reason = (
         f"flights_{FAULTY_DAY}.csv (partition {FAULTY_DAY}): expect_column_values_to_be_in_set "
         f"failed on column carrier: {DAMAGED_ROWS} of"
@@ -228,7 +229,7 @@ def test_a_failed_days_check_shows_that_day_failed_with_its_reason(page):
 
 
 def test_evaluation_report_renders_with_its_plots(page):
-    page.goto(f"/assets/evaluation_report?view=partitions&partition={DAY}")
+    page.goto(f"/assets/flights/evaluation_report?view=partitions&partition={DAY}")
     page.get_by_text("[Show Markdown]").first.click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_text(f"Evaluation of the model of {DAY}")).to_be_visible()

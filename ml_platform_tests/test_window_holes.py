@@ -44,7 +44,7 @@ DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 DAYS = days_from("2024-01-01", 5)
 
 
-@dg.asset(name="features", partitions_def=DAILY, metadata={FORMAT_KEY: "json"})
+@dg.asset(name="features", key_prefix="tiny", partitions_def=DAILY, metadata={FORMAT_KEY: "json"})
 def tiny_features(context: dg.AssetExecutionContext) -> dict:
     """The day's key, as a stand-in for its feature rows."""
     return {"day": context.partition_key}
@@ -54,7 +54,7 @@ def tiny_features(context: dg.AssetExecutionContext) -> dict:
     partitions_def=DAILY,
     backfill_policy=SINGLE_RUN,
     metadata={FORMAT_KEY: "json"},
-    ins={"features": window_input(3)},
+    ins={"features": window_input("tiny", 3)},
 )
 def window_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
     """Which days of its 3-day window each day received."""
@@ -71,6 +71,7 @@ def window_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
     metadata={FORMAT_KEY: "json"},
     # As every daily asset: retries on storage errors, none for a partition never stored.
     retry_policy=STORAGE_RETRY_POLICY,
+    ins={"features": dg.AssetIn(["tiny", "features"])},
 )
 def day_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
     """The day's own features (not a window): a missing day must fail, named."""
@@ -86,7 +87,7 @@ class TinyLake:
 
     def __init__(self, root: Path, stored_days: list[str]):
         self.root = root
-        self.io_manager = LakeIOManager(storage=LocalStorage(base_dir=str(root)), dataset="tiny")
+        self.io_manager = LakeIOManager(storage=LocalStorage(base_dir=str(root)))
         self.instance = dg.DagsterInstance.ephemeral()
         for day in stored_days:
             assert self.run([tiny_features], day).success
@@ -186,9 +187,9 @@ def test_stored_partitions_are_the_asset_folders_objects(storage):
         "tiny/features_v2/2024-01-05.json",
     ]:
         storage.write_bytes(key, b"{}")
-    io_manager = LakeIOManager(storage=storage, dataset="tiny")
+    io_manager = LakeIOManager(storage=storage)
 
-    stored = io_manager.stored_partitions(dg.AssetKey("features"), "json", DAYS)
+    stored = io_manager.stored_partitions(dg.AssetKey(["tiny", "features"]), "json", DAYS)
 
     assert stored == ["2024-01-01", "2024-01-03"]
 
@@ -277,7 +278,7 @@ def test_a_model_over_a_hole_trains_on_the_rest_and_names_the_missing_day(holed)
     platform, result = holed
 
     assert result.success
-    (event,) = result.asset_materializations_for_node("model")
+    (event,) = result.asset_materializations_for_node(platform.node("model"))
     metadata = {key: value.value for key, value in event.metadata.items()}
     assert metadata["missing_window_days"] == ["2024-01-04"]
     assert metadata["window_coverage"] == 0.75
@@ -305,7 +306,7 @@ def test_below_coverage_the_model_fails_once_as_data_naming_the_days_and_command
     assert "only 2 of the 4 days of its feature window 2024-01-02..2024-01-05" in message
     assert "features partitions 2024-01-03, 2024-01-04 are not in storage" in message
     assert "`ml-platform materialize --start 2024-01-03 --days 3`" in message
-    assert attempts(result, "model") == 1
+    assert attempts(result, platform.node("model")) == 1
     verdict = classification(platform, result)
     assert verdict.failure_class == DATA, verdict.reason
     assert "WindowCoverageError" in verdict.reason
@@ -328,7 +329,7 @@ def test_in_a_range_a_day_below_coverage_fails_alone(tmp_path, monkeypatch):
     assert "model: 1 of 3 days failed" in message
     assert "model 2024-01-03 was not trained: features partition 2024-01-02 is not" in message
     assert "only 2 of the 3 days of its feature window 2024-01-01..2024-01-03" in message
-    assert attempts(result, "model") == 1
+    assert attempts(result, platform.node("model")) == 1
     assert not platform.stored("model", DAYS[2], "joblib").exists()
     for day in DAYS[3:]:
         assert platform.stored("model", day, "joblib").is_file()

@@ -32,13 +32,16 @@ import hashlib
 import json
 import time
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
 
 from ml_platform.automation.alerts import WARNING, Alert, DeliveryState, Notifier, one_line
+from ml_platform.automation.jobs import day_run_tags
 from ml_platform.contracts import Contract
-from ml_platform.ingestion.landing import LandedObject, LandingStore, scan_landing
+from ml_platform.ingestion.landing import LandedObject, LandingStore, own_files, scan_landing
+from ml_platform.platform.datasets import asset_key, dataset_name
 
 LANDING_SENSOR = "landing_sensor"
 LANDED_FILE_TAG = "ml_platform/landed_file"
@@ -252,12 +255,17 @@ def build_landing_sensor(
     pages_per_tick: int = PAGES_PER_TICK,
     max_requests_per_tick: int = MAX_REQUESTS_PER_TICK,
     first_asset: str = "raw_data",
+    other_datasets: Sequence[Contract] = (),
 ) -> dg.SensorDefinition:
-    """The sensor that runs `job_name` for the day of each new or corrected landed file."""
-    first_key = dg.AssetKey(first_asset)
+    """The sensor that runs `job_name` for the day of each new or corrected landed file.
+
+    Files named by the pattern of one of `other_datasets` (served from the same landing zone)
+    are theirs: this dataset's sensor neither runs nor reports them.
+    """
+    first_key = asset_key(contract.name, first_asset)
 
     @dg.sensor(
-        name=LANDING_SENSOR,
+        name=dataset_name(contract.name, LANDING_SENSOR),
         job_name=job_name,
         minimum_interval_seconds=minimum_interval_seconds,
         description=(
@@ -280,7 +288,8 @@ def build_landing_sensor(
             max_changed=max_requests_per_tick,
         )
         refused = {obj.name: obj.refused for obj in step.changed if obj.refused is not None}
-        scan = scan_landing(contract, [obj.name for obj in step.changed if obj.refused is None])
+        readable = [obj.name for obj in step.changed if obj.refused is None]
+        scan = scan_landing(contract, own_files(contract, readable, other_datasets))
         for name in refused:
             cursor.pending.pop(name, None)
         by_name = {obj.name: obj for obj in step.changed}
@@ -322,6 +331,7 @@ def build_landing_sensor(
                     tags={
                         LANDED_FILE_TAG: str(landing.path_for(obj.name)),
                         LANDED_VERSION_TAG: obj.version,
+                        **day_run_tags(contract.name, day),
                     },
                 )
             )

@@ -10,6 +10,9 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from ml_platform.automation.jobs import day_run_tags
+from ml_platform.platform.datasets import dataset_name
+
 DAILY_SCHEDULE = "daily_pipeline_schedule"
 WEEKLY_RETRAIN_SCHEDULE = "weekly_retrain_schedule"
 NIGHTLY_CRON = "0 2 * * *"
@@ -25,13 +28,16 @@ def previous_day(
 
 
 def build_daily_schedule(
-    partitions: dg.TimeWindowPartitionsDefinition, job_name: str, asset_keys: Sequence[str]
+    dataset: str,
+    partitions: dg.TimeWindowPartitionsDefinition,
+    job_name: str,
+    keys: Sequence[dg.AssetKey],
 ) -> dg.ScheduleDefinition:
     """At 02:00, run the previous day unless it is already done (e.g. by the landing sensor)."""
-    keys = [dg.AssetKey(key) for key in asset_keys]
+    name = dataset_name(dataset, DAILY_SCHEDULE)
 
     @dg.schedule(
-        name=DAILY_SCHEDULE,
+        name=name,
         cron_schedule=NIGHTLY_CRON,
         job_name=job_name,
         execution_timezone=partitions.timezone,
@@ -53,22 +59,25 @@ def build_daily_schedule(
         ]
         if not missing:
             return dg.SkipReason(f"{day} is already materialised for every asset of {job_name}")
-        return dg.RunRequest(run_key=f"{DAILY_SCHEDULE}:{day}", partition_key=day)
+        return dg.RunRequest(
+            run_key=f"{name}:{day}", partition_key=day, tags=day_run_tags(dataset, day)
+        )
 
     return daily_pipeline_schedule
 
 
 def build_weekly_retrain_schedule(
-    partitions: dg.TimeWindowPartitionsDefinition, job_name: str
+    dataset: str, partitions: dg.TimeWindowPartitionsDefinition, job_name: str
 ) -> dg.ScheduleDefinition:
     """On Mondays at 02:00, retrain on the window ending the previous day (Sunday).
 
-    `job_name` is the retrain job (the longer-window `weekly_retrain_job`); this schedule
-    only decides when and for which day.
+    `job_name` is the retrain job (the longer training window); this schedule only decides
+    when and for which day.
     """
+    name = dataset_name(dataset, WEEKLY_RETRAIN_SCHEDULE)
 
     @dg.schedule(
-        name=WEEKLY_RETRAIN_SCHEDULE,
+        name=name,
         cron_schedule=MONDAY_CRON,
         job_name=job_name,
         execution_timezone=partitions.timezone,
@@ -78,6 +87,8 @@ def build_weekly_retrain_schedule(
         day = previous_day(partitions, context)
         if day is None:
             return dg.SkipReason("no complete day yet: the first partition has not ended")
-        return dg.RunRequest(run_key=f"{WEEKLY_RETRAIN_SCHEDULE}:{day}", partition_key=day)
+        return dg.RunRequest(
+            run_key=f"{name}:{day}", partition_key=day, tags=day_run_tags(dataset, day)
+        )
 
     return weekly_retrain_schedule

@@ -19,12 +19,12 @@ from ml_platform.contracts import Contract
 from ml_platform.drift.detect import Calibration, FeatureVerdict, calibrate, detect_drift
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
+from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.steps import check_fields, map_days, partition_evaluation
 from ml_platform.platform.storage import LakeIOManager
 from ml_platform.troubleshooting.runbook import check_description
 
 FEATURES_DRIFT_CHECK = "features_drift"
-FEATURES = dg.AssetKey("features")
 
 
 def report_key(contract: Contract, partition: str, extension: str) -> str:
@@ -42,6 +42,7 @@ def build_drift_checks(
     Drift of any other feature fails it at WARN severity, which only warns.
     """
     blocking = sorted(name for name, spec in contract.drift.features.items() if spec.blocking)
+    features_key = asset_key(contract.name, "features")
 
     def features_drift(
         context: dg.AssetCheckExecutionContext,
@@ -53,10 +54,10 @@ def build_drift_checks(
         # A range of days reads each reference day once, not once per day that refers to it.
         @functools.lru_cache(maxsize=64)
         def stored_features(day: str) -> pd.DataFrame | None:
-            key = io_manager.key(FEATURES, day, "parquet")
+            key = io_manager.key(features_key, day, "parquet")
             if not io_manager.storage.exists(key):
                 return None
-            frame: pd.DataFrame = io_manager.load_partition(FEATURES, day, "parquet")
+            frame: pd.DataFrame = io_manager.load_partition(features_key, day, "parquet")
             return frame
 
         # Days of a range share their reference window (a baseline, or most of a sliding one
@@ -98,7 +99,7 @@ def build_drift_checks(
         days = list(features)
         evaluations = map_days(lambda day: check_fields(result_of(day, features[day])), days)
         for day, fields in zip(days, evaluations, strict=True):
-            yield partition_evaluation(fields, FEATURES, day, blocking=bool(blocking))
+            yield partition_evaluation(fields, features_key, day, blocking=bool(blocking))
         yield dg.Output(None)
 
     # Dagster 1.13 marks a partitions_def on a check as preview. It is what a daily check needs
@@ -106,7 +107,7 @@ def build_drift_checks(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.PreviewWarning)
         check = dg.asset_check(
-            asset=FEATURES,
+            asset=features_key,
             name=FEATURES_DRIFT_CHECK,
             partitions_def=partitions,
             blocking=bool(blocking),

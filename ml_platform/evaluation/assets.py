@@ -20,6 +20,7 @@ from ml_platform.evaluation.metrics import (
     score_model,
     split_of,
 )
+from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.platform.storage import FORMAT_KEY, LakeStorage
 from ml_platform.registry.store import ModelRegistry
@@ -43,19 +44,23 @@ def build_evaluation_report(
 
     @dg.asset(
         name=name,
+        key_prefix=contract.name,
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        group_name="evaluation",
+        group_name=dataset_name(contract.name, "evaluation"),
         kinds={"scikitlearn", "json"},
         metadata={FORMAT_KEY: "json"},
         retry_policy=STORAGE_RETRY_POLICY,
-        ins={"model": dg.AssetIn(key=model_name), "features": window_input(days)},
+        ins={
+            "model": dg.AssetIn(key=asset_key(contract.name, model_name)),
+            "features": window_input(contract.name, days),
+        },
         check_specs=[
             # A rejected candidate is an outcome, not a failure: the run goes on, registered_model
             # records the day as not registered and the champion stays.
             daily_check_spec(
                 VERDICT_CHECK,
-                name,
+                asset_key(contract.name, name),
                 partitions,
                 blocking=False,
                 description=check_description(

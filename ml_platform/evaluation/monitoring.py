@@ -24,6 +24,7 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
+from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.registry.store import ModelRegistry, RegistryError
@@ -205,27 +206,28 @@ def build_champion_performance(
     contract: Contract, partitions: dg.PartitionsDefinition
 ) -> dg.AssetsDefinition:
     """The champion_performance asset of a dataset, with its `champion_decay` check."""
-    key = dg.AssetKey(CHAMPION_PERFORMANCE)
+    key = asset_key(contract.name, CHAMPION_PERFORMANCE)
 
     @dg.asset(
         name=CHAMPION_PERFORMANCE,
+        key_prefix=contract.name,
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        group_name="evaluation",
+        group_name=dataset_name(contract.name, "evaluation"),
         kinds={"scikitlearn", "json"},
         metadata={FORMAT_KEY: "json"},
         retry_policy=STORAGE_RETRY_POLICY,
         ins={
-            "evaluation_report": dg.AssetIn("evaluation_report"),
-            "features": dg.AssetIn("features"),
+            "evaluation_report": dg.AssetIn(asset_key(contract.name, "evaluation_report")),
+            "features": dg.AssetIn(asset_key(contract.name, "features")),
         },
         # In a range of days the champion of day D may be the model an earlier day of the same
         # run promoted: it is in the registry only once registered_model has run for the range.
-        deps=["registered_model"],
+        deps=[asset_key(contract.name, "registered_model")],
         check_specs=[
             daily_check_spec(
                 DECAY_CHECK,
-                CHAMPION_PERFORMANCE,
+                key,
                 partitions,
                 description=check_description(
                     DECAY_CHECK,

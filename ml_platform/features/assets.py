@@ -10,6 +10,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.profile import feature_profile
 from ml_platform.features.transforms import build_features
+from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.observability import table_schema
 from ml_platform.platform.steps import SINGLE_RUN, each_day
 from ml_platform.platform.storage import FORMAT_KEY
@@ -22,10 +23,12 @@ def build_features_asset(
 
     @dg.asset(
         name="features",
+        key_prefix=contract.name,
+        ins={"validated_data": dg.AssetIn(asset_key(contract.name, "validated_data"))},
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
         retry_policy=STORAGE_RETRY_POLICY,
-        group_name="features",
+        group_name=dataset_name(contract.name, "features"),
         kinds={"pandas", "parquet"},
         metadata={FORMAT_KEY: "parquet"},
     )

@@ -26,6 +26,7 @@ from ml_platform.ingestion.landing import (
     MissingLandingFileError,
     RefusedLandingFileError,
 )
+from ml_platform.platform.datasets import asset_key, dataset_name, op_name
 from ml_platform.platform.observability import record_bytes_read, table_schema
 from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.platform.storage import FORMAT_KEY, LakeStorage, serialise_into
@@ -301,16 +302,17 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
 
     @dg.asset(
         name="raw_data",
+        key_prefix=contract.name,
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
         retry_policy=STORAGE_RETRY_POLICY,
-        group_name="ingestion",
+        group_name=dataset_name(contract.name, "ingestion"),
         kinds={"csv", "parquet"},
         metadata={FORMAT_KEY: "parquet", "dataset": contract.name},
         check_specs=[
             daily_check_spec(
                 RAW_SCHEMA_CHECK,
-                "raw_data",
+                asset_key(contract.name, "raw_data"),
                 partitions,
                 blocking=True,
                 description=check_description(
@@ -320,7 +322,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             ),
             daily_check_spec(
                 SCHEMA_CHANGE_CHECK,
-                "raw_data",
+                asset_key(contract.name, "raw_data"),
                 partitions,
                 description=check_description(
                     SCHEMA_CHANGE_CHECK,
@@ -360,7 +362,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 # message holds its name and the reason, nothing of what it points at.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             # The landed file is this step's input; the lake IO manager counts the others'.
-            record_bytes_read("raw_data", landed.size)
+            record_bytes_read(op_name(contract.name, "raw_data"), landed.size)
             frame = landed.frame
             schema = table_schema(frame)
             previous_day, previous = previous_column_schema(context, contract, day)

@@ -323,10 +323,27 @@ class LandingScan:
     problems: dict[str, str]  # file name -> why it belongs to no partition
 
 
+def file_name_pattern(contract: Contract) -> re.Pattern[str]:
+    """The contract's file pattern as a regular expression; the `date` group holds the day."""
+    prefix, suffix = contract.landing.file_pattern.split("{date}")
+    return re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$")
+
+
+def own_files(
+    contract: Contract, file_names: Iterable[str], served: Iterable[Contract] = ()
+) -> list[str]:
+    """The names that are not another served dataset's: those of no other contract's pattern.
+
+    Datasets served together may share a landing zone; a file named by another dataset's
+    pattern (whatever date it carries) is that dataset's to run or report.
+    """
+    others = [file_name_pattern(c) for c in served if c.name != contract.name]
+    return [name for name in file_names if not any(o.match(name) for o in others)]
+
+
 def scan_landing(contract: Contract, file_names: Iterable[str]) -> LandingScan:
     """Map file names to partition days by the contract's pattern; explain every misfit."""
-    prefix, suffix = contract.landing.file_pattern.split("{date}")
-    pattern = re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$")
+    pattern = file_name_pattern(contract)
     first, last = contract.partitions.start_date, contract.partitions.end_date
     days: dict[str, str] = {}
     problems: dict[str, str] = {}

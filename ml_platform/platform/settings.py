@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+CONTRACTS_ENV = "ML_PLATFORM_CONTRACTS"
 DATASET_ENV = "ML_PLATFORM_DATASET"
-DEFAULT_DATASET = "flights"
 LANDING_URL_ENV = "ML_PLATFORM_LANDING_URL"
 LANDING_DIR_ENV = "ML_PLATFORM_LANDING_DIR"
 LAKE_URL_ENV = "ML_PLATFORM_LAKE_URL"
@@ -114,9 +114,14 @@ class Settings:
         return value or None
 
     @property
-    def dataset(self) -> str:
-        """The dataset the code location serves: a bundled contract name or a contract path."""
-        return self._get(DATASET_ENV) or DEFAULT_DATASET
+    def contracts_dir(self) -> str | None:
+        """The directory of the contracts the code location serves; None: the bundled ones."""
+        return self._get(CONTRACTS_ENV)
+
+    @property
+    def dataset(self) -> str | None:
+        """Serve only this dataset: a contract's name in the directory, or a contract path."""
+        return self._get(DATASET_ENV)
 
     def _location(self, url_variable: str, dir_variable: str) -> Location:
         url = self._get(url_variable)

@@ -55,7 +55,7 @@ warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", categor
 
 
 def daily_check_spec(
-    name: str, asset: str, partitions: dg.PartitionsDefinition, **kwargs: Any
+    name: str, asset: dg.AssetKey | str, partitions: dg.PartitionsDefinition, **kwargs: Any
 ) -> dg.AssetCheckSpec:
     """A check of a daily asset, evaluated per partition, so the UI shows its result per day.
 

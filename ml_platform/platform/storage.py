@@ -399,7 +399,10 @@ class DailyInput(Mapping[str, Any]):
 
 
 class LakeIOManager(dg.ConfigurableIOManager):
-    """Stores each asset partition as `<dataset>/<asset>/<partition>.<ext>` in lake storage.
+    """Stores each asset partition as `<asset key path>/<partition>.<ext>` in lake storage.
+
+    Asset keys start with their dataset (`flights/raw_data`), so one IO manager serves every
+    dataset of the code location and a partition lives at `<dataset>/<asset>/<partition>.<ext>`.
 
     The format comes from the asset's `ml_platform/format` metadata. A window input (declared
     with `ml_platform/window` metadata) loads as a dict of partition key to value holding the
@@ -409,11 +412,10 @@ class LakeIOManager(dg.ConfigurableIOManager):
     """
 
     storage: LakeStorage
-    dataset: str
 
     def key(self, asset_key: dg.AssetKey, partition: str, fmt: str) -> str:
         """Storage key of one asset partition."""
-        return "/".join([self.dataset, *asset_key.path, f"{partition}.{EXTENSIONS[fmt]}"])
+        return "/".join([*asset_key.path, f"{partition}.{EXTENSIONS[fmt]}"])
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         """Store the output of one partition (or of an unpartitioned asset)."""
@@ -467,7 +469,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
 
         One listing request (a page per 1000 objects on S3) instead of one per partition.
         """
-        folder = "/".join([self.dataset, *asset_key.path])
+        folder = "/".join(asset_key.path)
         stored = set(self.storage.list_keys(folder))
         return sorted(p for p in partitions if self.key(asset_key, p, fmt) in stored)
 

@@ -13,6 +13,7 @@ import dagster as dg
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.registry.store import ModelRegistry, environment_manifest
@@ -107,17 +108,21 @@ def build_registered_model(
 
     @dg.asset(
         name=name,
+        key_prefix=contract.name,
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        group_name="registry",
+        group_name=dataset_name(contract.name, "registry"),
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "json"},
         retry_policy=STORAGE_RETRY_POLICY,
-        ins={"model": dg.AssetIn(key=model_name), "evaluation": dg.AssetIn(key=evaluation_name)},
+        ins={
+            "model": dg.AssetIn(key=asset_key(contract.name, model_name)),
+            "evaluation": dg.AssetIn(key=asset_key(contract.name, evaluation_name)),
+        },
         check_specs=[
             daily_check_spec(
                 REJECTION_STREAK_CHECK,
-                name,
+                asset_key(contract.name, name),
                 partitions,
                 description=check_description(
                     REJECTION_STREAK_CHECK,
@@ -127,7 +132,7 @@ def build_registered_model(
             )
         ],
         # Alias moves read and write one small file: two runs must not interleave them.
-        pool="model_registry",
+        pool=dataset_name(contract.name, "model_registry"),
     )
     def _registered_model(
         context: dg.AssetExecutionContext, model: Any, evaluation: Any, lake: LakeStorage
@@ -152,7 +157,12 @@ def build_registered_model(
             # Reports stored before the verdict had a one-line cause fall back to its reasons.
             cause = evaluation.get("cause") or "; ".join(evaluation["reasons"])
             streak = rejected_in_a_row(
-                store, dg.AssetKey(evaluation_name), day, decision, limit, CADENCE_DAYS[kind]
+                store,
+                asset_key(contract.name, evaluation_name),
+                day,
+                decision,
+                limit,
+                CADENCE_DAYS[kind],
             )
             yield streak_check(streak, limit, registry.alias("champion"), cause)
             outcome = outcome_line(decision, cause)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
@@ -56,7 +57,7 @@ CHECKPOINTS = {
 }
 
 
-def window_input(window_days: int) -> dg.AssetIn:
+def window_input(dataset: str, window_days: int) -> dg.AssetIn:
     """The `features` input of a day: its `window_days` partitions ending that day."""
     # Without allow_nonexistent_upstream_partitions the first days, whose window reaches
     # before the first partition, could not run at all. The flag is marked beta; its behaviour
@@ -68,7 +69,11 @@ def window_input(window_days: int) -> dg.AssetIn:
             end_offset=0,
             allow_nonexistent_upstream_partitions=True,
         )
-    return dg.AssetIn(key="features", partition_mapping=mapping, metadata={WINDOW_KEY: window_days})
+    return dg.AssetIn(
+        key=asset_key(dataset, "features"),
+        partition_mapping=mapping,
+        metadata={WINDOW_KEY: window_days},
+    )
 
 
 class WindowCoverageError(dg.Failure):
@@ -351,17 +356,18 @@ def build_model(
 
     @dg.asset(
         name=name,
+        key_prefix=contract.name,
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        group_name="training",
+        group_name=dataset_name(contract.name, "training"),
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "joblib", "window_days": days},
         retry_policy=STORAGE_RETRY_POLICY,
-        ins={"features": window_input(days)},
+        ins={"features": window_input(contract.name, days)},
         check_specs=[
             daily_check_spec(
                 check,
-                name,
+                asset_key(contract.name, name),
                 partitions,
                 description=check_description(check, text),
                 blocking=check == FINITE_WEIGHTS_CHECK,

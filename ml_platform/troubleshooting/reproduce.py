@@ -461,9 +461,7 @@ def reproduce(
         )
     overlay = OverlayStorage(lake=configured(lake, instance), write_dir=str(scratch_dir))
     resources["lake"] = overlay
-    resources["io_manager"] = SampleIOManager(
-        storage=overlay, dataset=io_manager.dataset, sample_rows=sample_rows
-    )
+    resources["io_manager"] = SampleIOManager(storage=overlay, sample_rows=sample_rows)
     python_logger.info(
         f"reproducing run {target.run_id}: {target.asset.key.to_user_string()} partition "
         f"{target.partition or '-'} on {sample_rows} rows per input partition"

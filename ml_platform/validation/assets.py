@@ -18,6 +18,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, published_key, rejected_key, staged_key
+from ml_platform.platform.datasets import asset_key, dataset_name, op_name
 from ml_platform.platform.observability import record_bytes_read, table_schema
 from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
 from ml_platform.platform.storage import (
@@ -212,7 +213,7 @@ def load_audited(
         handle.seek(0)
         frame = deserialise_from(handle, "parquet")
     if count_bytes:
-        record_bytes_read("validated_data", size)
+        record_bytes_read(op_name(contract.name, "validated_data"), size)
     return frame
 
 
@@ -251,17 +252,18 @@ def build_validated_data(
 
     @dg.asset(
         name="validated_data",
+        key_prefix=contract.name,
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
         retry_policy=STORAGE_RETRY_POLICY,
-        group_name="validation",
+        group_name=dataset_name(contract.name, "validation"),
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
-        deps=["raw_data"],
+        deps=[asset_key(contract.name, "raw_data")],
         check_specs=[
             daily_check_spec(
                 name,
-                "validated_data",
+                asset_key(contract.name, "validated_data"),
                 partitions,
                 blocking=True,
                 description=check_description(name, text),
