@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine with Python 3.11:
-#   make run    environment, a month of real flights landed and materialised, Dagster UI + daemon
+#   make run    environment, a month of real flights and 3 synthetic days landed and materialised, Dagster UI + daemon
 #   make test   environment, lint, type check, the whole test suite (what CI runs)
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -8,9 +8,11 @@ HOST ?= 127.0.0.1
 PORT ?= 3000
 START ?= 2013-01-01
 DAYS ?= 30
+# The synthetic dataset, served beside flights: a few generated days.
+SYNTHETIC_START ?= 2024-01-01
+SYNTHETIC_DAYS ?= 3
 
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
-export ML_PLATFORM_DATASET ?= flights
 export ML_PLATFORM_LANDING_DIR ?= $(CURDIR)/data/landing
 export ML_PLATFORM_LAKE_DIR ?= $(CURDIR)/data/lake
 export UV_PYTHON := $(PYTHON)
@@ -37,9 +39,11 @@ $(VENV_STAMP): uv.lock pyproject.toml | $(UV)
 run: env
 	mkdir -p "$(DAGSTER_HOME)"
 	ln -sf "$(CURDIR)/dagster.yaml" "$(DAGSTER_HOME)/dagster.yaml"
-	.venv/bin/ml-platform land $(ML_PLATFORM_DATASET) --start $(START) --days $(DAYS)
+	.venv/bin/ml-platform land --dataset flights --start $(START) --days $(DAYS)
+	.venv/bin/ml-platform land --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS)
 	@# A failed day (bad data, say) must not keep the UI from showing it.
-	-.venv/bin/ml-platform materialize --start $(START) --days $(DAYS)
+	-.venv/bin/ml-platform materialize --dataset flights --start $(START) --days $(DAYS)
+	-.venv/bin/ml-platform materialize --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS)
 	@echo "Dagster UI on http://$(HOST):$(PORT) (Ctrl-C stops it)"
 	exec .venv/bin/dagster dev -h $(HOST) -p $(PORT) -w workspace.yaml
 
