@@ -200,7 +200,7 @@ def test_the_first_days_of_a_dataset_are_fully_covered():
     assert coverage.expected == ["2024-01-01", "2024-01-02"]
     assert coverage.share == 1.0
     assert coverage.missing == []
-    require_coverage(coverage, 0.75, "model")
+    require_coverage(coverage, 0.75, "model", "synthetic")
 
 
 def test_coverage_at_the_threshold_trains_and_names_the_hole():
@@ -209,14 +209,14 @@ def test_coverage_at_the_threshold_trains_and_names_the_hole():
 
     assert coverage.missing == ["2024-01-04"]
     assert coverage.share == 0.75
-    require_coverage(coverage, 0.75, "model")
+    require_coverage(coverage, 0.75, "model", "synthetic")
 
 
 def test_coverage_below_the_threshold_fails_without_retry_naming_days_and_command():
     coverage = window_coverage("2024-01-10", 7, "2024-01-01", ["2024-01-04", "2024-01-10"])
 
     with pytest.raises(WindowCoverageError) as raised:
-        require_coverage(coverage, 0.75, "model")
+        require_coverage(coverage, 0.75, "model", "synthetic")
 
     failure = raised.value
     assert failure.allow_retries is False
@@ -224,7 +224,7 @@ def test_coverage_below_the_threshold_fails_without_retry_naming_days_and_comman
     assert "only 2 of the 7 days of its feature window 2024-01-04..2024-01-10" in text
     for day in days_from("2024-01-05", 5):
         assert day in text
-    assert "`ml-platform materialize --start 2024-01-05 --days 6`" in text
+    assert "`ml-platform materialize --dataset synthetic --start 2024-01-05 --days 6`" in text
     assert "Materialize" in text
     assert failure.metadata["missing_window_days"].value == days_from("2024-01-05", 5)
 
@@ -234,12 +234,12 @@ def test_a_day_without_its_own_features_is_not_trained_however_full_its_window()
 
     assert coverage.share == 27 / 28
     with pytest.raises(WindowCoverageError, match="features partition 2024-01-28 is not in"):
-        require_coverage(coverage, 0.75, "model")
+        require_coverage(coverage, 0.75, "model", "synthetic")
 
 
 def test_the_fill_command_spans_the_first_missing_day_through_the_day():
-    assert fill_command("2024-01-30", "2024-02-02") == (
-        "ml-platform materialize --start 2024-01-30 --days 4"
+    assert fill_command("synthetic", "2024-01-30", "2024-02-02") == (
+        "ml-platform materialize --dataset synthetic --start 2024-01-30 --days 4"
     )
 
 
@@ -305,7 +305,7 @@ def test_below_coverage_the_model_fails_once_as_data_naming_the_days_and_command
     assert "WindowCoverageError" in message
     assert "only 2 of the 4 days of its feature window 2024-01-02..2024-01-05" in message
     assert "features partitions 2024-01-03, 2024-01-04 are not in storage" in message
-    assert "`ml-platform materialize --start 2024-01-03 --days 3`" in message
+    assert "`ml-platform materialize --dataset synthetic --start 2024-01-03 --days 3`" in message
     assert attempts(result, platform.node("model")) == 1
     verdict = classification(platform, result)
     assert verdict.failure_class == DATA, verdict.reason

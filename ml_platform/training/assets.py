@@ -118,13 +118,15 @@ def window_coverage(
     return WindowCoverage(day, expected, [d for d in expected if d in have])
 
 
-def fill_command(first_missing: str, day: str) -> str:
+def fill_command(dataset: str, first_missing: str, day: str) -> str:
     """The command that materialises the missing days through `day` (done days are skipped)."""
     days = (dt.date.fromisoformat(day) - dt.date.fromisoformat(first_missing)).days + 1
-    return f"ml-platform materialize --start {first_missing} --days {days}"
+    return f"ml-platform materialize --dataset {dataset} --start {first_missing} --days {days}"
 
 
-def require_coverage(coverage: WindowCoverage, min_coverage: float, name: str) -> None:
+def require_coverage(
+    coverage: WindowCoverage, min_coverage: float, name: str, dataset: str
+) -> None:
     """Raise WindowCoverageError unless the day's own features and enough of its window exist.
 
     A model of day D holds out D's latest rows for its evaluation, so D itself must be stored;
@@ -154,7 +156,7 @@ def require_coverage(coverage: WindowCoverage, min_coverage: float, name: str) -
         description=(
             f"{name} {day} was not trained: {absent} (a day is missing when its data failed "
             f"its gates or it was never materialised), {why}. Fix or land those days' files, "
-            f"then run `{fill_command(missing[0], day)}` (it skips the days already "
+            f"then run `{fill_command(dataset, missing[0], day)}` (it skips the days already "
             "materialised; add --force for a day whose stored features were removed), or in "
             "the Dagster UI under Assets select the daily assets (raw_data to registered_model), "
             f"click Materialize and pick the partitions {picked}."
@@ -163,7 +165,7 @@ def require_coverage(coverage: WindowCoverage, min_coverage: float, name: str) -
             "missing_window_days": missing,
             "window_coverage": coverage.share,
             "min_window_coverage": min_coverage,
-            "fill_command": fill_command(missing[0], day),
+            "fill_command": fill_command(dataset, missing[0], day),
         },
         allow_retries=False,
     )
@@ -393,7 +395,7 @@ def build_model(
 
         def day_of_model(day: str, features: dict[str, pd.DataFrame]) -> Iterator:
             coverage = window_coverage(day, days, first_day, features)
-            require_coverage(coverage, min_coverage, name)
+            require_coverage(coverage, min_coverage, name, contract.name)
             if coverage.missing and context.has_partition_key:
                 context.log.warning(
                     f"{name} {day} trains on {len(coverage.stored)} of "

@@ -329,8 +329,12 @@ def check_inputs_unchanged(
         shown = "; ".join(changes[:3]) + (
             f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
         )
+        # The platform's asset keys start with their dataset, which the command needs when
+        # several are served.
+        path = target.asset.key.path
+        dataset = f" --dataset {path[0]}" if len(path) > 1 else ""
         rerun = (
-            f"Rerun the day (`ml-platform materialize --start {target.partition} --force`)"
+            f"Rerun the day (`ml-platform materialize{dataset} --start {target.partition} --force`)"
             if target.partition
             else "Rerun the asset"
         )
