@@ -138,8 +138,8 @@ class LandingStore(dg.ConfigurableResource):
         """The error for a day whose file has not landed, saying what to do about it."""
         return MissingLandingFileError(
             f"No landed file for partition {partition}: expected {self.path_for(file_name)}. "
-            f"Land it first (e.g. `ml-platform land <dataset> --start {partition} --days 1`) "
-            "or check the upstream delivery."
+            "Land it first (e.g. `ml-platform land --dataset <dataset> "
+            f"--start {partition} --days 1`) or check the upstream delivery."
         )
 
     def refused(self, file_name: str, partition: str, reason: str) -> RefusedLandingFileError:
