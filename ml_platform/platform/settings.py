@@ -28,7 +28,11 @@ S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
 S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
 SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
 DEFAULT_SENSOR_INTERVAL = 30
-WORKERS_ENV = "ML_PLATFORM_STEP_WORKERS"
+BACKFILL_DAYS_PER_RUN_ENV = "ML_PLATFORM_BACKFILL_DAYS_PER_RUN"
+# A month a run: a year's backfill is 13 runs of each independent asset, enough to keep a
+# dozen workers busy, while the days chained to the day before (evaluation, registry) advance
+# one run per backfill-daemon loop (30 s), so halving it adds about 13 loops (6.5 min) to a year.
+DEFAULT_BACKFILL_DAYS_PER_RUN = 30
 LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 GIT_COMMIT_ENV = "ML_PLATFORM_GIT_COMMIT"
 IMAGE_TAG_ENV = "ML_PLATFORM_IMAGE_TAG"
@@ -168,9 +172,9 @@ class Settings:
         return self._positive_int(SENSOR_INTERVAL_ENV) or DEFAULT_SENSOR_INTERVAL
 
     @property
-    def step_workers(self) -> int | None:
-        """Worker processes a range step may use; None leaves it to the usable CPUs."""
-        return self._positive_int(WORKERS_ENV)
+    def backfill_days_per_run(self) -> int:
+        """Days of a backfill's range one run holds at most (default 30): see `platform.steps`."""
+        return self._positive_int(BACKFILL_DAYS_PER_RUN_ENV) or DEFAULT_BACKFILL_DAYS_PER_RUN
 
     def _positive_int(self, name: str) -> int | None:
         configured = self._get(name)
