@@ -314,7 +314,7 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
     assert sorted(r["tags"]["dagster/partition"] for r in sensor_runs) == sorted(
         [day(0), day(1), day(1), day(2)]
     )
-    # Its assets have a single-run backfill policy: the week is one run over the range.
+    # A week is fewer days than a backfill run holds (ML_PLATFORM_BACKFILL_DAYS_PER_RUN): one run.
     backfill_runs = stack.wait_for(
         lambda: succeeded(stack.runs(tags=[{"key": "dagster/backfill", "value": backfill_id}]), 1),
         600,
