@@ -189,6 +189,25 @@ def postgres_server() -> Iterator[Postgres]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# What the UI sends to launch a backfill, and the backfill's state.
+LAUNCH_BACKFILL = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+BACKFILL_QUERY = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    ... on PartitionBackfill { status partitionNames }
+  }
+}
+"""
+
+
 class DagsterProcesses:
     """dagster-webserver and dagster-daemon (in `procs`) with their logs, seen over GraphQL.
 

@@ -29,7 +29,7 @@ from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform_tests.conftest import REPO, free_port
-from ml_platform_tests.services import DagsterProcesses
+from ml_platform_tests.services import BACKFILL_QUERY, LAUNCH_BACKFILL, DagsterProcesses
 
 pytestmark = pytest.mark.integration
 SYNTHETIC = load_contract("synthetic")
@@ -197,22 +197,6 @@ mutation Stop($id: String) {
     __typename
     ... on StopSensorMutationResult { instigationState { status } }
     ... on PythonError { message }
-  }
-}
-"""
-LAUNCH_BACKFILL = """
-mutation Backfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}
-"""
-BACKFILL_QUERY = """
-query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) {
-    ... on PartitionBackfill { status partitionNames }
   }
 }
 """

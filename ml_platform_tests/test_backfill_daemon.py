@@ -20,8 +20,8 @@ import pytest
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV
-from ml_platform_tests.conftest import REPO, Platform, days_from, free_port
-from ml_platform_tests.services import DagsterProcesses
+from ml_platform_tests.conftest import ALL_ASSETS, REPO, Platform, days_from, free_port
+from ml_platform_tests.services import BACKFILL_QUERY, LAUNCH_BACKFILL, DagsterProcesses
 
 pytestmark = pytest.mark.integration
 SYNTHETIC = load_contract("synthetic")
@@ -30,30 +30,10 @@ DAYS = days_from("2024-01-01", 6)
 # The second backfill's days: their model windows do not reach the first backfill's days.
 FAILING = days_from("2024-03-01", 6)
 BAD_DAY = FAILING[4]
-TARGET = [
-    "raw_data",
-    "validated_data",
-    "features",
-    "model",
-    "evaluation_report",
-    "registered_model",
-]
+# The daily graph up to the registry (champion_performance would add two daemon loops).
+TARGET = [*ALL_ASSETS, "registered_model"]
 # The second backfill stops before the registry, which the first one's verdicts depend on.
 INGESTION = TARGET[:3]
-LAUNCH = """
-mutation Backfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}
-"""
-STATUS = """
-query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } }
-}
-"""
 RUNS = """
 query Runs($filter: RunsFilter) {
   runsOrError(filter: $filter) {
@@ -95,7 +75,7 @@ class BackfillStack(DagsterProcesses):
     def backfill(self, days: list[str], assets: list[str]) -> str:
         """Launch a backfill of `assets` over days, as the UI's "Materialize" of a range does."""
         launched = self.graphql(
-            LAUNCH,
+            LAUNCH_BACKFILL,
             {
                 "params": {
                     "partitionsByAssets": [
@@ -112,7 +92,9 @@ class BackfillStack(DagsterProcesses):
         return str(launched["backfillId"])
 
     def status(self, backfill_id: str) -> str | None:
-        status = self.graphql(STATUS, {"id": backfill_id})["partitionBackfillOrError"]["status"]
+        status = self.graphql(BACKFILL_QUERY, {"id": backfill_id})["partitionBackfillOrError"][
+            "status"
+        ]
         return status if status in FINISHED else None
 
     def runs(self, backfill_id: str) -> list[dict]:

@@ -31,10 +31,13 @@ two chunks (days 1-6, N = 3) therefore runs in these waves, one daemon loop each
 6. registered_model days 4-6;
 7. and 8. champion_performance days 1-3, then 4-6.
 
-Evaluation of day 4 may so run before registered_model of day 3: the evaluation asset finds the
-champion of the day before in its report (`evaluation.assets.champion_before`). A longer range
-has as many waves for each chained asset as it has chunks. Days of independent chunks run in
-parallel as far as the run queue's `max_concurrent_runs` and the launcher allow.
+(`ml_platform_tests/test_backfill_daemon.py` runs waves 1 to 6.) A range of fewer than N days
+is one chunk: its model joins the first run (raw_data to model), then evaluation_report and
+registered_model follow in a run each. In the waves above, evaluation of day 4 runs before
+registered_model of day 3: the evaluation asset then finds the champion the day before left in
+that day's report (`evaluation.assets.champion_before`). A longer range has as many waves for
+each chained asset as it has chunks. Days of independent chunks run side by side as far as the
+run queue's `max_concurrent_runs` and the launcher allow.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
 results and ends with a `dg.MaterializeResult`, or raises `dg.Failure` when the day must not be
