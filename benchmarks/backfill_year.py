@@ -1,13 +1,17 @@
 """A backfill of real flights days through dagster-daemon, as a user launches it from the UI.
 
 Run: .venv/bin/python benchmarks/backfill_year.py [--days 365] [--start 2013-01-01]
+     [--days-per-run 30] [--baseline-processes 2]
 
 Lands the days' files, starts `dagster-webserver` and `dagster-daemon` on a fresh instance (the
-repository's dagster.yaml: SQLite, the queued run coordinator and its limits), and launches a
-backfill of the daily pipeline's assets over the days through the webserver's GraphQL API,
-which is what the UI's "Materialize" of a partition range sends. It waits for the backfill to
-finish and reports the time from launch to completion, the runs, and each step's time, then
-runs the plain script (`benchmarks/baseline.py`) over the same days and divides.
+repository's dagster.yaml: SQLite, the queued run coordinator and its limits, two runs at once)
+with `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` set to `--days-per-run`, and launches a backfill of
+the daily pipeline's assets over the days through the webserver's GraphQL API, which is what
+the UI's "Materialize" of a partition range sends. The daemon splits it into runs of at most
+that many days. It waits for the backfill to finish and reports the time from the request to
+the last run's end and to the backfill's completion, the runs (how many, the most days one
+held) and each step's time, then runs the plain script (`benchmarks/baseline.py`) over the same
+days with the same cores (`--baseline-processes` processes over contiguous parts) and divides.
 """
 
 import argparse
@@ -26,6 +30,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV, DEFAULT_BACKFILL_DAYS_PER_RUN
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -59,6 +65,7 @@ query Runs($filter: RunsFilter) {
     ... on Runs {
       results {
         runId status startTime endTime
+        tags { key value }
         stepStats { stepKey status startTime endTime }
       }
     }
@@ -156,7 +163,7 @@ def step_seconds(runs: list[dict]) -> dict[str, float]:
     return {key: round(value, 1) for key, value in seconds.items()}
 
 
-def fresh_instance(root: Path) -> dict[str, str]:
+def fresh_instance(root: Path, days_per_run: int) -> dict[str, str]:
     """A new instance (the repository's dagster.yaml) and an empty landing zone and lake for
     flights under `root` (dagster_home, landing, lake): the environment that serves them."""
     home, landing, lake = root / "dagster_home", root / "landing", root / "lake"
@@ -169,6 +176,7 @@ def fresh_instance(root: Path) -> dict[str, str]:
         "ML_PLATFORM_DATASET": "flights",
         "ML_PLATFORM_LANDING_DIR": str(landing),
         "ML_PLATFORM_LAKE_DIR": str(lake),
+        BACKFILL_DAYS_PER_RUN_ENV: str(days_per_run),
     }
     # Create the SQLite storage first: the webserver, the daemon and the code server each
     # creating it at once can race (alembic then finds two heads).
@@ -178,8 +186,18 @@ def fresh_instance(root: Path) -> dict[str, str]:
     return env
 
 
-def backfill(start: dt.date, days: int, root: Path) -> dict:
-    env = fresh_instance(root)
+def run_days(run: dict) -> int:
+    """How many days a run of the backfill held, from its partition tags."""
+    tags = {tag["key"]: tag["value"] for tag in run["tags"]}
+    if "dagster/partition" in tags:
+        return 1
+    first = dt.date.fromisoformat(tags["dagster/asset_partition_range_start"])
+    last = dt.date.fromisoformat(tags["dagster/asset_partition_range_end"])
+    return (last - first).days + 1
+
+
+def backfill(start: dt.date, days: int, root: Path, days_per_run: int) -> dict:
+    env = fresh_instance(root, days_per_run)
     land(root / "landing", start, days)
     stack = Stack(root, env)
     stack.start()
@@ -231,9 +249,13 @@ def backfill(start: dt.date, days: int, root: Path) -> dict:
     ended = max(run["endTime"] for run in runs if run["endTime"])
     return {
         "status": status["status"],
+        "days_per_run": days_per_run,
         "runs": len(runs),
+        "most_days_in_a_run": max(run_days(run) for run in runs),
         "run_statuses": sorted({run["status"] for run in runs}),
-        "seconds": round(finished_at - launched_at, 1),
+        # The backfill is marked complete on the daemon's next loop after its last run.
+        "seconds": round(ended - launched_at, 1),
+        "seconds_to_completed": round(finished_at - launched_at, 1),
         "seconds_to_first_run_start": round(started - launched_at, 1),
         "seconds_in_runs": round(ended - started, 1),
         "step_seconds": step_seconds(runs),
@@ -243,12 +265,13 @@ def backfill(start: dt.date, days: int, root: Path) -> dict:
     }
 
 
-def baseline(start: dt.date, days: int) -> dict:
+def baseline(start: dt.date, days: int, processes: int) -> dict:
     done = subprocess.run(
         [
             sys.executable,
             str(REPO / "benchmarks" / "baseline.py"),
             *("--start", start.isoformat(), "--days", str(days)),
+            *("--processes", str(processes)),
         ],
         capture_output=True,
         text=True,
@@ -261,12 +284,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
     parser.add_argument("--days", type=int, default=365)
+    parser.add_argument(
+        "--days-per-run",
+        type=int,
+        default=DEFAULT_BACKFILL_DAYS_PER_RUN,
+        help="days one run of the backfill holds at most",
+    )
+    parser.add_argument(
+        "--baseline-processes",
+        type=int,
+        default=2,
+        help="processes of the plain script: the runs the queue starts at once (dagster.yaml)",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain script")
     parser.add_argument("--keep", action="store_true", help="keep the instance, lake and logs")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="backfill-")
     try:
-        platform_figures = backfill(args.start, args.days, Path(root))
+        platform_figures = backfill(args.start, args.days, Path(root), args.days_per_run)
     finally:
         if args.keep:
             print(f"instance, lake and logs kept in {root}", file=sys.stderr)
@@ -280,7 +315,7 @@ def main() -> None:
         "load_average": os.getloadavg(),
     }
     if not args.no_baseline:
-        plain = baseline(args.start, args.days)
+        plain = baseline(args.start, args.days, args.baseline_processes)
         result["baseline"] = plain
         result["platform_over_baseline"] = round(
             platform_figures["seconds"] / float(plain["seconds"]), 2

@@ -74,6 +74,7 @@ def dataset_definitions(
             model_name="full_model",
             window_days=full_days,
             kind="full",
+            registered_name="registered_full_model",
         ),
         build_registered_model(
             contract,

@@ -9,8 +9,10 @@ import dataclasses
 import glob
 import json
 import logging
+import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -187,6 +189,25 @@ def postgres_server() -> Iterator[Postgres]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# What the UI sends to launch a backfill, and the backfill's state.
+LAUNCH_BACKFILL = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+BACKFILL_QUERY = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    ... on PartitionBackfill { status partitionNames }
+  }
+}
+"""
+
+
 class DagsterProcesses:
     """dagster-webserver and dagster-daemon (in `procs`) with their logs, seen over GraphQL.
 
@@ -254,6 +275,22 @@ class DagsterProcesses:
         assert "errors" not in payload, payload["errors"]
         return payload["data"]
 
+    def stop(self) -> None:
+        """SIGTERM to each process group, then SIGKILL to what is left of them."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        # Code servers and run workers share each process group: leave none of them behind.
+        for proc in self.procs:
+            # The group can end between the look and the kill.
+            if living_in_group(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
     def wait_for(self, predicate, timeout: float, what: str, daemon_alive: bool = True):
         """The first truthy value of `predicate`, polled each second while the processes live."""
         deadline = time.monotonic() + timeout
@@ -268,3 +305,14 @@ class DagsterProcesses:
                 return value
             time.sleep(1)
         raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.output()}")
+
+
+def living_in_group(pgid: int) -> list[str]:
+    """Processes of a process group that still run (zombies awaiting reaping do not count)."""
+    ps = subprocess.run(
+        ["ps", "-o", "pid=,stat=,args=", "-g", str(pgid)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [line for line in ps.stdout.splitlines() if line.split()[1][0] != "Z"]

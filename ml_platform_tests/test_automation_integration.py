@@ -8,12 +8,10 @@ On a local landing zone, files moved or copied in with a week-old mtime run thei
 link to /etc/os-release runs nothing.
 """
 
-import contextlib
 import datetime as dt
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -31,8 +29,7 @@ from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform_tests.conftest import REPO, free_port
-from ml_platform_tests.services import DagsterProcesses
-from ml_platform_tests.test_integration import living_in_group
+from ml_platform_tests.services import BACKFILL_QUERY, LAUNCH_BACKFILL, DagsterProcesses
 
 pytestmark = pytest.mark.integration
 SYNTHETIC = load_contract("synthetic")
@@ -93,21 +90,6 @@ class Stack(DagsterProcesses):
         self.cwd = REPO
         self.logs = tmp_path
         self.procs: list[subprocess.Popen] = []
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        # Code servers and run workers share each process group: leave none of them behind.
-        for proc in self.procs:
-            # The group can end between the look and the kill.
-            if living_in_group(proc.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
 
     def land(self, partition: str, corrected: bool = False) -> None:
         frame = source_day(SYNTHETIC, dt.date.fromisoformat(partition))
@@ -218,22 +200,6 @@ mutation Stop($id: String) {
   }
 }
 """
-LAUNCH_BACKFILL = """
-mutation Backfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}
-"""
-BACKFILL_QUERY = """
-query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) {
-    ... on PartitionBackfill { status partitionNames }
-  }
-}
-"""
 
 
 @pytest.fixture
@@ -332,7 +298,7 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
     assert sorted(r["tags"]["dagster/partition"] for r in sensor_runs) == sorted(
         [day(0), day(1), day(1), day(2)]
     )
-    # Its assets have a single-run backfill policy: the week is one run over the range.
+    # A week is fewer days than a backfill run holds (ML_PLATFORM_BACKFILL_DAYS_PER_RUN): one run.
     backfill_runs = stack.wait_for(
         lambda: succeeded(stack.runs(tags=[{"key": "dagster/backfill", "value": backfill_id}]), 1),
         600,

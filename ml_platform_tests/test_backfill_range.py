@@ -11,7 +11,7 @@ import yaml
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
-from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
+from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, contract_with, days_from
 
 pytestmark = pytest.mark.slow
 
@@ -168,3 +168,41 @@ def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):
     assert f"features partition {DAYS[2]} is not in storage" in message
     for day in DAYS[:2]:
         assert platform.stored("model", day, "joblib").is_file()
+
+
+def test_a_day_evaluated_before_the_day_before_is_registered_meets_the_champion_it_left(tmp_path):
+    # A backfill's runs: the evaluation of a chunk may run before the registry has taken the
+    # chunk before it (ml_platform/platform/steps.py lists the waves).
+    contract = contract_with(tmp_path, "synthetic")
+    by_day = Platform(contract, tmp_path / "by_day")
+    chunked = Platform(contract, tmp_path / "chunked")
+    for platform in (by_day, chunked):
+        platform.land(DAYS[0], len(DAYS))
+    for day in DAYS:
+        assert by_day.materialize(day, selection=[*ALL_ASSETS, "registered_model"]).success
+    upstream = ALL_ASSETS
+
+    assert materialize_range(chunked, DAYS[0], DAYS[1], upstream).success
+    assert materialize_range(chunked, DAYS[2], DAYS[2], upstream).success
+    assert not (chunked.lake_dir / "synthetic/registry").exists()
+    assert materialize_range(chunked, DAYS[0], DAYS[1], ["registered_model"]).success
+    assert materialize_range(chunked, DAYS[2], DAYS[2], ["registered_model"]).success
+
+    reports = {
+        p: [json.loads(p.stored("evaluation_report", day, "json").read_text()) for day in DAYS]
+        for p in (by_day, chunked)
+    }
+    fields = ("decision", "champion_version", "champion_after", "champion_metrics")
+    assert [[r[f] for f in fields] for r in reports[chunked]] == [
+        [r[f] for f in fields] for r in reports[by_day]
+    ]
+    # The third day met a champion promoted by the second day, before it was registered.
+    assert reports[chunked][2]["champion_version"] == reports[chunked][1]["champion_after"]
+    assert reports[chunked][1]["decision"] == "promote"
+    history = [
+        json.loads((p.lake_dir / "synthetic/registry/alias_history.json").read_text())
+        for p in (chunked, by_day)
+    ]
+    assert [(h["alias"], h["version"]) for h in history[0]] == [
+        (h["alias"], h["version"]) for h in history[1]
+    ]

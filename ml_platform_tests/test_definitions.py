@@ -45,7 +45,12 @@ def test_definitions_load_for_each_bundled_dataset(monkeypatch, dataset):
     model = graph.get(asset_key(dataset, "model"))
     assert model.parent_keys == {asset_key(dataset, "features")}
     report = graph.get(asset_key(dataset, "evaluation_report"))
-    assert report.parent_keys == {asset_key(dataset, "model"), asset_key(dataset, "features")}
+    # And the day before's report, whose champion the day competes with.
+    assert report.parent_keys == {
+        asset_key(dataset, "model"),
+        asset_key(dataset, "features"),
+        asset_key(dataset, "evaluation_report"),
+    }
 
 
 def test_one_code_location_serves_every_bundled_dataset_under_its_own_names(monkeypatch):

@@ -6,6 +6,7 @@ import json
 import re
 
 import yaml
+from dagster_aws.ecs import EcsRunLauncher
 
 from ml_platform_tests.conftest import REPO
 
@@ -37,6 +38,15 @@ def test_the_one_machine_config_differs_only_in_its_run_launcher():
     assert PRODUCTION["run_launcher"]["class"] == "EcsRunLauncher"
     assert PRODUCTION["run_launcher"]["module"] == "dagster_aws.ecs"
     assert ONE_MACHINE["run_launcher"] == {"module": "dagster", "class": "DefaultRunLauncher"}
+
+
+def test_the_production_run_launcher_accepts_its_config_and_sizes_each_run(monkeypatch):
+    # The launcher's own constructor: an unknown or misspelt key fails here, not on deploy.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    launcher = EcsRunLauncher(**PRODUCTION["run_launcher"]["config"])
+    assert set(launcher.run_resources) == {"cpu", "memory"}
+    # The code server computes the backfill policy, each run task loads the same definitions.
+    assert "ML_PLATFORM_BACKFILL_DAYS_PER_RUN" in launcher.env_vars
 
 
 def test_production_keeps_the_concurrency_limits_of_the_embedded_instance():

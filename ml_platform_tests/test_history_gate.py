@@ -11,7 +11,6 @@ from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry
-from ml_platform.validation.assets import days_depend_on_each_other
 from ml_platform.validation.expectations import HISTORY
 from ml_platform.validation.history import (
     Bound,
@@ -67,15 +66,6 @@ def test_a_count_floor_is_relative_to_the_median_and_counts_stay_non_negative():
 def test_an_undefined_value_is_never_within_bounds():
     bound = Bound(0.1, 0.2, 0.0, 0.5)
     assert not bound.holds(None) and not bound.holds(math.nan)
-
-
-def test_a_range_is_validated_in_order_only_when_its_days_are_each_others_history():
-    synthetic = load_contract("synthetic")  # a fixed baseline: January 2024's first 28 days
-    assert days_depend_on_each_other(synthetic, days_from("2024-01-02", 3))
-    assert not days_depend_on_each_other(synthetic, days_from("2024-02-01", 30))
-    flights = load_contract("flights")  # the same weekday among the 28 days before
-    assert not days_depend_on_each_other(flights, days_from("2013-03-01", 7))
-    assert days_depend_on_each_other(flights, days_from("2013-03-01", 8))
 
 
 def flights_with_history(tmp_path, **history) -> Contract:

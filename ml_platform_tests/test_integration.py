@@ -14,6 +14,7 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, REPO, free_port, rejected_days
+from ml_platform_tests.services import living_in_group
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -222,17 +223,6 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
     assert "Dagster services shut down" in output
     assert not leftover, f"processes left after Ctrl-C: {leftover}"
     assert code in (0, 130, -signal.SIGINT, 2), output[-3000:]
-
-
-def living_in_group(pgid: int) -> list[str]:
-    """Processes of a process group that still run (zombies awaiting reaping do not count)."""
-    ps = subprocess.run(
-        ["ps", "-o", "pid=,stat=,args=", "-g", str(pgid)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return [line for line in ps.stdout.splitlines() if line.split()[1][0] != "Z"]
 
 
 def wait_for_group_exit(pgid: int, timeout: float) -> list[str]:

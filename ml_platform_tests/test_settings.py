@@ -27,7 +27,7 @@ def test_an_empty_environment_means_every_bundled_dataset_in_local_directories()
     assert settings.lake.kind == "local"
     assert settings.s3_config == {}
     assert settings.sensor_interval_seconds == 30
-    assert settings.step_workers is None
+    assert settings.backfill_days_per_run == 90
     assert not settings.json_logs
 
 
@@ -54,8 +54,8 @@ def test_a_bad_number_names_its_variable(value):
     settings = Settings({"ML_PLATFORM_SENSOR_INTERVAL_SECONDS": value})
     with pytest.raises(ValueError, match=f"ML_PLATFORM_SENSOR_INTERVAL_SECONDS='{value}'"):
         _ = settings.sensor_interval_seconds
-    # Only the setting asked for is parsed: a bad interval does not stop the step workers.
-    assert settings.step_workers is None
+    # Only the setting asked for is parsed: a bad interval does not stop the backfill's runs.
+    assert settings.backfill_days_per_run == 90
 
 
 def test_the_s3_endpoint_and_region_are_env_vars_when_set():

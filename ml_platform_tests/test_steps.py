@@ -1,80 +1,11 @@
-"""How a daily step reports its days: worker processes for a range, checks that target the day."""
-
-import os
-import signal
-import time
+"""How a daily step reports its days: checks that target the day, and the backfill policy."""
 
 import dagster as dg
-import pytest
 
-from ml_platform.platform.settings import WORKERS_ENV
-from ml_platform.platform.steps import map_days, step_workers
+from ml_platform.contracts import load_contract
+from ml_platform.definitions import build_definitions
+from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV
 from ml_platform_tests.conftest import Platform, contract_with
-
-DAYS = [f"2024-01-{d:02d}" for d in range(1, 31)]
-
-
-def test_days_come_back_in_order_computed_by_worker_processes(monkeypatch, sigterm_deferred):
-    monkeypatch.setenv(WORKERS_ENV, "2")
-    here = os.getpid()
-
-    def compute(day: str) -> tuple[str, int]:
-        time.sleep(0.05)  # a day's work: long enough that both workers get some
-        return day, os.getpid()
-
-    results = list(map_days(compute, DAYS))
-
-    assert [day for day, _ in results] == DAYS
-    pids = {pid for _, pid in results}
-    assert here not in pids
-    assert len(pids) == 2
-
-
-def test_one_worker_computes_here(monkeypatch):
-    monkeypatch.setenv(WORKERS_ENV, "1")
-    assert {pid for pid in map_days(lambda day: os.getpid(), DAYS)} == {os.getpid()}
-
-
-@pytest.fixture
-def sigterm_deferred():
-    """SIGTERM handled as a run's process handles it (Dagster defers it), and a deadline."""
-
-    def deadline(*_):
-        raise TimeoutError("the worker pool did not stop")
-
-    deferred = signal.signal(signal.SIGTERM, lambda *_: None)
-    alarm = signal.signal(signal.SIGALRM, deadline)
-    signal.alarm(60)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, alarm)
-    signal.signal(signal.SIGTERM, deferred)
-
-
-def test_an_exception_of_a_day_reaches_the_step(monkeypatch, sigterm_deferred):
-    # The other worker is stopped mid-range: it must not inherit the parent's SIGTERM handler.
-    monkeypatch.setenv(WORKERS_ENV, "2")
-
-    def compute(day: str) -> str:
-        time.sleep(0.05)
-        if day == "2024-01-17":
-            raise OSError(f"lake unreachable while writing {day}")
-        return day
-
-    with pytest.raises(OSError, match="2024-01-17"):
-        list(map_days(compute, DAYS))
-
-
-def test_the_default_is_the_usable_cpus(monkeypatch):
-    monkeypatch.delenv(WORKERS_ENV, raising=False)
-    assert step_workers() == len(os.sched_getaffinity(0))
-
-
-@pytest.mark.parametrize("value", ["two", "0", "-1"])
-def test_a_bad_worker_count_is_named(monkeypatch, value):
-    monkeypatch.setenv(WORKERS_ENV, value)
-    with pytest.raises(ValueError, match=WORKERS_ENV):
-        step_workers()
 
 
 def test_a_passing_days_checks_target_its_materialisation(tmp_path):
@@ -93,3 +24,31 @@ def test_a_passing_days_checks_target_its_materialisation(tmp_path):
         evaluation = records[0].event.dagster_event.event_specific_data
         assert evaluation.partition == "2024-01-01" and evaluation.passed
         assert evaluation.target_materialization_data is not None, check
+
+
+def test_a_backfill_runs_at_most_the_configured_days_a_run_and_chains_the_registry(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(BACKFILL_DAYS_PER_RUN_ENV, "3")
+    defs = build_definitions(
+        load_contract("flights"), landing_dir=str(tmp_path), lake_dir=str(tmp_path)
+    )
+    daily = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]
+    assert len(daily) == 10
+    for asset in daily:
+        assert asset.backfill_policy == dg.BackfillPolicy.multi_run(3), asset.key
+    # Each day's champion is the one the previous evaluation day left: those assets wait for
+    # their own day before (a week before for the weekly full retrain), the others do not.
+    chained = {
+        asset.key.path[-1]: asset.get_partition_mapping(asset.key)
+        for asset in daily
+        if asset.key in asset.dependency_keys
+    }
+    assert {name: m.start_offset for name, m in chained.items()} == {
+        "evaluation_report": -1,
+        "registered_model": -1,
+        "champion_performance": -1,
+        "full_evaluation_report": -7,
+        "registered_full_model": -7,
+    }
+    assert all(m.end_offset == m.start_offset for m in chained.values())

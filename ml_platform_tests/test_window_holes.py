@@ -16,8 +16,7 @@ import pytest
 from dagster_aws.s3 import S3Resource
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
-from ml_platform.platform.settings import WORKERS_ENV
-from ml_platform.platform.steps import SINGLE_RUN, each_day
+from ml_platform.platform.steps import daily_backfill_policy, each_day
 from ml_platform.platform.storage import (
     FORMAT_KEY,
     LakeIOManager,
@@ -52,7 +51,7 @@ def tiny_features(context: dg.AssetExecutionContext) -> dict:
 
 @dg.asset(
     partitions_def=DAILY,
-    backfill_policy=SINGLE_RUN,
+    backfill_policy=daily_backfill_policy(),
     metadata={FORMAT_KEY: "json"},
     ins={"features": window_input("tiny", 3)},
 )
@@ -67,7 +66,7 @@ def window_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
 
 @dg.asset(
     partitions_def=DAILY,
-    backfill_policy=SINGLE_RUN,
+    backfill_policy=daily_backfill_policy(),
     metadata={FORMAT_KEY: "json"},
     # As every daily asset: retries on storage errors, none for a partition never stored.
     retry_policy=STORAGE_RETRY_POLICY,
@@ -267,10 +266,7 @@ def holed(tmp_path_factory) -> tuple[Platform, dg.ExecuteInProcessResult]:
     platform = Platform(contract, root / "platform")
     platform.land(DAYS[0], 3)
     platform.land(DAYS[4], 1)
-    with pytest.MonkeyPatch.context() as patch:
-        # Three small days: forking workers (each importing Great Expectations) costs more.
-        patch.setenv(WORKERS_ENV, "1")
-        assert materialize_range(platform, DAYS[0], DAYS[2], DAILY_ASSETS).success
+    assert materialize_range(platform, DAYS[0], DAYS[2], DAILY_ASSETS).success
     return platform, platform.materialize(DAYS[4])
 
 
@@ -312,8 +308,7 @@ def test_below_coverage_the_model_fails_once_as_data_naming_the_days_and_command
     assert "WindowCoverageError" in verdict.reason
 
 
-def test_in_a_range_a_day_below_coverage_fails_alone(tmp_path, monkeypatch):
-    monkeypatch.setenv(WORKERS_ENV, "1")
+def test_in_a_range_a_day_below_coverage_fails_alone(tmp_path):
     contract = contract_with(tmp_path, "synthetic", window_days=4)
     platform = Platform(contract, tmp_path / "platform")
     platform.land(DAYS[0], 5)

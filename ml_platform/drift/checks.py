@@ -20,7 +20,7 @@ from ml_platform.drift.detect import Calibration, FeatureVerdict, calibrate, det
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 from ml_platform.platform.datasets import asset_key
-from ml_platform.platform.steps import check_fields, map_days, partition_evaluation
+from ml_platform.platform.steps import check_fields, partition_evaluation
 from ml_platform.platform.storage import LakeIOManager
 from ml_platform.troubleshooting.runbook import check_description
 
@@ -94,11 +94,9 @@ def build_drift_checks(
         if context.op_execution_context.has_partition_key:
             yield result_of(context.op_execution_context.partition_key, features)
             return
-        # A range of days (a single-run backfill): one evaluation per day, the days computed
-        # in worker processes (each reads and writes only the lake).
-        days = list(features)
-        evaluations = map_days(lambda day: check_fields(result_of(day, features[day])), days)
-        for day, fields in zip(days, evaluations, strict=True):
+        # A range of days (a run of a backfill): one evaluation per day, in order.
+        for day, frame in features.items():
+            fields = check_fields(result_of(day, frame))
             yield partition_evaluation(fields, features_key, day, blocking=bool(blocking))
         yield dg.Output(None)
 

@@ -1,5 +1,14 @@
-"""evaluation_report: each day's candidate and the current champion on the same unseen rows."""
+"""evaluation_report: each day's candidate and the current champion on the same unseen rows.
 
+The champion a day's candidate competes with is the one the previous evaluation day left
+(`CADENCE_DAYS` before: the day before for the daily model). A backfill orders the days of the
+asset through a dependency on that day, but may evaluate day D before registered_model of the
+day before has run (they are separate runs, see `platform.steps`), so each report also stores
+the champion after its verdict (`champion_after`), and `champion_before` reads it when the
+registry does not reflect the previous day yet.
+"""
+
+import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,14 +30,80 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
-from ml_platform.platform.storage import FORMAT_KEY, LakeStorage
+from ml_platform.platform.steps import (
+    daily_backfill_policy,
+    daily_check_spec,
+    each_day,
+    previous_day_input,
+)
+from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
+from ml_platform.registry.assets import CADENCE_DAYS, MODEL_OF_KIND
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
 from ml_platform.troubleshooting.runbook import check_description
 
 VERDICT_CHECK = "promotion_verdict"
+Champion = tuple[str | None, TrainedModel | None]
+
+
+def champion_after(report: dict[str, Any], kind: str) -> str | None:
+    """The champion a stored report left: its own version when promoted, else the one it met.
+
+    Reports stored before `champion_after` was recorded give it through their decision.
+    """
+    if "champion_after" in report:
+        return report["champion_after"]
+    if report["decision"] == "promote":
+        return f"{kind}-{report['partition']}"
+    return report.get("champion_version")
+
+
+def latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, day: str) -> int | None:
+    """The storage id of the latest recorded materialisation of `key` for `day`, if any."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
+    ).records
+    return records[0].storage_id if records else None
+
+
+def champion_before(
+    context: dg.AssetExecutionContext,
+    registry: ModelRegistry,
+    store: LakeIOManager,
+    dataset: str,
+    evaluation_name: str,
+    registered_name: str,
+    kind: str,
+    day: str,
+) -> Champion:
+    """The champion `kind-day` competes with: what the previous evaluation day left.
+
+    When registered_model of that day is recorded after its evaluation, the registry reflects
+    it and everything since (alias moves by a person included): `champion_to_beat`. Otherwise
+    (a backfill evaluates day D before registering the day before) the previous report's
+    `champion_after`, loaded from the registry when registered, else from the model asset's
+    partition of its day in the lake; with no previous report, the registry's.
+    """
+    previous = (dt.date.fromisoformat(day) - dt.timedelta(days=CADENCE_DAYS[kind])).isoformat()
+    evaluation = asset_key(dataset, evaluation_name)
+    registered = latest_record(context.instance, asset_key(dataset, registered_name), previous)
+    evaluated = latest_record(context.instance, evaluation, previous)
+    reflected = registered is not None and (evaluated is None or registered > evaluated)
+    stored = store.storage.exists(store.key(evaluation, previous, "json"))
+    if reflected or not stored:
+        version = registry.champion_to_beat(f"{kind}-{day}")
+        return version, registry.load(version) if version is not None else None
+    version = champion_after(store.load_partition(evaluation, previous, "json"), kind)
+    if version is None:
+        return None, None
+    if version in registry.versions():
+        return version, registry.load(version)
+    # Promoted by a day whose registered_model has not run yet: its model is in the lake.
+    version_kind, version_day = version.split("-", 1)
+    model_key = asset_key(dataset, MODEL_OF_KIND[version_kind])
+    model: TrainedModel = store.load_partition(model_key, version_day, "joblib")
+    return version, model
 
 
 def build_evaluation_report(
@@ -38,15 +113,19 @@ def build_evaluation_report(
     model_name: str = "model",
     window_days: int | None = None,
     kind: str = "daily",
+    registered_name: str = "registered_model",
 ) -> dg.AssetsDefinition:
-    """An evaluation asset of a dataset, for the model asset `model_name` (versions `kind-D`)."""
+    """An evaluation asset of a dataset for the model asset `model_name` (versions `kind-D`).
+
+    `registered_name` is the registry asset that registers its days.
+    """
     days = window_days or contract.training.window_days
 
     @dg.asset(
         name=name,
         key_prefix=contract.name,
         partitions_def=partitions,
-        backfill_policy=SINGLE_RUN,
+        backfill_policy=daily_backfill_policy(),
         group_name=dataset_name(contract.name, "evaluation"),
         kinds={"scikitlearn", "json"},
         metadata={FORMAT_KEY: "json"},
@@ -54,6 +133,7 @@ def build_evaluation_report(
         ins={
             "model": dg.AssetIn(key=asset_key(contract.name, model_name)),
             "features": window_input(contract.name, days),
+            "prev": previous_day_input(asset_key(contract.name, name), CADENCE_DAYS[kind]),
         },
         check_specs=[
             # A rejected candidate is an outcome, not a failure: the run goes on, registered_model
@@ -90,19 +170,22 @@ def build_evaluation_report(
         the run succeeds and the champion stays). Classification: precision, recall, F1,
         accuracy, ROC AUC. Regression: MAE, RMSE, R².
 
-        In a range of days the champion of a day is the registry's, or the last model promoted
-        by an earlier day of the range (registered_model registers it right after), so a range
-        reaches the verdicts that running its days one by one would.
+        The champion is the one the previous evaluation day left (`champion_before`); in a run
+        of several days, the one the day before in the run left (registered_model registers
+        them after), so a backfill reaches the verdicts that running its days one by one would.
+        The report stores the champion after its verdict (`champion_after`).
         """
         spec = contract.evaluation
         seed = contract.training.random_seed
         registry = ModelRegistry(lake, contract.name)
-        promoted: tuple[str, TrainedModel] | None = None
+        store: LakeIOManager = context.resources.io_manager
+        # The champion the run's previous day left; None before the run's first day.
+        carried: Champion | None = None
 
         def day_of_evaluation_report(
             day: str, model: TrainedModel, features: dict[str, pd.DataFrame]
         ) -> Iterator:
-            nonlocal promoted
+            nonlocal carried
             try:
                 train, holdout = split_of(model, features, contract)
             except ValueError as exc:
@@ -110,15 +193,11 @@ def build_evaluation_report(
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
             baseline = score_baseline(model, train, holdout, spec.bootstrap_samples, seed)
-            champion_version: str | None
-            champion_model: TrainedModel | None
-            if promoted is not None:
-                champion_version, champion_model = promoted
-            else:
-                champion_version = registry.champion_to_beat(f"{kind}-{day}")
-                champion_model = (
-                    registry.load(champion_version) if champion_version is not None else None
+            if carried is None:
+                carried = champion_before(
+                    context, registry, store, contract.name, name, registered_name, kind, day
                 )
+            champion_version, champion_model = carried
             champion = (
                 score_model(champion_model, holdout, spec.bootstrap_samples, seed)
                 if champion_model is not None
@@ -126,7 +205,7 @@ def build_evaluation_report(
             )
             verdict = judge(contract, candidate, champion, baseline)
             if verdict.decision == "promote":
-                promoted = (f"{kind}-{day}", model)
+                carried = (f"{kind}-{day}", model)
             report = render_report(
                 day,
                 model,
@@ -158,6 +237,7 @@ def build_evaluation_report(
                 "intervals": candidate.intervals,
                 "champion_version": champion_version,
                 "champion_metrics": champion.values if champion is not None else None,
+                "champion_after": carried[0],
                 "improvements": improvements,
                 "baseline": {
                     "strategy": BASELINE_STRATEGY[model.task],

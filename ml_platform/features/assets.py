@@ -12,7 +12,7 @@ from ml_platform.drift.profile import feature_profile
 from ml_platform.features.transforms import build_features
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.observability import table_schema
-from ml_platform.platform.steps import SINGLE_RUN, each_day
+from ml_platform.platform.steps import daily_backfill_policy, each_day
 from ml_platform.platform.storage import FORMAT_KEY
 
 
@@ -26,7 +26,7 @@ def build_features_asset(
         key_prefix=contract.name,
         ins={"validated_data": dg.AssetIn(asset_key(contract.name, "validated_data"))},
         partitions_def=partitions,
-        backfill_policy=SINGLE_RUN,
+        backfill_policy=daily_backfill_policy(),
         retry_policy=STORAGE_RETRY_POLICY,
         group_name=dataset_name(contract.name, "features"),
         kinds={"pandas", "parquet"},
@@ -57,8 +57,6 @@ def build_features_asset(
                 },
             )
 
-        yield from each_day(
-            context, day_of_features, independent_days=True, validated_data=validated_data
-        )
+        yield from each_day(context, day_of_features, validated_data=validated_data)
 
     return features

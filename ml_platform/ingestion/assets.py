@@ -28,7 +28,7 @@ from ml_platform.ingestion.landing import (
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, op_name
 from ml_platform.platform.observability import record_bytes_read, table_schema
-from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
 from ml_platform.platform.storage import FORMAT_KEY, LakeStorage, serialise_into
 from ml_platform.troubleshooting.runbook import check_description
 from ml_platform.validation.schema import raw_schema
@@ -304,7 +304,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         name="raw_data",
         key_prefix=contract.name,
         partitions_def=partitions,
-        backfill_policy=SINGLE_RUN,
+        backfill_policy=daily_backfill_policy(),
         retry_policy=STORAGE_RETRY_POLICY,
         group_name=dataset_name(contract.name, "ingestion"),
         kinds={"csv", "parquet"},

@@ -28,7 +28,14 @@ S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
 S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
 SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
 DEFAULT_SENSOR_INTERVAL = 30
-WORKERS_ENV = "ML_PLATFORM_STEP_WORKERS"
+BACKFILL_DAYS_PER_RUN_ENV = "ML_PLATFORM_BACKFILL_DAYS_PER_RUN"
+# A quarter a run. The days chained to the day before (evaluation, registry) advance one run per
+# backfill-daemon loop (30 s): each chunk of a range costs those two assets a minute, while the
+# other assets' chunks run side by side, so a range of c chunks on w workers takes about
+# 60 s x c + (their compute) / min(c, w). For a year of flights (about 2 s of compute a day
+# outside the chain) that is least at 2 to 5 chunks whatever the workers; 90 days makes a year
+# 5 runs of each asset, and a run's memory holds one day at a time however many it has.
+DEFAULT_BACKFILL_DAYS_PER_RUN = 90
 LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 GIT_COMMIT_ENV = "ML_PLATFORM_GIT_COMMIT"
 IMAGE_TAG_ENV = "ML_PLATFORM_IMAGE_TAG"
@@ -168,9 +175,9 @@ class Settings:
         return self._positive_int(SENSOR_INTERVAL_ENV) or DEFAULT_SENSOR_INTERVAL
 
     @property
-    def step_workers(self) -> int | None:
-        """Worker processes a range step may use; None leaves it to the usable CPUs."""
-        return self._positive_int(WORKERS_ENV)
+    def backfill_days_per_run(self) -> int:
+        """Days of a backfill's range one run holds at most (default 90): see `platform.steps`."""
+        return self._positive_int(BACKFILL_DAYS_PER_RUN_ENV) or DEFAULT_BACKFILL_DAYS_PER_RUN
 
     def _positive_int(self, name: str) -> int | None:
         configured = self._get(name)

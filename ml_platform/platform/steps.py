@@ -1,13 +1,43 @@
 """How a daily asset's step computes its days: one day, or a range of days in one run.
 
 Sensors and schedules run one day per run. A backfill (the UI's "Materialize" of a partition
-range, `dagster job backfill`, or GraphQL) runs a whole range of days in a single run: every
-daily asset has `BackfillPolicy.single_run()`, so a year costs one process, one import of
-pandas, scikit-learn and Great Expectations and one run's bookkeeping, instead of 365 of each.
-Each asset writes its days as it computes them: a step holds one day's data (or one window) at
-a time, whatever the range. The assets annotate their inputs `Any`: a one-day step gets the
-day's value, a range step a `DailyInput`. Steps whose days are independent compute them in
-forked worker processes (`map_days`), so a range uses every core.
+range, `dagster job backfill`, or GraphQL) is split by the backfill daemon into runs of at most
+N days (`daily_backfill_policy`: `BackfillPolicy.multi_run(N)`, N from
+`ML_PLATFORM_BACKFILL_DAYS_PER_RUN`), which the instance's run launcher places: processes beside
+the daemon on the embedded instance (as many at once as the queue allows), ECS tasks or
+Kubernetes pods in production (deploy/dagster.yaml). A run of N days pays one process start and
+one import of pandas, scikit-learn and Great Expectations for its N days. Each asset writes its
+days as it computes them, in order: a step holds one day's data (or one window) at a time. The
+assets annotate their inputs `Any`: a one-day step gets the day's value, a range step a
+`DailyInput`.
+
+Which assets share a run is Dagster's choice (`dagster/_core/execution/asset_backfill.py`). On
+each loop (every 30 s) the daemon requests the target's partitions whose targeted parents are
+materialised, or are requested in the same loop with the same partitions through an identity
+mapping and the same backfill policy; it then cuts each requested set of partitions into runs of
+at most N days. The model's window (`TimeWindowPartitionMapping(start_offset=-(W-1))`) is not an
+identity mapping, so the model waits for every targeted day of its window. A self-dependent
+asset (evaluation_report, registered_model and champion_performance depend on their own day
+before, so that each day's champion is the one the day before left) never shares a run with
+another asset requested in the same loop, gets only its first N waiting days per loop, and an
+asset whose parent is requested in a loop with other days waits for the next loop. A range of
+two chunks (days 1-6, N = 3) therefore runs in these waves, one daemon loop each:
+
+1. raw_data, validated_data, features (and the drift check): runs of days 1-3 and 4-6;
+2. model: runs of days 1-3 and 4-6 (a day's window may reach into the other chunk);
+3. evaluation_report days 1-3;
+4. evaluation_report days 4-6 (its day 4 needs day 3);
+5. registered_model days 1-3 (it waits while evaluation_report, a parent, is requested);
+6. registered_model days 4-6;
+7. and 8. champion_performance days 1-3, then 4-6.
+
+(`ml_platform_tests/test_backfill_daemon.py` runs waves 1 to 6.) A range of fewer than N days
+is one chunk: its model joins the first run (raw_data to model), then evaluation_report and
+registered_model follow in a run each. In the waves above, evaluation of day 4 runs before
+registered_model of day 3: the evaluation asset then finds the champion the day before left in
+that day's report (`evaluation.assets.champion_before`). A longer range has as many waves for
+each chained asset as it has chunks. Days of independent chunks run side by side as far as the
+run queue's `max_concurrent_runs` and the launcher allow.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
 results and ends with a `dg.MaterializeResult`, or raises `dg.Failure` when the day must not be
@@ -15,21 +45,16 @@ stored. `each_day` runs it for the step's days and reports each day as its own p
 metadata (with the step metrics of that day), its check evaluations, its stored value.
 
 In a range, a failed day does not stop the others: every day is computed, the good ones are
-stored, and the step then fails naming each failed day and its reason. Dagster records a
-single-run step's partitions all together, so none of the range is recorded as materialised
-until every day of it passes: rerun the range (or the failed days) once they are fixed.
+stored, and the step then fails naming each failed day and its reason. Dagster records a range
+step's partitions all together, so none of the run's days is recorded as materialised until
+every day of it passes; the other runs of the backfill are recorded on their own. Rerun the
+failed days once they are fixed (docs/running.md).
 """
 
-import ctypes
 import dataclasses
-import math
-import multiprocessing
-import os
-import signal
-import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import dagster as dg
 
@@ -47,11 +72,35 @@ from ml_platform.platform.storage import (
     MissingPartitionError,
 )
 
-T = TypeVar("T")
-SINGLE_RUN = dg.BackfillPolicy.single_run()
-# Dagster 1.13 marks `backfill_policy` as beta; a single run per range is what a year of days
-# needs, so the warning every daily asset would print at each code load is muted.
+# Dagster 1.13 marks `backfill_policy` as beta; runs of N days are what a year of days needs,
+# so the warning every daily asset would print at each code load is muted.
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
+
+
+def daily_backfill_policy() -> dg.BackfillPolicy:
+    """Every daily asset's policy: at most `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` days a run.
+
+    Every daily asset has the same one, so that the assets of a chunk of days can share its run
+    (see the module's docstring).
+    """
+    return dg.BackfillPolicy.multi_run(Settings().backfill_days_per_run)
+
+
+def previous_day_input(key: dg.AssetKey, days_before: int = 1) -> dg.AssetIn:
+    """A dependency of a daily asset on its own day `days_before` days earlier, loading nothing.
+
+    It makes Dagster run a backfill's days of the asset in order, chunk after chunk; the first
+    day of the partitions, which has no day before, runs at once.
+    """
+    # The flag is marked beta; dropping the day before the first partition is what it does.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        mapping = dg.TimeWindowPartitionMapping(
+            start_offset=-days_before,
+            end_offset=-days_before,
+            allow_nonexistent_upstream_partitions=True,
+        )
+    return dg.AssetIn(key, partition_mapping=mapping, dagster_type=dg.Nothing)
 
 
 def daily_check_spec(
@@ -83,25 +132,17 @@ def day_metrics(op_name: str, telemetry: StepTelemetry, inputs: dict[str, Any], 
     }
 
 
-def each_day(
-    context: dg.AssetExecutionContext,
-    compute: Callable[..., Iterator],
-    *,
-    independent_days: bool = False,
-    **inputs: Any,
-) -> Iterator:
+def each_day(context: dg.AssetExecutionContext, compute: Callable[..., Iterator], **inputs: Any):
     """Run `compute(day, **inputs)` for each day of the step and report each day's results.
 
     One day: its results pass through unchanged (the IO manager stores the value). A range:
-    see the module's docstring. `independent_days` says a day's computation reads nothing the
-    step wrote for the days before it (nor the instance), so a range may compute its days in
-    worker processes (`map_days`).
+    its days in order, see the module's docstring.
     """
     op_name = context.op_def.name
     if context.has_partition_key:
         yield from _one_day(op_name, context.partition_key, compute, inputs)
         return
-    yield from _range(context, op_name, compute, inputs, independent_days)
+    yield from _range(context, op_name, compute, inputs)
 
 
 def _one_day(op_name: str, day: str, compute: Callable[..., Iterator], inputs: dict[str, Any]):
@@ -137,7 +178,7 @@ def _one_day(op_name: str, day: str, compute: Callable[..., Iterator], inputs: d
 
 @dataclasses.dataclass
 class DayOutcome:
-    """What one day of a range step produced, in a form a worker process can send back."""
+    """What one day of a range step produced: its checks' fields, its metadata or its failure."""
 
     day: str
     checks: list[dict[str, Any]]
@@ -146,7 +187,7 @@ class DayOutcome:
 
 
 def check_fields(result: dg.AssetCheckResult) -> dict[str, Any]:
-    """The fields of a check result: Dagster's check results do not pickle, their fields do."""
+    """The fields of a check result, from which `partition_evaluation` makes a day's evaluation."""
     return {
         "check_name": str(result.check_name),
         "passed": result.passed,
@@ -161,7 +202,6 @@ def _range(
     op_name: str,
     compute: Callable[..., Iterator],
     inputs: dict[str, Any],
-    independent_days: bool,
 ) -> Iterator:
     asset_key = context.asset_key
     assets_def = context.assets_def
@@ -199,13 +239,7 @@ def _range(
 
     failed: dict[str, str] = {}
     evaluations: list[dg.AssetCheckEvaluation] = []
-    if independent_days:
-        workers = min(step_workers(), len(days))
-        context.log.info(f"{op_name}: {len(days)} days in {workers} worker process(es)")
-        outcomes: Iterator[DayOutcome] = map_days(compute_day, days)
-    else:
-        outcomes = map(compute_day, days)
-    for outcome in outcomes:
+    for outcome in map(compute_day, days):
         day = outcome.day
         for check in outcome.checks:
             # A failed check of one day (a rejected model, say) must not make Dagster stop
@@ -223,7 +257,7 @@ def _range(
         raise dg.Failure(
             description=(
                 f"{op_name}: {len(failed)} of {len(days)} days failed and were not stored; the "
-                f"other days were stored and will be recorded once the range passes. {reasons}"
+                f"other days of this run were stored, recorded once all of them pass. {reasons}"
             ),
             metadata={"failed_partitions": list(failed)},
             allow_retries=False,
@@ -234,71 +268,6 @@ def _range(
     # Every check of the asset has an output; its per-day evaluations were reported above.
     for check_key in context.selected_asset_check_keys:
         yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(check_key))
-
-
-def step_workers() -> int:
-    """Worker processes a range step may use: `ML_PLATFORM_STEP_WORKERS`, else the usable CPUs."""
-    configured = Settings().step_workers
-    if configured is not None:
-        return configured
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-# The function the forked workers of `map_days` call: set before the pool forks, so the
-# function (a closure over the step's resources and inputs) is inherited, never pickled.
-_DAY_FUNCTION: Callable[[str], Any] | None = None
-
-
-def _map_chunk(days: list[str]) -> list[Any]:
-    assert _DAY_FUNCTION is not None, "map_days sets the function before forking"
-    return [_DAY_FUNCTION(day) for day in days]
-
-
-def map_days(function: Callable[[str], T], days: Sequence[str]) -> Iterator[T]:
-    """`function(day)` for each day, in order, computed by forked worker processes.
-
-    For the days of a range that do not depend on each other: a year's backfill then uses
-    every core instead of one. Workers get contiguous chunks of days, so a window input read
-    by one day is mostly still cached for the next. The function must not use the step's
-    context or the instance (the workers share the parent's connections); it may read and
-    write the lake. Its results come back pickled. With one worker, or one day, it runs here.
-    """
-    workers = min(step_workers(), len(days))
-    if workers < 2 or multiprocessing.current_process().daemon:
-        yield from map(function, days)
-        return
-    # About 12 chunks per worker: small enough that no worker idles long at the end, large
-    # enough that a 28-day window is re-read only once per chunk.
-    size = max(1, math.ceil(len(days) / (workers * 12)))
-    chunks = [list(days[i : i + size]) for i in range(0, len(days), size)]
-    global _DAY_FUNCTION
-    _DAY_FUNCTION = function
-    try:
-        # fork: the workers inherit the imports, resources and inputs already in memory.
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_start_worker)
-        try:
-            for results in pool.imap(_map_chunk, chunks):
-                yield from results
-            pool.close()
-        except BaseException:
-            # A day's error, or the step stopped: the other workers' days are not needed.
-            pool.terminate()
-            raise
-        finally:
-            pool.join()
-    finally:
-        _DAY_FUNCTION = None
-
-
-def _start_worker() -> None:
-    # The run's process defers SIGTERM and SIGINT to Dagster's handlers, which a worker
-    # inherits: restore the defaults, so that stopping the pool (or the run) stops the worker.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    # And die with the run's process, were it killed outright, instead of waiting for days
-    # that will never come (Linux: prctl PR_SET_PDEATHSIG).
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def partition_evaluation(

@@ -192,9 +192,7 @@ class S3Prefix(dg.ConfigurableResource):
     url: str = Field(description="s3://bucket/prefix")
     s3: S3Resource
 
-    # (process id, client): a forked worker (`steps.map_days`) makes its own client instead of
-    # sharing the parent's pooled connections.
-    _client: tuple[int, Any] | None = PrivateAttr(default=None)
+    _client: Any = PrivateAttr(default=None)
 
     @property
     def bucket(self) -> str:
@@ -207,10 +205,10 @@ class S3Prefix(dg.ConfigurableResource):
         return parse_s3_url(self.url)[1]
 
     def client(self) -> Any:
-        """The S3 client of the `S3Resource`, created once per resource instance and process."""
-        if self._client is None or self._client[0] != os.getpid():
-            self._client = (os.getpid(), self.s3.get_client())
-        return self._client[1]
+        """The S3 client of the `S3Resource`, created once per resource instance."""
+        if self._client is None:
+            self._client = self.s3.get_client()
+        return self._client
 
 
 class S3Storage(S3Prefix, LakeStorage):

@@ -14,7 +14,12 @@ import dagster as dg
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.steps import (
+    daily_backfill_policy,
+    daily_check_spec,
+    each_day,
+    previous_day_input,
+)
 from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.registry.store import ModelRegistry, environment_manifest
 from ml_platform.training.model import TrainedModel
@@ -24,6 +29,8 @@ REJECTION_STREAK_CHECK = "rejection_streak"
 # Days between two evaluations of a model kind: the daily model, and the weekly full retrain
 # (every Monday), whose previous evaluation is a week before.
 CADENCE_DAYS = {"daily": 1, "full": 7}
+# The model asset whose partition `<kind>-<day>` registers.
+MODEL_OF_KIND = {"daily": "model", "full": "full_model"}
 
 
 def outcome_line(decision: str, cause: str) -> str:
@@ -104,13 +111,17 @@ def build_registered_model(
     evaluation_name: str = "evaluation_report",
     kind: str = "daily",
 ) -> dg.AssetsDefinition:
-    """A registry asset of a dataset, for one model/evaluation pair."""
+    """A registry asset of a dataset, for one model/evaluation pair.
+
+    Registering a day moves the aliases the day before left: each day depends on its own
+    previous evaluation day (`CADENCE_DAYS` earlier), so a backfill registers its days in order.
+    """
 
     @dg.asset(
         name=name,
         key_prefix=contract.name,
         partitions_def=partitions,
-        backfill_policy=SINGLE_RUN,
+        backfill_policy=daily_backfill_policy(),
         group_name=dataset_name(contract.name, "registry"),
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "json"},
@@ -118,6 +129,7 @@ def build_registered_model(
         ins={
             "model": dg.AssetIn(key=asset_key(contract.name, model_name)),
             "evaluation": dg.AssetIn(key=asset_key(contract.name, evaluation_name)),
+            "prev": previous_day_input(asset_key(contract.name, name), CADENCE_DAYS[kind]),
         },
         check_specs=[
             daily_check_spec(

@@ -24,7 +24,7 @@ from ml_platform.contracts import Contract
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
-from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
 from ml_platform.platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
 from ml_platform.training.model import (
     Checkpoints,
@@ -360,7 +360,7 @@ def build_model(
         name=name,
         key_prefix=contract.name,
         partitions_def=partitions,
-        backfill_policy=SINGLE_RUN,
+        backfill_policy=daily_backfill_policy(),
         group_name=dataset_name(contract.name, "training"),
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "joblib", "window_days": days},
@@ -396,7 +396,7 @@ def build_model(
         def day_of_model(day: str, features: dict[str, pd.DataFrame]) -> Iterator:
             coverage = window_coverage(day, days, first_day, features)
             require_coverage(coverage, min_coverage, name, contract.name)
-            if coverage.missing and context.has_partition_key:
+            if coverage.missing:
                 context.log.warning(
                     f"{name} {day} trains on {len(coverage.stored)} of "
                     f"{len(coverage.expected)} window days; missing: "
@@ -411,14 +411,11 @@ def build_model(
                     f"validation loss {record['validation_loss']:.5f}"
                 )
 
-            # A one-day run logs each epoch as it ends, to watch a long training. A range's
-            # days train in worker processes, which must not write to the run's event log;
-            # each day's losses per epoch or iteration are in its metadata (`loss_per_epoch`,
-            # `loss_per_iteration`).
-            on_epoch = log_epoch if context.has_partition_key else None
+            # Each epoch is logged as it ends, to watch a long training; each day's losses per
+            # epoch or iteration are also in its metadata (`loss_per_epoch`, `loss_per_iteration`).
             with StepTelemetry() as telemetry:
                 try:
-                    trained = train_model(features, contract, checkpoints, on_epoch=on_epoch)
+                    trained = train_model(features, contract, checkpoints, on_epoch=log_epoch)
                 except TrainingDataError as exc:
                     # Waiting cannot add a second class or more rows: fail now, without retries.
                     raise dg.Failure(description=str(exc), allow_retries=False) from exc
@@ -460,6 +457,6 @@ def build_model(
                 },
             )
 
-        yield from each_day(context, day_of_model, independent_days=True, features=features)
+        yield from each_day(context, day_of_model, features=features)
 
     return _model

@@ -5,10 +5,9 @@ partition together with the validated rows; a failing day publishes neither (see
 `ml_platform.ingestion.assets`).
 """
 
-import datetime as dt
 import io
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -16,11 +15,10 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.drift.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, published_key, rejected_key, staged_key
 from ml_platform.platform.datasets import asset_key, dataset_name, op_name
 from ml_platform.platform.observability import record_bytes_read, table_schema
-from ml_platform.platform.steps import SINGLE_RUN, daily_check_spec, each_day
+from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
 from ml_platform.platform.storage import (
     FORMAT_KEY,
     DailyInput,
@@ -57,19 +55,6 @@ def quarantine_allowed(contract: Contract, report: GateReport) -> bool:
     policy = contract.quality.bad_rows
     share = len(report.quarantine_reasons()) / max(report.rows, 1)
     return policy.policy == "quarantine" and share <= policy.max_fraction
-
-
-def days_depend_on_each_other(contract: Contract, days: Sequence[str]) -> bool:
-    """Whether a day among `days` has another of them among its history's reference days."""
-    within = set(days)
-    first = contract.partitions.start_date
-    return any(
-        reference.isoformat() in within
-        for day in days
-        for reference in reference_days(
-            contract.history_reference, dt.date.fromisoformat(day), first
-        )
-    )
 
 
 def history_description(
@@ -254,7 +239,7 @@ def build_validated_data(
         name="validated_data",
         key_prefix=contract.name,
         partitions_def=partitions,
-        backfill_policy=SINGLE_RUN,
+        backfill_policy=daily_backfill_policy(),
         retry_policy=STORAGE_RETRY_POLICY,
         group_name=dataset_name(contract.name, "validation"),
         kinds={"pandas", "parquet", "greatexpectations"},
@@ -367,11 +352,6 @@ def build_validated_data(
                 },
             )
 
-        # With the history gate, a day's verdict depends on which of its reference days passed:
-        # when some are in the range, its days are validated in order, as one-day runs would.
-        independent = not history_on or context.has_partition_key
-        if not independent:
-            independent = not days_depend_on_each_other(contract, context.partition_keys)
         # A range shares GE's fixed cost: its days are screened together first (see
         # `ml_platform.validation.range_gate`); a day the screen passes against the history it
         # then has needs no validation of its own.
@@ -405,8 +385,6 @@ def build_validated_data(
             raw_data = DailyInput(
                 context.partition_keys, lambda day: load_audited(lake, contract, day)
             )
-        yield from each_day(
-            context, day_of_validated_data, independent_days=independent, raw_data=raw_data
-        )
+        yield from each_day(context, day_of_validated_data, raw_data=raw_data)
 
     return validated_data
