@@ -1,6 +1,6 @@
 """evaluation_report: each day's candidate and the current champion on the same unseen rows."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -100,7 +100,7 @@ def build_evaluation_report(
         promoted: tuple[str, TrainedModel] | None = None
 
         def day_of_evaluation_report(
-            day: str, model: TrainedModel, features: dict[str, pd.DataFrame]
+            day: str, model: TrainedModel, features: Mapping[str, pd.DataFrame]
         ) -> Iterator:
             nonlocal promoted
             try:
@@ -109,7 +109,7 @@ def build_evaluation_report(
                 # The model and its window disagree: only rematerialising the model fixes that.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
-            baseline = score_baseline(model, train, holdout, spec.bootstrap_samples, seed)
+            baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
             champion_version: str | None
             champion_model: TrainedModel | None
             if promoted is not None:
@@ -134,7 +134,7 @@ def build_evaluation_report(
                 champion,
                 champion_version,
                 verdict,
-                plots(model, holdout, candidate),
+                plots(model, candidate),
                 baseline,
             )
             yield verdict_check(verdict, champion_version)

@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import math
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -393,7 +393,7 @@ def build_model(
         first_day = partitions.get_first_partition_key() or context.partition_keys[0]
         min_coverage = contract.training.min_window_coverage
 
-        def day_of_model(day: str, features: dict[str, pd.DataFrame]) -> Iterator:
+        def day_of_model(day: str, features: Mapping[str, pd.DataFrame]) -> Iterator:
             coverage = window_coverage(day, days, first_day, features)
             require_coverage(coverage, min_coverage, name, contract.name)
             if coverage.missing and context.has_partition_key:
@@ -443,6 +443,9 @@ def build_model(
                     "missing_window_days": coverage.missing,
                     "input_data_versions": trained.data_versions,
                     "train_rows": trained.train_rows,
+                    # Rows learnt from: fewer than train_rows when `linear` or boosting sampled
+                    # the window down to the contract's training.max_training_rows.
+                    "rows_learnt_from": trained.sampled_rows or trained.train_rows,
                     "holdout_rows": trained.holdout_rows,
                     "holdout_start": trained.holdout_start,
                     "estimator": trained.estimator,
