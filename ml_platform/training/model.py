@@ -47,6 +47,7 @@ from ml_platform.training.window import (
     Segment,
     TrainingDataError,
     WindowSplit,
+    chunked,
     holdout_count,
     label_summary,
     scan_window,
@@ -69,6 +70,9 @@ MIN_CATEGORY_ROWS = 5
 # this plus one day. A 28-day flights window (sparse one-hot rows) and a 28-day window of 20k
 # synthetic rows a day fit; a window of 1M-row days re-reads most of its days every epoch.
 ENCODED_CACHE_BYTES = 128 * 1024 * 1024
+# Rows fitted or encoded in one call: each call costs about 15 ms whatever its rows (a flights
+# day is 900), so small days go several at a time.
+CHUNK_ROWS = 65_536
 
 
 @contextlib.contextmanager
@@ -544,10 +548,11 @@ def _summary_frame(
 
 
 class _Budget:
-    """Bytes of encoded rows that may still be kept in memory."""
+    """Bytes of encoded rows that may still be kept in memory, and whether some did not fit."""
 
     def __init__(self, left: int):
         self.left = left
+        self.spent = False
 
 
 class _EncodedRows:
@@ -580,23 +585,44 @@ class _EncodedRows:
         return len(self.segments)
 
     def get(self, index: int) -> tuple[Any, np.ndarray, np.ndarray | None]:
-        """(encoded rows, labels, weights or None) of segment `index`."""
+        """(encoded rows, labels, weights or None) of segment `index`.
+
+        Encoded with the segments after it up to `CHUNK_ROWS` rows while the budget keeps
+        them; once it cannot, one segment at a time.
+        """
         if index in self.kept:
             return self.kept[index]
+        run = [index]
+        rows = self.segments[index].rows
+        while (
+            not self.budget.spent
+            and rows < CHUNK_ROWS
+            and run[-1] + 1 < len(self.segments)
+            and run[-1] + 1 not in self.kept
+        ):
+            run.append(run[-1] + 1)
+            rows += self.segments[run[-1]].rows
         contract = self.contract
-        frame = segment_rows(self.partitions, self.segments[index], contract.label_name)
+        label = contract.label_name
+        frames = [segment_rows(self.partitions, self.segments[i], label) for i in run]
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
         features = contract.numeric_features + contract.categorical_features
         encoded = self.preprocess.transform(frame[features])
         x = loss_rows(np.ascontiguousarray(encoded, dtype=np.float64))
         dtype = "int64" if contract.task == "classification" else "float64"
-        y = frame[contract.label_name].astype(dtype).to_numpy()
+        y = frame[label].astype(dtype).to_numpy()
         w = self.weights[y] if self.weights is not None else None
-        rows = (x, y, w)
-        size = sum(_nbytes(part) for part in rows)
+        size = sum(_nbytes(part) for part in (x, y, w))
+        ends = np.cumsum([len(f) for f in frames])
+        found = {}
+        for i, start, stop in zip(run, ends - [len(f) for f in frames], ends, strict=True):
+            found[i] = (x[start:stop], y[start:stop], w[start:stop] if w is not None else None)
         if size <= self.budget.left:
-            self.kept[index] = rows
+            self.kept.update(found)
             self.budget.left -= size
-        return rows
+        else:
+            self.budget.spent = True
+        return found[index]
 
     def loss(self, estimator: Any, task: str) -> float:
         """The estimator's mean (weighted) loss over every segment's rows."""
@@ -777,7 +803,7 @@ def _train_sgd(
     val_labels = label_summary(partitions, split.scan, split.validation, label)
     if state is None:
         preprocess = fit_streamed_preprocessing(
-            contract, lambda: stream(partitions, split.fit, label)
+            contract, lambda: chunked(stream(partitions, split.fit, label), CHUNK_ROWS)
         )
         state = _new_state(fingerprint, preprocess, contract)
     budget = _Budget(ENCODED_CACHE_BYTES)
@@ -795,23 +821,39 @@ def _train_sgd(
     rng = np.random.default_rng()
     rng.bit_generator.state = state.rng_state
     classes = np.array([0, 1]) if classification else None
+
+    def learn(batch: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> None:
+        rows = np.concatenate([part[0] for part in batch])
+        y = np.concatenate([part[1] for part in batch])
+        if classes is None:
+            state.estimator.partial_fit(rows, y)
+            return
+        weights = [part[2] for part in batch if part[2] is not None]
+        w = np.concatenate(weights) if weights else None
+        state.estimator.partial_fit(rows, y, classes=classes, sample_weight=w)
+
     while state.epoch < spec.max_epochs and state.epoch - state.best_epoch < spec.patience:
+        # SGD updates the weights row by row in the epoch's order whatever the batch: a batch
+        # only bounds the rows copied for one partial_fit call, which costs milliseconds of
+        # validation, so a batch gathers `batch_size` rows across days, as a batch of the
+        # whole epoch's rows in the same order would.
+        batch: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        room = spec.batch_size
         for day in rng.permutation(len(fit)):
             x, y, w = fit.get(int(day))
             order = rng.permutation(len(y))
-            # SGD updates the weights row by row in `order` whatever the batch: a batch only
-            # bounds the rows copied for one partial_fit call, which costs milliseconds of
-            # validation.
-            for start in range(0, len(order), spec.batch_size):
-                batch = order[start : start + spec.batch_size]
-                rows = x[batch].toarray() if issparse(x) else x[batch]
-                if classes is not None:
-                    weights = w[batch] if w is not None else None
-                    state.estimator.partial_fit(
-                        rows, y[batch], classes=classes, sample_weight=weights
-                    )
-                else:
-                    state.estimator.partial_fit(rows, y[batch])
+            start = 0
+            while start < len(order):
+                part = order[start : start + room]
+                rows = x[part].toarray() if issparse(x) else x[part]
+                batch.append((rows, y[part], w[part] if w is not None else None))
+                start += len(part)
+                room -= len(part)
+                if room == 0:
+                    learn(batch)
+                    batch, room = [], spec.batch_size
+        if batch:
+            learn(batch)
         state.epoch += 1
         record = {
             "epoch": state.epoch,

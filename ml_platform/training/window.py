@@ -83,8 +83,14 @@ def data_version(frame: pd.DataFrame) -> str:
 
 def day_rows(frame: pd.DataFrame, label: str) -> pd.DataFrame:
     """A day's labelled rows in event-time order (stable: ties keep their stored order)."""
-    ordered = frame.sort_values(EVENT_TIME, kind="stable")
-    return ordered[ordered[label].notna()].reset_index(drop=True)
+    # A day is usually stored in time order already, and read many times: no sort, no filter
+    # where there is nothing to reorder or drop.
+    if not frame[EVENT_TIME].is_monotonic_increasing:
+        frame = frame.sort_values(EVENT_TIME, kind="stable")
+    present = frame[label].notna()
+    if not present.all():
+        frame = frame[present]
+    return frame.reset_index(drop=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +202,24 @@ def stream(
     """Each segment's rows in turn, its day read when it is reached."""
     for segment in segments:
         yield segment_rows(partitions, segment, label)
+
+
+def chunked(frames: Iterator[pd.DataFrame], rows: int) -> Iterator[pd.DataFrame]:
+    """Consecutive frames joined until they hold at least `rows` rows (a bigger frame alone).
+
+    Fitting and encoding cost milliseconds a call whatever the rows: small days are worked on
+    several at a time, with memory bounded by `rows` rows or one day.
+    """
+    pending: list[pd.DataFrame] = []
+    held = 0
+    for frame in frames:
+        pending.append(frame)
+        held += len(frame)
+        if held >= rows:
+            yield pending[0] if len(pending) == 1 else pd.concat(pending, ignore_index=True)
+            pending, held = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pd.concat(pending, ignore_index=True)
 
 
 def label_summary(
