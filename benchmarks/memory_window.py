@@ -1,13 +1,14 @@
 """Peak memory of the model and evaluation steps on a long window, and the streamed SGD fit.
 
 Run: .venv/bin/python benchmarks/memory_window.py [--rows 20000] [--window-days 28]
-     [--estimator sgd] [--max-epochs N] [--equivalence]
+     [--estimator sgd [linear]] [--max-epochs N] [--equivalence]
 
 The synthetic contract is copied with `rows_per_day` (and the row-count bounds) set to `--rows`,
-its window set to `--window-days` and its estimator to `--estimator` (`linear`, the contract's
-own, learns from at most `training.max_training_rows` rows). The window's feature partitions
-are generated (ingestion/synthetic.py, typed and built as the features asset builds them) and
-written to the lake directly: how they got there does not change what the model reads. Then
+its window set to `--window-days` and its estimator to each `--estimator` in turn (`linear`,
+the contract's own, learns from at most `training.max_training_rows` rows). The window's
+feature partitions are generated (ingestion/synthetic.py, typed and built as the features asset
+builds them) and written to the lake directly: how they got there does not change what the
+model reads. Then
 the last day's `model` and `evaluation_report` run alone in a fresh process with
 `dg.materialize`, each step measured as benchmarks/memory_day.py measures it: the peak resident
 memory (VmHWM) from Dagster's own events, reset at STEP_START, with freed memory handed back to
@@ -30,6 +31,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,7 +47,9 @@ MEASURED = ["model", "evaluation_report"]
 
 
 def contract_file(root: Path, rows: int, window_days: int, estimator: str, epochs: int | None):
-    path = write_contract(root, rows, window_days)
+    path = root / "synthetic.yaml"
+    if not path.exists():
+        write_contract(root, rows, window_days)
     document = yaml.safe_load(path.read_text())
     document["model"] = {"estimator": estimator}
     if estimator == "sgd" and epochs is not None:
@@ -167,22 +171,29 @@ def run_child(*args: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memory_window_") as tmp:
         root = Path(tmp)
-        contract_file(root, args.rows, args.window_days, args.estimator, args.max_epochs)
+        contract_file(root, args.rows, args.window_days, args.estimator[0], args.max_epochs)
         days = [(args.start + dt.timedelta(days=i)).isoformat() for i in range(args.window_days)]
         started = time.perf_counter()
         frame_mb = write_window(root, days)
         result: dict[str, Any] = {
             "rows": args.rows,
             "window_days": args.window_days,
-            "estimator": args.estimator,
             "day_frame_mb": frame_mb,
             "generate_seconds": time.perf_counter() - started,
-            "platform": run_child("--child", "platform", "--root", tmp, "--days", days[-1]),
+            "platform": {},
         }
-        if args.equivalence:
-            result["equivalence"] = run_child(
-                "--child", "equivalence", "--root", tmp, "--days", *days
+        # Each estimator on the same stored window, in a fresh process with a fresh instance.
+        for estimator in args.estimator:
+            contract_file(root, args.rows, args.window_days, estimator, args.max_epochs)
+            for folder in ("dagster_home", "lake/synthetic/model", "lake/synthetic/checkpoints"):
+                shutil.rmtree(root / folder, ignore_errors=True)
+            result["platform"][estimator] = run_child(
+                "--child", "platform", "--root", tmp, "--days", days[-1]
             )
+            if args.equivalence and estimator == "sgd":
+                result["equivalence"] = run_child(
+                    "--child", "equivalence", "--root", tmp, "--days", *days
+                )
         result["machine"] = (
             f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"
         )
@@ -192,17 +203,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| step | wall (s) | peak RSS (MB) | RSS before (MB) | increment (MB) |",
-        "|---|---:|---:|---:|---:|",
+        "| estimator | step | wall (s) | peak RSS (MB) | RSS before (MB) | increment (MB) |",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    for name in MEASURED:
-        f = result["platform"]["steps"].get(name)
-        if f is None:
-            continue
-        lines.append(
-            f"| {name} | {f['wall_seconds']:.2f} | {f['peak_rss_mb']:.0f} | "
-            f"{f['rss_before_mb']:.0f} | {f['increment_mb']:.0f} |"
-        )
+    for estimator, measured in result["platform"].items():
+        for name in MEASURED:
+            f = measured["steps"].get(name)
+            if f is None:
+                continue
+            lines.append(
+                f"| {estimator} | {name} | {f['wall_seconds']:.2f} | {f['peak_rss_mb']:.0f} | "
+                f"{f['rss_before_mb']:.0f} | {f['increment_mb']:.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -210,7 +222,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--window-days", type=int, default=28)
-    parser.add_argument("--estimator", default="sgd", choices=["sgd", "linear"])
+    parser.add_argument("--estimator", nargs="+", default=["sgd"], choices=["sgd", "linear"])
     parser.add_argument("--max-epochs", type=int)
     parser.add_argument("--equivalence", action="store_true")
     parser.add_argument("--start", type=dt.date.fromisoformat, default=dt.date(2024, 1, 1))
