@@ -32,15 +32,13 @@ import json
 import os
 import platform
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from memory_day import StepMemory, import_libraries, platform_for, write_contract
+from memory_day import StepMemory, import_libraries, platform_for, run_child, write_contract
 
 MB = 1024 * 1024
 MEASURED = ["model", "evaluation_report"]
@@ -159,15 +157,6 @@ def child_equivalence(root: Path, days: list[str]) -> dict[str, Any]:
     }
 
 
-def run_child(*args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-5000:])
-    return json.loads(done.stdout.splitlines()[-1])
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="memory_window_") as tmp:
         root = Path(tmp)
@@ -188,11 +177,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for folder in ("dagster_home", "lake/synthetic/model", "lake/synthetic/checkpoints"):
                 shutil.rmtree(root / folder, ignore_errors=True)
             result["platform"][estimator] = run_child(
-                "--child", "platform", "--root", tmp, "--days", days[-1]
+                "--child", "platform", "--root", tmp, "--days", days[-1], script=__file__
             )
             if args.equivalence and estimator == "sgd":
                 result["equivalence"] = run_child(
-                    "--child", "equivalence", "--root", tmp, "--days", *days
+                    "--child", "equivalence", "--root", tmp, "--days", *days, script=__file__
                 )
         result["machine"] = (
             f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}"

@@ -427,7 +427,7 @@ class WindowPartitions(Mapping[str, Any]):
         return sum(self.cache.rows.get(key, 0) for key in self.keys_)
 
 
-class DailyInput(Mapping[str, Any]):
+class DailyInput(WindowPartitions):
     """An upstream asset's partitions for a range step, each loaded when a day first asks for it.
 
     `for_day(day)` is what a one-day step would have received: the day's value, or for a window
@@ -440,20 +440,8 @@ class DailyInput(Mapping[str, Any]):
     def __init__(
         self, keys: Sequence[str], load: Callable[[str], Any], window_days: int | None = None
     ):
-        self.keys_ = sorted(keys)
+        super().__init__(keys, PartitionCache(load, WINDOW_CACHE_BYTES if window_days else 0))
         self.window_days = window_days
-        self.cache = PartitionCache(load, WINDOW_CACHE_BYTES if window_days else 0)
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.keys_:
-            raise KeyError(key)
-        return self.cache.get(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys_)
-
-    def __len__(self) -> int:
-        return len(self.keys_)
 
     def for_day(self, day: str) -> Any:
         """The value a one-day step of `day` gets for this input."""
