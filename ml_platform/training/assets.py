@@ -386,7 +386,10 @@ def build_model(
         each with a checkpoint stored between them (every `checkpoint_seconds`), so a killed
         run resumes from the last one and ends with the same model. A linear model is one fit
         of seconds with no checkpoint: a killed run fits again. The latest rows of the
-        window (by event time) are held out for evaluation. Days of the window whose features
+        window (by day, then event time) are held out for evaluation. The window is read a day
+        at a time, so the step's memory does not grow with it; a linear model or gradient
+        boosting learns from at most the contract's `training.max_training_rows` rows (a
+        sample stratified by day above it: `rows_learnt_from`). Days of the window whose features
         are not stored are left out while the stored ones cover the contract's
         `min_window_coverage`; the metadata lists them (`missing_window_days`).
         """

@@ -1,19 +1,25 @@
 """The trained model: a scikit-learn pipeline, checkpointed while it learns.
 
-The window's rows are split in time: the latest `holdout_fraction` of rows (by event time) is
-held out for evaluation and never trained on. The contract's `model` section picks the
-estimator:
+The window is read a day at a time (`training.window`), so training holds about one day's
+frame plus the model (and bounded caches) however long the window. Its labelled rows, ordered
+by day then event time, are split in time: the latest `holdout_fraction` of them is held out for
+evaluation and never trained on. The contract's `model` section picks the estimator:
 
-- `sgd`: imputation, scaling and one-hot encoding fitted once, then SGD learns epoch by epoch
-  with `partial_fit`, in an order drawn from a seeded generator, with early stopping on the
+- `sgd`: imputation (the mean), scaling and one-hot encoding fitted from per-day statistics,
+  then SGD learns epoch by epoch with `partial_fit`, visiting the days in an order drawn from a
+  seeded generator and each day's rows in an order drawn next, with early stopping on the
   validation slice, the latest 10 % of the training rows, which it does not learn from;
 - `hist_gradient_boosting`: numeric features as they are (missing values handled natively) and
   categorical ones ordinal-encoded and split natively; boosting iterations are added `step` at
   a time with `warm_start`, with scikit-learn's early stopping on its own random 10 % of the
   training rows;
-- `linear`: the SGD preprocessing, then `LogisticRegression` or `Ridge` solved in one fit of at
-  most seconds on all training rows, so it has no checkpoint: a killed run fits again, which
-  ends with the same model. Its validation loss, on the latest 10 %, is in-sample.
+- `linear`: imputation (the median), scaling and one-hot encoding, then `LogisticRegression`
+  or `Ridge` solved in one fit of at most seconds, so it has no checkpoint: a killed run fits
+  again, which ends with the same model. Its validation loss, on the latest 10 %, is in-sample.
+
+Boosting and `linear` need their rows at once: they learn from every training row up to the
+contract's `training.max_training_rows`, else from a sample of that many, stratified by day
+(and class), drawn a day at a time.
 
 After an epoch or boosting step that ends at least `checkpoint_seconds` after the last
 checkpoint (or the start), the whole state (preprocessing, estimator, best estimator, generator
