@@ -353,6 +353,7 @@ def test_a_window_loads_a_day_when_read_and_keeps_what_fits():
 
     one_day = pd.DataFrame({"x": np.zeros(1000)}).memory_usage(deep=True).sum()
     window = WindowPartitions(DAYS, PartitionCache(load, max_bytes=2 * one_day))
+    assert DAYS[0] in window and "2023-12-31" not in window
     assert loads == [] and list(window) == DAYS and window.rows_read == 0
     for _ in range(2):
         for day in DAYS:

@@ -415,6 +415,10 @@ class WindowPartitions(Mapping[str, Any]):
             raise KeyError(key)
         return self.cache.get(key)
 
+    def __contains__(self, key: object) -> bool:
+        # Mapping's own asks for the value, which would load the partition.
+        return key in self.keys_
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys_)
 
