@@ -66,14 +66,14 @@ def main() -> None:
     samples, seed = contract.evaluation.bootstrap_samples, contract.training.random_seed
     candidate = score_model(model, holdout, samples, seed)
     incumbent = score_model(champion, holdout, samples, seed)
-    baseline = score_baseline(model, train, holdout, samples, seed)
+    baseline = score_baseline(model, train, candidate.labels, samples, seed)
     verdict = judge(contract, candidate, incumbent, baseline)
-    images = plots(model, holdout, candidate)
+    images = plots(model, candidate)
     pieces = {
         "score_candidate": lambda: score_model(model, holdout, samples, seed),
         "score_champion": lambda: score_model(champion, holdout, samples, seed),
-        "score_baseline": lambda: score_baseline(model, train, holdout, samples, seed),
-        "plots": lambda: plots(model, holdout, candidate),
+        "score_baseline": lambda: score_baseline(model, train, candidate.labels, samples, seed),
+        "plots": lambda: plots(model, candidate),
         "render_report": lambda: render_report(
             args.end.isoformat(), model, candidate, incumbent, "champion", verdict, images, baseline
         ),

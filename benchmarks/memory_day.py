@@ -220,9 +220,10 @@ def child_plain(root: Path, days: list[str]) -> dict[str, Any]:
     }
 
 
-def run_child(*args: str) -> dict[str, Any]:
+def run_child(*args: str, script: str = __file__) -> dict[str, Any]:
+    """Run `script` (this one by default) with `args` in a fresh process; its last line as JSON."""
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True
+        [sys.executable, str(Path(script).resolve()), *args], capture_output=True, text=True
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-5000:])

@@ -25,6 +25,7 @@ from ml_platform.evaluation.metrics import (
     score_predictions,
 )
 from ml_platform.training.model import TrainedModel, split_holdout, window_frame
+from ml_platform.training.window import LabelSummary
 from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_promotion import champion_state
 
@@ -47,7 +48,7 @@ def delays(rows: int, share: float, seed: int) -> np.ndarray:
 def test_the_prior_baseline_scores_every_row_with_the_training_share_and_ranks_at_chance():
     train, y = delays(2000, 0.3, 1), delays(300, 0.25, 2)
 
-    predicted, score = baseline_predictions("classification", train, len(y))
+    predicted, score = baseline_predictions("classification", LabelSummary.of(train), len(y))
     baseline = score_predictions("classification", y, predicted, score, SAMPLES, SEED)
 
     # The training rows' share of positives, not the hold-out's; the majority class predicted.
@@ -63,7 +64,7 @@ def test_the_mean_baseline_predicts_the_training_mean_on_every_held_out_row():
     rng = np.random.default_rng(3)
     train, y = rng.normal(10.0, 2.0, 800), rng.normal(11.0, 2.0, 200)
 
-    predicted, _ = baseline_predictions("regression", train, len(y))
+    predicted, _ = baseline_predictions("regression", LabelSummary.of(train), len(y))
     baseline = score_predictions("regression", y, predicted, predicted, SAMPLES, SEED)
 
     assert np.all(predicted == pytest.approx(train.mean()))
@@ -77,7 +78,7 @@ def test_the_lift_is_paired_with_the_candidate_on_the_same_samples():
     train, y = rng.normal(0.0, 3.0, 800), rng.normal(0.0, 3.0, 300)
     good = y + rng.normal(0.0, 0.5, len(y))
     candidate = score_predictions("regression", y, good, good, SAMPLES, SEED)
-    predicted, score = baseline_predictions("regression", train, len(y))
+    predicted, score = baseline_predictions("regression", LabelSummary.of(train), len(y))
     baseline = score_predictions("regression", y, predicted, score, SAMPLES, SEED)
 
     lift, low, high = improvement("rmse", candidate, baseline)
@@ -110,7 +111,7 @@ def classification_case(signal: float) -> tuple:
     candidate = score_predictions(
         "classification", y, (score > 0.5).astype("int64"), score, SAMPLES, SEED
     )
-    predicted, prior = baseline_predictions("classification", train, len(y))
+    predicted, prior = baseline_predictions("classification", LabelSummary.of(train), len(y))
     baseline = score_predictions("classification", y, predicted, prior, SAMPLES, SEED)
     return y, candidate, baseline
 
@@ -193,7 +194,13 @@ def test_score_baseline_fits_on_the_models_training_rows_and_scores_the_holdout(
     holdout = pd.DataFrame({"delayed": delays(300, 0.6, 12).astype("float64")})
     model = described_model("classification", "delayed", len(train), len(holdout))
 
-    baseline = score_baseline(model, train, holdout, SAMPLES, SEED)
+    baseline = score_baseline(
+        model,
+        LabelSummary.of(train["delayed"]),
+        holdout["delayed"].astype("int64").to_numpy(),
+        SAMPLES,
+        SEED,
+    )
 
     # The training rows' majority (no delay), though most held-out flights are delayed.
     assert np.all(baseline.predicted == 0)

@@ -18,7 +18,7 @@ from ml_platform.contracts.model import bundled_contracts
 from ml_platform.platform.storage import LocalStorage, deserialise
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.assets import LOSS_PLATEAU_CHECK
-from ml_platform.training.model import data_version
+from ml_platform.training.window import data_version
 from ml_platform_tests.conftest import REPO, Platform, days_from
 
 pytestmark = pytest.mark.slow

@@ -110,7 +110,7 @@ def test_a_clearly_better_candidate_is_promoted_with_its_interval_in_the_report(
         champion,
         "daily-2013-01-01",
         verdict,
-        plots(model, holdout, candidate),
+        plots(model, candidate),
     )
     assert "**Verdict: promote.**" in report
     assert "improvement (paired 95 % interval)" in report

@@ -20,14 +20,13 @@ from ml_platform.training.model import (
     Checkpoints,
     TrainingDataError,
     TrainingState,
-    data_version,
-    data_versions,
     loss_rows,
     sparse_rows,
     split_holdout,
     train_model,
     window_frame,
 )
+from ml_platform.training.window import data_version
 from ml_platform.validation.schema import type_rows
 
 SYNTHETIC = load_contract("synthetic")
@@ -239,15 +238,11 @@ def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_model(
     assert_same_model(resumed, flights_sgd_model)
 
 
-def test_a_windows_data_versions_are_each_partitions_own(flights_window):
+def test_a_models_data_versions_are_each_partitions_own(flights_window, flights_sgd_model):
     one_by_one = {day: data_version(frame) for day, frame in flights_window.items()}
-    assert data_versions(flights_window) == one_by_one
-    # A partition whose column types differ cannot share the one-call hashing.
-    retyped = dict(flights_window)
-    retyped[FLIGHTS_DAYS[1]] = retyped[FLIGHTS_DAYS[1]].astype({"log_distance": "float32"})
-    versions = data_versions(retyped)
-    assert versions[FLIGHTS_DAYS[0]] == one_by_one[FLIGHTS_DAYS[0]]
-    assert versions[FLIGHTS_DAYS[1]] == data_version(retyped[FLIGHTS_DAYS[1]])
+    assert flights_sgd_model.data_versions == one_by_one
+    retyped = flights_window[FLIGHTS_DAYS[1]].astype({"log_distance": "float32"})
+    assert data_version(retyped) != one_by_one[FLIGHTS_DAYS[1]]
 
 
 def test_single_class_window_is_refused(flights_window):

@@ -7,7 +7,7 @@ synthetic dataset with a short window and few epochs.
 """
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,9 @@ def tiny_features(context: dg.AssetExecutionContext) -> dict:
 def window_read(context: dg.AssetExecutionContext, features: Any) -> Iterator:
     """Which days of its 3-day window each day received."""
 
-    def day_of(day: str, features: dict[str, dict]) -> Iterator:
-        yield dg.MaterializeResult(value={"keys": sorted(features), "values": features})
+    def day_of(day: str, features: Mapping[str, dict]) -> Iterator:
+        # The window loads each day when it is read.
+        yield dg.MaterializeResult(value={"keys": sorted(features), "values": dict(features)})
 
     yield from each_day(context, day_of, features=features)
 

@@ -165,6 +165,13 @@ class TrainingSpec(_Strict):
     # A model trains on the window's days that are stored (they passed their gates) when they
     # are at least this share of the window's days; below it the step fails as a data failure.
     min_window_coverage: float = Field(default=0.75, gt=0.0, le=1.0)
+    # Training rows `linear` and `hist_gradient_boosting` learn from at most: they need every
+    # row in memory at once. A window with more trains on a sample of this many, drawn a day
+    # at a time, each day (and, for a classifier, each class of a day) giving its share, with a
+    # generator seeded by `random_seed` and the day. SGD reads the window a day at a time and
+    # learns from every row. The default keeps a 28-day window of 1M-row synthetic days within
+    # 3 GB (about 200 bytes a row of encoded and raw features); below it every row is used.
+    max_training_rows: int = Field(default=1_000_000, ge=2)
 
 
 class SgdSpec(_Strict):

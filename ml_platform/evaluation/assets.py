@@ -9,7 +9,7 @@ registry does not reflect the previous day yet.
 """
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -183,7 +183,7 @@ def build_evaluation_report(
         carried: Champion | None = None
 
         def day_of_evaluation_report(
-            day: str, model: TrainedModel, features: dict[str, pd.DataFrame]
+            day: str, model: TrainedModel, features: Mapping[str, pd.DataFrame]
         ) -> Iterator:
             nonlocal carried
             try:
@@ -192,7 +192,7 @@ def build_evaluation_report(
                 # The model and its window disagree: only rematerialising the model fixes that.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
-            baseline = score_baseline(model, train, holdout, spec.bootstrap_samples, seed)
+            baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
             if carried is None:
                 carried = champion_before(
                     context, registry, store, contract.name, name, registered_name, kind, day
@@ -213,7 +213,7 @@ def build_evaluation_report(
                 champion,
                 champion_version,
                 verdict,
-                plots(model, holdout, candidate),
+                plots(model, candidate),
                 baseline,
             )
             yield verdict_check(verdict, champion_version)

@@ -22,45 +22,80 @@ alone does not give, whatever its value thresholds say, and is rejected.
 import dataclasses
 import hashlib
 import math
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
-from ml_platform.training.model import TrainedModel, labelled, split_holdout, window_frame
+from ml_platform.training.model import TrainedModel
+from ml_platform.training.window import (
+    LabelSummary,
+    Segment,
+    label_summary,
+    scan_window,
+    split_window,
+    stream,
+)
 
 LOWER_IS_BETTER = {"mae", "rmse"}
 # A little beyond [0, 1], so curves along the edges stay visible.
 UNIT_RANGE = (-0.02, 1.02)
 
 
+@dataclasses.dataclass(frozen=True)
+class HeldOutRows:
+    """The rows a model held out, read a day at a time from its window when scored."""
+
+    partitions: Mapping[str, pd.DataFrame]
+    segments: list[Segment]
+    label: str
+
+    def __len__(self) -> int:
+        return sum(segment.rows for segment in self.segments)
+
+    def frames(self) -> Iterator[pd.DataFrame]:
+        """Each held-out day's rows in turn, in the window's order."""
+        return stream(self.partitions, self.segments, self.label)
+
+    def frame(self) -> pd.DataFrame:
+        """All the held-out rows as one frame (for small windows: tests, benchmarks)."""
+        return pd.concat(list(self.frames()), ignore_index=True)
+
+
 def split_of(
-    model: TrainedModel, partitions: dict[str, pd.DataFrame], contract: Contract
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(train, holdout): the rows `model` learned from and held out, recomputed from its window."""
+    model: TrainedModel, partitions: Mapping[str, pd.DataFrame], contract: Contract
+) -> tuple[LabelSummary, HeldOutRows]:
+    """(labels of the training rows, held-out rows) of `model`, recomputed from its window.
+
+    One pass counts each day's labelled rows; only the held-out days are read again, when
+    scored, so memory holds one day whatever the window.
+    """
     if sorted(partitions) != model.window:
         raise ValueError(
             f"evaluation window {sorted(partitions)} differs from the model's training window "
             f"{model.window}; rematerialise the model for this partition"
         )
-    train, holdout = split_holdout(
-        labelled(window_frame(partitions), contract), contract.training.holdout_fraction
-    )
-    if (len(train), len(holdout)) != (model.train_rows, model.holdout_rows):
+    label = contract.label_name
+    scan = scan_window(partitions, label, versions=False)
+    split = split_window(scan, contract.training.holdout_fraction)
+    if (split.train_rows, split.holdout_rows) != (model.train_rows, model.holdout_rows):
         raise ValueError(
-            f"the window now holds {len(train)} training and {len(holdout)} hold-out rows but "
-            f"the model recorded {model.train_rows} and {model.holdout_rows}: its feature "
-            "partitions changed after training; rematerialise the model"
+            f"the window now holds {split.train_rows} training and {split.holdout_rows} "
+            f"hold-out rows but the model recorded {model.train_rows} and "
+            f"{model.holdout_rows}: its feature partitions changed after training; "
+            "rematerialise the model"
         )
-    return train, holdout
+    train = label_summary(partitions, scan, split.train, label)
+    return train, HeldOutRows(partitions, split.holdout, label)
 
 
 def holdout_of(
-    model: TrainedModel, partitions: dict[str, pd.DataFrame], contract: Contract
+    model: TrainedModel, partitions: Mapping[str, pd.DataFrame], contract: Contract
 ) -> pd.DataFrame:
-    """The rows `model` held out, recomputed from the same window of feature partitions."""
-    return split_of(model, partitions, contract)[1]
+    """The rows `model` held out, recomputed from the same window, as one frame."""
+    return split_of(model, partitions, contract)[1].frame()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +113,7 @@ class Scores:
     score: np.ndarray
     draws: dict[str, np.ndarray]
     pairing: str
+    labels: np.ndarray  # the hold-out's labels, in the order of `predicted`
 
 
 def _per_sample_counts(codes: np.ndarray, rows: np.ndarray, kinds: int) -> np.ndarray:
@@ -167,15 +203,32 @@ def _values(task: str, y: np.ndarray, predicted: np.ndarray, score: np.ndarray) 
     }
 
 
-def score_model(model: TrainedModel, holdout: pd.DataFrame, samples: int, seed: int) -> Scores:
+def score_model(
+    model: TrainedModel, holdout: pd.DataFrame | HeldOutRows, samples: int, seed: int
+) -> Scores:
     """Metrics of a model on the hold-out with bootstrap 95 % intervals.
 
-    Every model scored on the same hold-out with the same `samples` and `seed` is scored on the
-    same bootstrap samples, which is what lets `judge` pair a candidate with its champion.
+    Held-out rows read a day at a time (`HeldOutRows`) are scored a day at a time: only the
+    labels, predictions and scores are kept. Every model scored on the same hold-out with the
+    same `samples` and `seed` is scored on the same bootstrap samples, which is what lets
+    `judge` pair a candidate with its champion.
     """
-    y = holdout[model.label].astype("int64" if model.task == "classification" else "float64")
-    predicted, score = model.predictions(holdout)
-    return score_predictions(model.task, y.to_numpy(), predicted, score, samples, seed)
+    frames = holdout.frames() if isinstance(holdout, HeldOutRows) else iter([holdout])
+    dtype = "int64" if model.task == "classification" else "float64"
+    labels, predicted, score = [], [], []
+    for frame in frames:
+        labels.append(frame[model.label].astype(dtype).to_numpy())
+        day_predicted, day_score = model.predictions(frame)
+        predicted.append(day_predicted)
+        score.append(day_score)
+    return score_predictions(
+        model.task,
+        np.concatenate(labels),
+        np.concatenate(predicted),
+        np.concatenate(score),
+        samples,
+        seed,
+    )
 
 
 def pairing_of(y: np.ndarray, samples: int, seed: int) -> str:
@@ -217,6 +270,7 @@ def score_predictions(
         score,
         draws,
         pairing_of(y, samples, seed),
+        y,
     )
 
 
@@ -271,45 +325,46 @@ def primary_metric(contract: Contract) -> str:
 
 
 def baseline_predictions(
-    task: str, train_labels: np.ndarray, rows: int
+    task: str, train_labels: LabelSummary, rows: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(predicted, score) of the trivial baseline fitted on `train_labels`, for `rows` rows.
+    """(predicted, score) of the trivial baseline fitted on the training labels, for `rows` rows.
 
     The class prior (`DummyClassifier(strategy="prior")`: the majority class, scored with the
     share of positives, the same for every row) or the training mean
-    (`DummyRegressor(strategy="mean")`). Neither reads a feature, so the rows are zero columns.
+    (`DummyRegressor(strategy="mean")`). Neither reads a feature, so the rows are zero columns;
+    both depend on the labels only through their count and sum, so they are fitted on one row
+    per class weighted by its count, or on the mean.
     """
     from sklearn.dummy import DummyClassifier, DummyRegressor
 
-    if len(train_labels) == 0:
+    if train_labels.rows == 0:
         raise ValueError("the trivial baseline needs at least one training label")
-    train_x = np.zeros((len(train_labels), 1))
     x = np.zeros((rows, 1))
     if task == "classification":
-        prior = DummyClassifier(strategy="prior").fit(train_x, train_labels)
+        counts = train_labels.class_counts()
+        present = np.flatnonzero(counts)
+        prior = DummyClassifier(strategy="prior").fit(
+            np.zeros((len(present), 1)), present, sample_weight=counts[present]
+        )
         classes = list(prior.classes_)
         proba = prior.predict_proba(x)
         score = proba[:, classes.index(1)] if 1 in classes else np.zeros(rows)
         return prior.predict(x), score
-    mean = DummyRegressor(strategy="mean").fit(train_x, train_labels)
+    mean = DummyRegressor(strategy="mean").fit(np.zeros((1, 1)), [train_labels.mean])
     predicted = mean.predict(x)
     return predicted, predicted
 
 
 def score_baseline(
-    model: TrainedModel, train: pd.DataFrame, holdout: pd.DataFrame, samples: int, seed: int
+    model: TrainedModel, train: LabelSummary, holdout_labels: np.ndarray, samples: int, seed: int
 ) -> Scores:
     """The trivial baseline, fitted on the labels of `model`'s training rows, on the hold-out.
 
     With the same `samples` and `seed` as the candidate it is scored on the same bootstrap
     samples, so `improvement` pairs the two.
     """
-    dtype = "int64" if model.task == "classification" else "float64"
-    y = holdout[model.label].astype(dtype).to_numpy()
-    predicted, score = baseline_predictions(
-        model.task, train[model.label].astype(dtype).to_numpy(), len(y)
-    )
-    return score_predictions(model.task, y, predicted, score, samples, seed)
+    predicted, score = baseline_predictions(model.task, train, len(holdout_labels))
+    return score_predictions(model.task, holdout_labels, predicted, score, samples, seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,11 +484,11 @@ def judge(
     return Verdict(passes_values, beats, reasons, improvements, cause, beats_baseline, lift)
 
 
-def plots(model: TrainedModel, holdout: pd.DataFrame, scores: Scores) -> list[str]:
+def plots(model: TrainedModel, scores: Scores) -> list[str]:
     """Markdown images: ROC and precision-recall curves and confusion matrix, or residuals."""
     from sklearn import metrics as skm
 
-    y = holdout[model.label].to_numpy()
+    y = scores.labels
     images = []
     if model.task == "classification":
         y = y.astype("int64")

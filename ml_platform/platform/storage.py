@@ -29,10 +29,11 @@ from ml_platform.platform.observability import record_bytes_read
 from ml_platform.platform.settings import Location, Settings, parse_s3_url
 
 FORMAT_KEY = "ml_platform/format"
-# An input with this metadata (the window's length in days) receives its partitions as a dict,
-# even when the window holds a single partition (the first day), so the asset always sees one
-# type. The dict holds only the window's partitions that are stored: a day rejected by its gates
-# (or not materialised yet) is a hole the asset judges (`training.assets.window_coverage`).
+# An input with this metadata (the window's length in days) receives its partitions as a
+# mapping (`WindowPartitions`, each partition loaded when read), even when the window holds a
+# single partition (the first day), so the asset always sees one type. It holds only the
+# window's partitions that are stored: a day rejected by its gates (or not materialised yet) is
+# a hole the asset judges (`training.assets.window_coverage`).
 WINDOW_KEY = "ml_platform/window"
 EXTENSIONS = {"parquet": "parquet", "joblib": "joblib", "json": "json"}
 
@@ -354,33 +355,67 @@ def deserialise_from(handle: IO[bytes], fmt: str) -> Any:
     raise ValueError(f"unknown lake format '{fmt}'")
 
 
-class DailyInput(Mapping[str, Any]):
-    """An upstream asset's partitions for a range step, each loaded when a day first asks for it.
+# In-memory size of the loaded window partitions a step keeps for reuse. A day's model and
+# evaluation read their window several times (a counting pass, the preprocessing's statistics,
+# the held-out rows): a window of small days (a flights day is 0.2 MB) is read once, a window of
+# big days (a 1M-row synthetic day is 100 MB) keeps one day at a time, so a step's memory does
+# not grow with its window.
+WINDOW_CACHE_BYTES = 64 * 1024 * 1024
 
-    `for_day(day)` is what a one-day step would have received: the day's value, or for a window
-    input (`window_days`) the dict of the window's partitions ending that day (of a window input,
-    `keys` are only the stored partitions, so a hole is left out as in a one-day step). The last
-    few loaded partitions are kept, so a sliding window reads each partition once.
+
+def value_bytes(value: Any) -> float:
+    """In-memory size of a loaded partition: a frame's, else unknown (infinite)."""
+    if isinstance(value, pd.DataFrame):
+        return float(value.memory_usage(deep=True).sum())
+    return float("inf")
+
+
+class PartitionCache:
+    """Partitions loaded on request; the latest kept while they fit `max_bytes`, the last always.
+
+    `rows[key]` remembers the rows of every frame loaded, for the step's `rows_in` metadata.
     """
 
-    def __init__(
-        self, keys: Sequence[str], load: Callable[[str], Any], window_days: int | None = None
-    ):
-        self.keys_ = sorted(keys)
+    def __init__(self, load: Callable[[str], Any], max_bytes: float = WINDOW_CACHE_BYTES):
         self.load = load
-        self.window_days = window_days
-        self.cache: collections.OrderedDict[str, Any] = collections.OrderedDict()
-        self.cache_size = window_days or 1
+        self.max_bytes = max_bytes
+        self.kept: collections.OrderedDict[str, tuple[Any, float]] = collections.OrderedDict()
+        self.rows: dict[str, int] = {}
+
+    def get(self, key: str) -> Any:
+        """The partition, loaded now unless it is kept."""
+        if key in self.kept:
+            self.kept.move_to_end(key)
+            return self.kept[key][0]
+        value = self.load(key)
+        if isinstance(value, pd.DataFrame):
+            self.rows[key] = len(value)
+        self.kept[key] = (value, value_bytes(value))
+        while len(self.kept) > 1 and sum(size for _, size in self.kept.values()) > self.max_bytes:
+            self.kept.popitem(last=False)
+        return value
+
+
+class WindowPartitions(Mapping[str, Any]):
+    """A window input: its stored partitions by key, each loaded when it is read.
+
+    What a model or evaluation step receives for its feature window. Only stored partitions are
+    keys (a hole is left out); reading one loads it from the lake unless the cache still holds
+    it, so a step that reads its window a day at a time holds about one day (`PartitionCache`).
+    """
+
+    def __init__(self, keys: Sequence[str], cache: PartitionCache):
+        self.keys_ = sorted(keys)
+        self.cache = cache
 
     def __getitem__(self, key: str) -> Any:
-        if key not in self.cache:
-            if key not in self.keys_:
-                raise KeyError(key)
-            self.cache[key] = self.load(key)
-            while len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
-        self.cache.move_to_end(key)
-        return self.cache[key]
+        if key not in self.keys_:
+            raise KeyError(key)
+        return self.cache.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        # Mapping's own asks for the value, which would load the partition.
+        return key in self.keys_
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys_)
@@ -388,12 +423,34 @@ class DailyInput(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self.keys_)
 
+    @property
+    def rows_read(self) -> int:
+        """Rows of the partitions read so far (each counted once)."""
+        return sum(self.cache.rows.get(key, 0) for key in self.keys_)
+
+
+class DailyInput(WindowPartitions):
+    """An upstream asset's partitions for a range step, each loaded when a day first asks for it.
+
+    `for_day(day)` is what a one-day step would have received: the day's value, or for a window
+    input (`window_days`) the `WindowPartitions` of the window's partitions ending that day (of
+    a window input, `keys` are only the stored partitions, so a hole is left out as in a one-day
+    step). Loaded window partitions are kept within `WINDOW_CACHE_BYTES`, so a sliding window of
+    small days reads each partition once; other inputs keep the last partition loaded.
+    """
+
+    def __init__(
+        self, keys: Sequence[str], load: Callable[[str], Any], window_days: int | None = None
+    ):
+        super().__init__(keys, PartitionCache(load, WINDOW_CACHE_BYTES if window_days else 0))
+        self.window_days = window_days
+
     def for_day(self, day: str) -> Any:
         """The value a one-day step of `day` gets for this input."""
         if self.window_days is None:
             return self[day]
         first = (dt.date.fromisoformat(day) - dt.timedelta(days=self.window_days - 1)).isoformat()
-        return {key: self[key] for key in self.keys_ if first <= key <= day}
+        return WindowPartitions([key for key in self.keys_ if first <= key <= day], self.cache)
 
 
 class LakeIOManager(dg.ConfigurableIOManager):
@@ -403,10 +460,10 @@ class LakeIOManager(dg.ConfigurableIOManager):
     dataset of the code location and a partition lives at `<dataset>/<asset>/<partition>.<ext>`.
 
     The format comes from the asset's `ml_platform/format` metadata. A window input (declared
-    with `ml_platform/window` metadata) loads as a dict of partition key to value holding the
-    window's stored partitions only: a missing day is a hole in the window, which the asset
-    reading it judges. Any other input whose partition was never materialised raises
-    MissingPartitionError naming it instead of being skipped.
+    with `ml_platform/window` metadata) loads as a mapping of partition key to value holding the
+    window's stored partitions only, each loaded when read (`WindowPartitions`): a missing day
+    is a hole in the window, which the asset reading it judges. Any other input whose partition
+    was never materialised raises MissingPartitionError naming it instead of being skipped.
     """
 
     storage: LakeStorage
@@ -451,7 +508,9 @@ class LakeIOManager(dg.ConfigurableIOManager):
                 keys, lambda key: self._load(context.asset_key, key, fmt, reader), window_days
             )
         if window_days:
-            return {key: self._load(context.asset_key, key, fmt, reader) for key in keys}
+            return WindowPartitions(
+                keys, PartitionCache(lambda key: self._load(context.asset_key, key, fmt, reader))
+            )
         if len(keys) != 1:
             raise ValueError(
                 f"input {context.name} spans {len(keys)} partitions of "

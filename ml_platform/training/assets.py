@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import math
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -386,14 +386,17 @@ def build_model(
         each with a checkpoint stored between them (every `checkpoint_seconds`), so a killed
         run resumes from the last one and ends with the same model. A linear model is one fit
         of seconds with no checkpoint: a killed run fits again. The latest rows of the
-        window (by event time) are held out for evaluation. Days of the window whose features
+        window (by day, then event time) are held out for evaluation. The window is read a day
+        at a time, so the step's memory does not grow with it; a linear model or gradient
+        boosting learns from at most the contract's `training.max_training_rows` rows (a
+        sample stratified by day above it: `rows_learnt_from`). Days of the window whose features
         are not stored are left out while the stored ones cover the contract's
         `min_window_coverage`; the metadata lists them (`missing_window_days`).
         """
         first_day = partitions.get_first_partition_key() or context.partition_keys[0]
         min_coverage = contract.training.min_window_coverage
 
-        def day_of_model(day: str, features: dict[str, pd.DataFrame]) -> Iterator:
+        def day_of_model(day: str, features: Mapping[str, pd.DataFrame]) -> Iterator:
             coverage = window_coverage(day, days, first_day, features)
             require_coverage(coverage, min_coverage, name, contract.name)
             if coverage.missing:
@@ -440,6 +443,9 @@ def build_model(
                     "missing_window_days": coverage.missing,
                     "input_data_versions": trained.data_versions,
                     "train_rows": trained.train_rows,
+                    # Rows learnt from: fewer than train_rows when `linear` or boosting sampled
+                    # the window down to the contract's training.max_training_rows.
+                    "rows_learnt_from": trained.sampled_rows or trained.train_rows,
                     "holdout_rows": trained.holdout_rows,
                     "holdout_start": trained.holdout_start,
                     "estimator": trained.estimator,

@@ -1,19 +1,25 @@
 """The trained model: a scikit-learn pipeline, checkpointed while it learns.
 
-The window's rows are split in time: the latest `holdout_fraction` of rows (by event time) is
-held out for evaluation and never trained on. The contract's `model` section picks the
-estimator:
+The window is read a day at a time (`training.window`), so training holds about one day's
+frame plus the model (and bounded caches) however long the window. Its labelled rows, ordered
+by day then event time, are split in time: the latest `holdout_fraction` of them is held out for
+evaluation and never trained on. The contract's `model` section picks the estimator:
 
-- `sgd`: imputation, scaling and one-hot encoding fitted once, then SGD learns epoch by epoch
-  with `partial_fit`, in an order drawn from a seeded generator, with early stopping on the
+- `sgd`: imputation (the mean), scaling and one-hot encoding fitted from per-day statistics,
+  then SGD learns epoch by epoch with `partial_fit`, visiting the days in an order drawn from a
+  seeded generator and each day's rows in an order drawn next, with early stopping on the
   validation slice, the latest 10 % of the training rows, which it does not learn from;
 - `hist_gradient_boosting`: numeric features as they are (missing values handled natively) and
   categorical ones ordinal-encoded and split natively; boosting iterations are added `step` at
   a time with `warm_start`, with scikit-learn's early stopping on its own random 10 % of the
   training rows;
-- `linear`: the SGD preprocessing, then `LogisticRegression` or `Ridge` solved in one fit of at
-  most seconds on all training rows, so it has no checkpoint: a killed run fits again, which
-  ends with the same model. Its validation loss, on the latest 10 %, is in-sample.
+- `linear`: imputation (the median), scaling and one-hot encoding, then `LogisticRegression`
+  or `Ridge` solved in one fit of at most seconds, so it has no checkpoint: a killed run fits
+  again, which ends with the same model. Its validation loss, on the latest 10 %, is in-sample.
+
+Boosting and `linear` need their rows at once: they learn from every training row up to the
+contract's `training.max_training_rows`, else from a sample of that many, stratified by day
+(and class), drawn a day at a time.
 
 After an epoch or boosting step that ends at least `checkpoint_seconds` after the last
 checkpoint (or the start), the whole state (preprocessing, estimator, best estimator, generator
@@ -21,13 +27,14 @@ state, loss history) is written atomically, so a killed run resumes from there a
 the model an uninterrupted run would have produced.
 """
 
+import collections
 import contextlib
 import copy
 import dataclasses
 import hashlib
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,15 +47,38 @@ from ml_platform.contracts.model import (
     LinearSpec,
     SgdSpec,
 )
+from ml_platform.training.window import (
+    VALIDATION_FRACTION,
+    LabelSummary,
+    Segment,
+    TrainingDataError,
+    WindowSplit,
+    chunked,
+    holdout_count,
+    label_summary,
+    scan_window,
+    segment_rows,
+    split_window,
+    stratified_sample,
+    stream,
+)
 
 if TYPE_CHECKING:
+    from sklearn.compose import ColumnTransformer
     from sklearn.pipeline import Pipeline
 
-VALIDATION_FRACTION = 0.1
-
-
-class TrainingDataError(ValueError):
-    """The training window cannot produce a model (no labelled rows, a single class...)."""
+# What a missing category becomes before encoding.
+MISSING_CATEGORY = "missing"
+# A category seen in fewer training rows than this is one-hot encoded as "infrequent".
+MIN_CATEGORY_ROWS = 5
+# Encoded rows SGD keeps in memory between epochs. Rows beyond it are read and encoded again
+# each epoch (the same values: the encoding is fixed once fitted), so training holds at most
+# this plus one day. A 28-day flights window (sparse one-hot rows) and a 28-day window of 20k
+# synthetic rows a day fit; a window of 1M-row days re-reads most of its days every epoch.
+ENCODED_CACHE_BYTES = 128 * 1024 * 1024
+# Rows fitted or encoded in one call: each call costs about 15 ms whatever its rows (a flights
+# day is 900), so small days go several at a time.
+CHUNK_ROWS = 65_536
 
 
 @contextlib.contextmanager
@@ -89,6 +119,9 @@ class TrainedModel:
     initial_loss: float = math.nan
     # The contract's `model.estimator`; models stored before it was recorded were SGD.
     estimator: str = "sgd"
+    # Training rows `linear` or boosting learnt from when the window held more than the
+    # contract's `training.max_training_rows` (a stratified sample); None: every one.
+    sampled_rows: int | None = None
 
     @property
     def converged(self) -> bool:
@@ -174,13 +207,16 @@ class Checkpoints:
         """Remove the state once the model is stored."""
 
 
-def window_frame(partitions: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """The window's feature partitions as one frame in time order, ties kept in partition order."""
+def window_frame(partitions: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The window as one frame in the order training reads it: by day, then event time.
+
+    For small windows (tests, benchmarks); the platform's steps read the window a day at a
+    time (`training.window`).
+    """
     if not partitions:
         raise TrainingDataError("the training window holds no feature partitions")
-    frames = [partitions[key] for key in sorted(partitions)]
-    frame = pd.concat(frames, ignore_index=True)
-    return frame.sort_values(EVENT_TIME, kind="stable").reset_index(drop=True)
+    frames = [partitions[key].sort_values(EVENT_TIME, kind="stable") for key in sorted(partitions)]
+    return pd.concat(frames, ignore_index=True)
 
 
 def labelled(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
@@ -190,37 +226,8 @@ def labelled(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
 
 def split_holdout(frame: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(train, holdout): the latest `fraction` of time-ordered rows is held out."""
-    # Rounded first so that float error (100 * 0.07 = 7.000000000000001) does not add a row.
-    n_holdout = max(1, math.ceil(round(len(frame) * fraction, 9)))
-    if len(frame) - n_holdout < 1:
-        raise TrainingDataError(f"{len(frame)} labelled row(s) are too few to train and evaluate")
+    n_holdout = holdout_count(len(frame), fraction)
     return frame.iloc[:-n_holdout], frame.iloc[-n_holdout:]
-
-
-def data_version(frame: pd.DataFrame) -> str:
-    """Content hash of a frame: equal frames, equal versions."""
-    return _digest(pd.util.hash_pandas_object(frame, index=False).to_numpy())
-
-
-def _digest(row_hashes: np.ndarray) -> str:
-    return hashlib.sha256(row_hashes.tobytes()).hexdigest()[:16]
-
-
-def data_versions(partitions: dict[str, pd.DataFrame]) -> dict[str, str]:
-    """`data_version` of each partition, by key in order.
-
-    A row's hash depends on that row alone, so partitions with the same columns and types are
-    hashed in one call on their concatenation and the hashes cut back per partition: hashing
-    costs about 0.4 ms a column whatever the rows, 28 times over for a 28-day window.
-    """
-    keys = sorted(partitions)
-    layouts = {tuple(partitions[key].dtypes.items()) for key in keys}
-    if len(layouts) != 1:
-        return {key: data_version(partitions[key]) for key in keys}
-    frame = pd.concat([partitions[key] for key in keys], ignore_index=True)
-    hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
-    ends = np.cumsum([len(partitions[key]) for key in keys])
-    return {key: _digest(part) for key, part in zip(keys, np.split(hashed, ends[:-1]), strict=True)}
 
 
 def make_preprocessing(contract: Contract) -> Any:
@@ -229,7 +236,9 @@ def make_preprocessing(contract: Contract) -> Any:
     Gradient boosting takes numeric features as they are (it bins them and learns where missing
     values go) and categories as ordinal codes it splits on natively (measured faster and
     better than one-hot columns on flights). The linear estimators need imputation, scaling and
-    one-hot encoding.
+    one-hot encoding. SGD's is fitted a day at a time (`fit_streamed_preprocessing`), so a
+    missing value becomes the training rows' mean: a median has no exact form from per-day
+    statistics. `linear` fits on the rows it holds, and imputes the median.
     """
     # scikit-learn is imported here, not at module level: loading the code location (webserver,
     # daemon, sensors) should not pay the seconds it takes to import.
@@ -259,7 +268,15 @@ def make_preprocessing(contract: Contract) -> Any:
             (
                 "numeric",
                 Pipeline(
-                    [("impute", SimpleImputer(strategy="median")), ("scale", StandardScaler())]
+                    [
+                        (
+                            "impute",
+                            SimpleImputer(
+                                strategy="mean" if isinstance(contract.model, SgdSpec) else "median"
+                            ),
+                        ),
+                        ("scale", StandardScaler()),
+                    ]
                 ),
                 contract.numeric_features,
             ),
@@ -267,8 +284,14 @@ def make_preprocessing(contract: Contract) -> Any:
                 "categorical",
                 Pipeline(
                     [
-                        ("impute", SimpleImputer(strategy="constant", fill_value="missing")),
-                        ("encode", OneHotEncoder(handle_unknown="ignore", min_frequency=5)),
+                        (
+                            "impute",
+                            SimpleImputer(strategy="constant", fill_value=MISSING_CATEGORY),
+                        ),
+                        (
+                            "encode",
+                            OneHotEncoder(handle_unknown="ignore", min_frequency=MIN_CATEGORY_ROWS),
+                        ),
                     ]
                 ),
                 contract.categorical_features,
@@ -333,20 +356,30 @@ def make_estimator(contract: Contract) -> Any:
     )
 
 
-def _loss(estimator: Any, x: Any, y: np.ndarray, weights: np.ndarray | None, task: str) -> float:
-    """Weighted log loss (classification) or mean squared error, as scikit-learn defines them.
+def _loss_sum(
+    estimator: Any, x: Any, y: np.ndarray, weights: np.ndarray | None, task: str
+) -> tuple[float, float]:
+    """(weighted sum of losses, sum of weights) of some rows: log loss or squared error.
 
-    Written out in numpy on the linear score: it runs twice an epoch, and scikit-learn's
-    predict and metric functions spend more time validating their inputs than computing.
-    `x` comes from `loss_rows`: sparse where one-hot rows are mostly zeros.
+    Their ratio over all rows is scikit-learn's weighted log loss or mean squared error; sums
+    let the rows come a day at a time. Written out in numpy on the linear score: it runs twice
+    an epoch, and scikit-learn's predict and metric functions spend more time validating their
+    inputs than computing. `x` comes from `loss_rows`: sparse where one-hot rows are mostly
+    zeros.
     """
     score = x @ estimator.coef_.ravel() + np.ravel(estimator.intercept_)[0]
-    if task == "classification":
-        # -log(sigmoid(score)) for positives, -log(1 - sigmoid(score)) for negatives, without
-        # forming the probability (which rounds to 0 or 1 for large scores).
-        losses = np.logaddexp(0.0, score) - y * score
-        return float(np.average(losses, weights=weights))
-    return float(np.mean((y - score) ** 2))
+    # -log(sigmoid(score)) for positives, -log(1 - sigmoid(score)) for negatives, without
+    # forming the probability (which rounds to 0 or 1 for large scores).
+    losses = np.logaddexp(0.0, score) - y * score if task == "classification" else (y - score) ** 2
+    if weights is None:
+        return float(losses.sum()), float(len(losses))
+    return float(losses @ weights), float(weights.sum())
+
+
+def _loss(estimator: Any, x: Any, y: np.ndarray, weights: np.ndarray | None, task: str) -> float:
+    """Weighted log loss (classification) or mean squared error of rows held at once."""
+    total, weight = _loss_sum(estimator, x, y, weights, task)
+    return total / weight
 
 
 def loss_rows(x: Any) -> Any:
@@ -388,10 +421,19 @@ def sparse_rows(x: np.ndarray, block_rows: int = 65_536) -> Any:
     return csr_array((data, indices, indptr), shape=x.shape)
 
 
-def _balanced_weights(y: np.ndarray) -> np.ndarray:
-    """Per-row weights that give both classes equal total weight (class_weight='balanced')."""
-    counts = np.bincount(y, minlength=2).astype("float64")
-    return (len(y) / (2.0 * counts))[y]
+def class_weights(labels: LabelSummary) -> np.ndarray | None:
+    """The weight of a row of class 0 and of class 1 that gives both classes equal total weight.
+
+    scikit-learn's class_weight='balanced'; None when a class is absent from the rows.
+    """
+    counts = labels.class_counts()
+    return None if (counts == 0).any() else labels.rows / (2.0 * counts)
+
+
+def _balanced_weights(y: np.ndarray) -> np.ndarray | None:
+    """Per-row `class_weights` of labels held at once (None when a class is absent)."""
+    weights = class_weights(LabelSummary.of(y))
+    return weights[y] if weights is not None else None
 
 
 def fingerprint_of(contract: Contract, data_versions: dict[str, str]) -> str:
@@ -435,139 +477,394 @@ class _Saver:
             self.last = time.monotonic()
 
 
+def fit_streamed_preprocessing(
+    contract: Contract, frames: Callable[[], Iterator[pd.DataFrame]]
+) -> "ColumnTransformer":
+    """SGD's preprocessing, fitted from the training rows a day at a time (`frames()`).
+
+    Equal, up to rounding, to `make_preprocessing(contract).fit` on all the rows at once. A
+    first pass sums each numeric column's present values and counts them (the mean imputer's
+    statistics) and counts each category (a missing value as the category 'missing', as the
+    imputer fills it). The ColumnTransformer is then fitted on a summary frame with exactly
+    those statistics: each numeric column's mean in one row, and each category as often as
+    its count, up to `MIN_CATEGORY_ROWS` (which decides the same frequent and infrequent
+    categories as the full count). A second pass fits the scaler on each day's imputed rows
+    with `StandardScaler.partial_fit`.
+    """
+    from sklearn.preprocessing import StandardScaler
+
+    numeric, categorical = contract.numeric_features, contract.categorical_features
+    sums = pd.Series(0.0, index=numeric)
+    present = pd.Series(0, index=numeric)
+    counts: dict[str, collections.Counter] = {c: collections.Counter() for c in categorical}
+    dtypes: dict[str, Any] = {}
+    for frame in frames():
+        values = frame[numeric].astype("float64")
+        sums += values.sum()
+        present += values.count()
+        for column in categorical:
+            dtypes[column] = frame[column].dtype
+            filled = frame[column].fillna(MISSING_CATEGORY)
+            counts[column].update(filled.value_counts().to_dict())
+    summary = _summary_frame(contract, sums / present.where(present > 0), counts, dtypes)
+    preprocess = make_preprocessing(contract).fit(summary)
+    if numeric:
+        steps = preprocess.named_transformers_["numeric"]
+        imputer = steps.named_steps["impute"]
+        scaler = StandardScaler()
+        for frame in frames():
+            scaler.partial_fit(imputer.transform(frame[numeric]))
+        steps.steps[-1] = ("scale", scaler)
+    return preprocess
+
+
+def _summary_frame(
+    contract: Contract,
+    means: pd.Series,
+    counts: dict[str, collections.Counter],
+    dtypes: dict[str, Any],
+) -> pd.DataFrame:
+    """A small frame the imputers and encoder fit to the statistics of all the training rows.
+
+    Each category appears min(count, MIN_CATEGORY_ROWS) times. Columns are made as long as
+    the longest by repeating a frequent category, which stays frequent: a column needing rows
+    has one, since a column of infrequent categories only lists every row of the training
+    rows, which is the most any column lists. A numeric column holds its mean in its first row
+    (NaN below, which the imputer skips), or only NaN when no row had a value, which the
+    imputer then drops as fitting on the rows would.
+    """
+    repeats = {
+        column: {value: min(n, MIN_CATEGORY_ROWS) for value, n in counter.items()}
+        for column, counter in counts.items()
+    }
+    length = max([sum(r.values()) for r in repeats.values()], default=1)
+    columns: dict[str, Any] = {}
+    for column in contract.numeric_features:
+        values = np.full(length, np.nan)
+        values[0] = means[column]
+        columns[column] = values
+    for column, kept in repeats.items():
+        short = length - sum(kept.values())
+        if short:
+            frequent = next(v for v, n in counts[column].items() if n >= MIN_CATEGORY_ROWS)
+            kept[frequent] += short
+        listed = [value for value, n in kept.items() for _ in range(n)]
+        columns[column] = pd.Series(listed, dtype=dtypes[column])
+    return pd.DataFrame(columns)[contract.numeric_features + contract.categorical_features]
+
+
+class _Budget:
+    """Bytes of encoded rows that may still be kept in memory, and whether some did not fit."""
+
+    def __init__(self, left: int):
+        self.left = left
+        self.spent = False
+
+
+class _EncodedRows:
+    """Segments' encoded rows, labels and weights, encoded when first read, kept within a budget.
+
+    Kept segments are encoded once; the others are read from their day and encoded again when
+    asked for, to the same values. Rows are kept as `loss_rows` makes them (sparse when mostly
+    zeros): a batch is made dense again before scikit-learn learns from it, since SGD treats
+    sparse input differently (it damps the intercept's updates).
+    """
+
+    def __init__(
+        self,
+        partitions: Mapping[str, pd.DataFrame],
+        segments: Sequence[Segment],
+        preprocess: Any,
+        contract: Contract,
+        weights: np.ndarray | None,
+        budget: _Budget,
+    ):
+        self.partitions = partitions
+        self.segments = list(segments)
+        self.preprocess = preprocess
+        self.contract = contract
+        self.weights = weights
+        self.budget = budget
+        self.kept: dict[int, tuple[Any, np.ndarray, np.ndarray | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def get(self, index: int) -> tuple[Any, np.ndarray, np.ndarray | None]:
+        """(encoded rows, labels, weights or None) of segment `index`.
+
+        Encoded with the segments after it up to `CHUNK_ROWS` rows while the budget keeps
+        them; once it cannot, one segment at a time.
+        """
+        if index in self.kept:
+            return self.kept[index]
+        run = [index]
+        rows = self.segments[index].rows
+        while (
+            not self.budget.spent
+            and rows < CHUNK_ROWS
+            and run[-1] + 1 < len(self.segments)
+            and run[-1] + 1 not in self.kept
+        ):
+            run.append(run[-1] + 1)
+            rows += self.segments[run[-1]].rows
+        contract = self.contract
+        label = contract.label_name
+        frames = [segment_rows(self.partitions, self.segments[i], label) for i in run]
+        frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        features = contract.numeric_features + contract.categorical_features
+        encoded = self.preprocess.transform(frame[features])
+        x = loss_rows(np.ascontiguousarray(encoded, dtype=np.float64))
+        dtype = "int64" if contract.task == "classification" else "float64"
+        y = frame[label].astype(dtype).to_numpy()
+        w = self.weights[y] if self.weights is not None else None
+        size = sum(_nbytes(part) for part in (x, y, w))
+        ends = np.cumsum([len(f) for f in frames])
+        found = {}
+        for i, start, stop in zip(run, ends - [len(f) for f in frames], ends, strict=True):
+            found[i] = (x[start:stop], y[start:stop], w[start:stop] if w is not None else None)
+        if size <= self.budget.left:
+            self.kept.update(found)
+            self.budget.left -= size
+        else:
+            self.budget.spent = True
+        return found[index]
+
+    def loss(self, estimator: Any, task: str) -> float:
+        """The estimator's mean (weighted) loss over every segment's rows."""
+        total = weight = 0.0
+        for index in range(len(self)):
+            x, y, w = self.get(index)
+            part, part_weight = _loss_sum(estimator, x, y, w, task)
+            total += part
+            weight += part_weight
+        return total / weight
+
+
+def _nbytes(value: Any) -> int:
+    """Memory held by an array, a sparse array or None."""
+    if value is None:
+        return 0
+    if hasattr(value, "indptr"):
+        return int(value.data.nbytes + value.indices.nbytes + value.indptr.nbytes)
+    return int(value.nbytes)
+
+
+def _new_state(fingerprint: str, preprocess: Any, contract: Contract) -> TrainingState:
+    """The state of a training that has not learnt yet."""
+    return TrainingState(
+        fingerprint=fingerprint,
+        epoch=0,
+        preprocess=preprocess,
+        estimator=make_estimator(contract),
+        best_estimator=None,
+        best_epoch=0,
+        best_loss=math.inf,
+        rng_state=dict(np.random.default_rng(contract.training.random_seed).bit_generator.state),
+        history=[],
+    )
+
+
 def train_model(
-    partitions: dict[str, pd.DataFrame],
+    partitions: Mapping[str, pd.DataFrame],
     contract: Contract,
     checkpoints: Checkpoints | None = None,
     on_epoch: Callable[[dict], None] | None = None,
 ) -> TrainedModel:
     """Train the contract's pipeline on a window of feature partitions, checkpointing as it goes.
 
+    The window is read a day at a time (`training.window`), so memory holds about one day
+    however long the window. SGD learns in passes over the days. `linear` and boosting learn
+    from training rows held at once: all of them up to the contract's
+    `training.max_training_rows`, else a sample of that many, stratified by day (and class).
     `on_epoch` is called with each history record (an epoch, a boosting step, or the one fit).
     """
     from sklearn.pipeline import Pipeline
 
     t = contract.training
     saver = _Saver(checkpoints or Checkpoints(), t.checkpoint_seconds)
-    versions = data_versions(partitions)
-    fingerprint = fingerprint_of(contract, versions)
-    frame = labelled(window_frame(partitions), contract)
-    train, holdout = split_holdout(frame, t.holdout_fraction)
     label = contract.label_name
+    scan = scan_window(partitions, label)
+    fingerprint = fingerprint_of(contract, scan.versions)
+    split = split_window(scan, t.holdout_fraction)
     classification = contract.task == "classification"
-    y_all = train[label].astype("int64" if classification else "float64").to_numpy()
-    if classification and len(np.unique(y_all)) < 2:
+    train_labels = label_summary(partitions, scan, split.train, label)
+    if classification and (train_labels.class_counts() == 0).any():
         raise TrainingDataError(
-            f"the training rows of window {min(partitions)}..{max(partitions)} hold a single "
-            f"class ({y_all[0]}); a classifier needs both"
+            f"the training rows of window {scan.days[0]}..{scan.days[-1]} hold a single "
+            f"class ({int(train_labels.total > 0)}); a classifier needs both"
         )
-    fit_part, val_part = (
-        split_holdout(train, VALIDATION_FRACTION) if len(train) > 1 else (train, train)
-    )
-    spec = contract.model
-    if not isinstance(spec, SgdSpec):
-        # Boosting validates on scikit-learn's own split of the rows it is given, and a
-        # linear fit has no early stopping: both learn from every training row, the latest
-        # included (leaving out the latest 10 % cost up to 0.04 of flights AUC against a plain
-        # scikit-learn fit).
-        fit_part = train
-    features = contract.numeric_features + contract.categorical_features
-    y_fit, y_val = y_all[: len(fit_part)], y_all[len(y_all) - len(val_part) :]
-    w_fit = _balanced_weights(y_fit) if classification and len(np.unique(y_fit)) == 2 else None
-    w_val = _balanced_weights(y_val) if classification and len(np.unique(y_val)) == 2 else None
-
     state = saver.checkpoints.load()
     if state is not None and state.fingerprint != fingerprint:
         state = None  # inputs or settings changed since that checkpoint: start afresh
     resumed_from = state.epoch if state is not None else 0
-    if state is None:
-        preprocess = make_preprocessing(contract)
-        # The same rows as fit then transform, without encoding the training rows twice.
-        x_fit = preprocess.fit_transform(fit_part[features])
-        state = TrainingState(
-            fingerprint=fingerprint,
-            epoch=0,
-            preprocess=preprocess,
-            estimator=make_estimator(contract),
-            best_estimator=None,
-            best_epoch=0,
-            best_loss=math.inf,
-            rng_state=dict(np.random.default_rng(t.random_seed).bit_generator.state),
-            history=[],
+    notify = on_epoch or (lambda record: None)
+    spec = contract.model
+    sampled: int | None = None
+    if isinstance(spec, SgdSpec):
+        state, initial_loss = _train_sgd(
+            partitions, split, contract, state, fingerprint, saver, notify
         )
     else:
-        x_fit = state.preprocess.transform(fit_part[features])
-    # Float64 in C order is what the estimators work on: they then check rows without copying.
-    rows = _Rows(
-        np.ascontiguousarray(x_fit, dtype=np.float64),
-        y_fit,
-        w_fit,
-        np.ascontiguousarray(state.preprocess.transform(val_part[features]), dtype=np.float64),
-        y_val,
-        w_val,
-    )
-    notify = on_epoch or (lambda record: None)
-    if isinstance(spec, SgdSpec):
-        _train_sgd(state, rows, spec, contract.task, saver, notify)
-        initial_loss = math.log(2.0) if classification else float(np.mean(y_fit**2))
-    elif isinstance(spec, HistGradientBoostingSpec):
-        _train_boosting(state, rows, spec, saver, notify)
-        initial_loss = -float(state.estimator.train_score_[0])
-    else:
-        _train_linear(state, rows, spec, contract.task, notify)
-        initial_loss = math.log(2.0) if classification else float(np.mean(y_fit**2))
-
+        if split.train_rows > t.max_training_rows:
+            sampled = t.max_training_rows
+            train = stratified_sample(
+                partitions, scan, split.train, label, sampled, t.random_seed, classification
+            )
+        else:
+            train = pd.concat(list(stream(partitions, split.train, label)), ignore_index=True)
+        state, initial_loss = _train_held_rows(train, contract, state, fingerprint, saver, notify)
+    holdout_start = segment_rows(partitions, split.holdout[0], label)[EVENT_TIME].iloc[0]
     pipeline = Pipeline([("preprocess", state.preprocess), ("estimator", state.best_estimator)])
     return TrainedModel(
         pipeline=pipeline,
         task=contract.task,
-        features=features,
+        features=contract.numeric_features + contract.categorical_features,
         label=label,
-        window=sorted(partitions),
-        train_rows=len(train),
-        holdout_rows=len(holdout),
-        holdout_start=str(holdout[EVENT_TIME].iloc[0]),
-        data_versions=versions,
+        window=scan.days,
+        train_rows=split.train_rows,
+        holdout_rows=split.holdout_rows,
+        holdout_start=str(holdout_start),
+        data_versions=scan.versions,
         history=state.history,
         best_epoch=state.best_epoch,
         resumed_from_epoch=resumed_from,
         initial_loss=initial_loss,
         estimator=spec.estimator,
+        sampled_rows=sampled,
     )
 
 
-def _train_sgd(
-    state: TrainingState,
-    rows: _Rows,
-    spec: SgdSpec,
-    task: str,
+def _train_held_rows(
+    train: pd.DataFrame,
+    contract: Contract,
+    state: TrainingState | None,
+    fingerprint: str,
     saver: _Saver,
     notify: Callable[[dict], None],
-) -> None:
-    """Epochs of partial_fit in seeded orders, keeping the estimator of the best epoch."""
-    loss_fit, loss_val = loss_rows(rows.x_fit), loss_rows(rows.x_val)
+) -> tuple[TrainingState, float]:
+    """`linear` or boosting on training rows held at once; (final state, untrained loss).
+
+    Boosting validates on scikit-learn's own split of the rows it is given, and a linear fit
+    has no early stopping: both learn from every training row, the latest included (leaving
+    out the latest 10 % cost up to 0.04 of flights AUC against a plain scikit-learn fit). The
+    linear model's validation loss is on the latest 10 % of them, in-sample.
+    """
+    spec = contract.model
+    classification = contract.task == "classification"
+    features = contract.numeric_features + contract.categorical_features
+    y_fit = train[contract.label_name].astype("int64" if classification else "float64").to_numpy()
+    validation = 0
+    if len(train) > 1:
+        validation = len(train) - holdout_count(len(train), VALIDATION_FRACTION)
+    y_val = y_fit[validation:]
+    if state is None:
+        preprocess = make_preprocessing(contract)
+        # The same rows as fit then transform, without encoding the training rows twice.
+        x_fit = preprocess.fit_transform(train[features])
+        state = _new_state(fingerprint, preprocess, contract)
+    else:
+        x_fit = state.preprocess.transform(train[features])
+    # Float64 in C order is what the estimators work on: they then check rows without copying.
+    x_fit = np.ascontiguousarray(x_fit, dtype=np.float64)
+    rows = _Rows(
+        x_fit,
+        y_fit,
+        _balanced_weights(y_fit) if classification else None,
+        x_fit[validation:],
+        y_val,
+        _balanced_weights(y_val) if classification else None,
+    )
+    if isinstance(spec, HistGradientBoostingSpec):
+        _train_boosting(state, rows, spec, saver, notify)
+        return state, -float(state.estimator.train_score_[0])
+    assert isinstance(spec, LinearSpec)
+    _train_linear(state, rows, spec, contract.task, notify)
+    return state, math.log(2.0) if classification else float(np.mean(y_fit**2))
+
+
+def _train_sgd(
+    partitions: Mapping[str, pd.DataFrame],
+    split: WindowSplit,
+    contract: Contract,
+    state: TrainingState | None,
+    fingerprint: str,
+    saver: _Saver,
+    notify: Callable[[dict], None],
+) -> tuple[TrainingState, float]:
+    """Epochs of partial_fit over the days, keeping the estimator of the best epoch.
+
+    An epoch visits the training days in an order drawn from the run's seeded generator and,
+    within each day, its rows in an order drawn next; the train and validation losses are
+    summed over the days. The generator's state is saved with each epoch, so a resumed run
+    draws what an uninterrupted one would. Returns the final state and the untrained loss.
+    """
+    from scipy.sparse import issparse
+
+    spec = contract.model
+    assert isinstance(spec, SgdSpec)
+    task, label = contract.task, contract.label_name
+    classification = task == "classification"
+    fit_labels = label_summary(partitions, split.scan, split.fit, label)
+    val_labels = label_summary(partitions, split.scan, split.validation, label)
+    if state is None:
+        preprocess = fit_streamed_preprocessing(
+            contract, lambda: chunked(stream(partitions, split.fit, label), CHUNK_ROWS)
+        )
+        state = _new_state(fingerprint, preprocess, contract)
+    budget = _Budget(ENCODED_CACHE_BYTES)
+    fit, val = (
+        _EncodedRows(
+            partitions,
+            segments,
+            state.preprocess,
+            contract,
+            class_weights(labels) if classification else None,
+            budget,
+        )
+        for segments, labels in ((split.fit, fit_labels), (split.validation, val_labels))
+    )
     rng = np.random.default_rng()
     rng.bit_generator.state = state.rng_state
-    classes = np.array([0, 1]) if task == "classification" else None
-    y_fit, w_fit = rows.y_fit, rows.w_fit
+    classes = np.array([0, 1]) if classification else None
+
+    def learn(batch: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> None:
+        rows = np.concatenate([part[0] for part in batch])
+        y = np.concatenate([part[1] for part in batch])
+        if classes is None:
+            state.estimator.partial_fit(rows, y)
+            return
+        weights = [part[2] for part in batch if part[2] is not None]
+        w = np.concatenate(weights) if weights else None
+        state.estimator.partial_fit(rows, y, classes=classes, sample_weight=w)
+
     while state.epoch < spec.max_epochs and state.epoch - state.best_epoch < spec.patience:
-        order = rng.permutation(len(y_fit))
-        # SGD updates the weights row by row in `order` whatever the batch: a batch only bounds
-        # the rows copied for one partial_fit call, which costs milliseconds of validation.
-        for start in range(0, len(order), spec.batch_size):
-            batch = order[start : start + spec.batch_size]
-            weights = w_fit[batch] if w_fit is not None else None
-            if classes is not None:
-                state.estimator.partial_fit(
-                    rows.x_fit[batch], y_fit[batch], classes=classes, sample_weight=weights
-                )
-            else:
-                state.estimator.partial_fit(rows.x_fit[batch], y_fit[batch])
+        # SGD updates the weights row by row in the epoch's order whatever the batch: a batch
+        # only bounds the rows copied for one partial_fit call, which costs milliseconds of
+        # validation, so a batch gathers `batch_size` rows across days, as a batch of the
+        # whole epoch's rows in the same order would.
+        batch: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        room = spec.batch_size
+        for day in rng.permutation(len(fit)):
+            x, y, w = fit.get(int(day))
+            order = rng.permutation(len(y))
+            start = 0
+            while start < len(order):
+                part = order[start : start + room]
+                rows = x[part].toarray() if issparse(x) else x[part]
+                batch.append((rows, y[part], w[part] if w is not None else None))
+                start += len(part)
+                room -= len(part)
+                if room == 0:
+                    learn(batch)
+                    batch, room = [], spec.batch_size
+        if batch:
+            learn(batch)
         state.epoch += 1
         record = {
             "epoch": state.epoch,
-            "train_loss": _loss(state.estimator, loss_fit, y_fit, w_fit, task),
-            "validation_loss": _loss(state.estimator, loss_val, rows.y_val, rows.w_val, task),
+            "train_loss": fit.loss(state.estimator, task),
+            "validation_loss": val.loss(state.estimator, task),
         }
         state.history.append(record)
         if record["validation_loss"] < state.best_loss - spec.min_delta:
@@ -578,6 +875,8 @@ def _train_sgd(
         # No save is forced after the last epoch: the model is stored right after it.
         saver.maybe_save(state)
         notify(record)
+    initial_loss = math.log(2.0) if classification else fit_labels.squares / fit_labels.rows
+    return state, initial_loss
 
 
 def _boosting_done(estimator: Any, max_iter: int) -> bool:
