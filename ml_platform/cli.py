@@ -249,8 +249,13 @@ def materialize(args: argparse.Namespace) -> int:
     finished: str | None = None  # the last day whose run ended
     with stop_signals() as stop_signal, dg.DagsterInstance.get() as instance:
         try:
-            done = instance.get_materialized_partitions(
-                asset_key(contract.name, "evaluation_report")
+            # A day is done once its last stages are: a multi-run backfill materialises the
+            # evaluation, the registry and the champion's monitoring in separate runs.
+            done = set.intersection(
+                *(
+                    set(instance.get_materialized_partitions(asset_key(contract.name, name)))
+                    for name in ("evaluation_report", "registered_model", "champion_performance")
+                )
             )
             for i, day in enumerate(days, start=1):
                 prefix = f"[{i:>{len(str(len(days)))}}/{len(days)}] {day}"

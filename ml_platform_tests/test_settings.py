@@ -27,7 +27,7 @@ def test_an_empty_environment_means_every_bundled_dataset_in_local_directories()
     assert settings.lake.kind == "local"
     assert settings.s3_config == {}
     assert settings.sensor_interval_seconds == 30
-    assert settings.backfill_days_per_run == 90
+    assert settings.backfill_days_per_run == 183
     assert not settings.json_logs
 
 
@@ -55,7 +55,7 @@ def test_a_bad_number_names_its_variable(value):
     with pytest.raises(ValueError, match=f"ML_PLATFORM_SENSOR_INTERVAL_SECONDS='{value}'"):
         _ = settings.sensor_interval_seconds
     # Only the setting asked for is parsed: a bad interval does not stop the backfill's runs.
-    assert settings.backfill_days_per_run == 90
+    assert settings.backfill_days_per_run == 183
 
 
 def test_the_s3_endpoint_and_region_are_env_vars_when_set():

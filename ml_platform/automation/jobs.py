@@ -28,8 +28,8 @@ INGESTION_ASSETS = ["raw_data", "validated_data", "features"]
 def day_run_tags(dataset: str, day: str) -> dict[str, str]:
     """Tags of a dataset's run of one day that sensors and schedules request.
 
-    Single-run backfills of ranges carry Dagster's range tags instead; the per-day limit is
-    for the runs of one day that automation requests.
+    Backfill runs of several days (`multi_run`) carry Dagster's range tags instead; the per-day
+    limit is for the runs of one day that automation requests.
     """
     return {DATASET_PARTITION_TAG: f"{dataset}:{day}"}
 

@@ -38,7 +38,7 @@ from ml_platform.platform.steps import (
 )
 from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.registry.assets import CADENCE_DAYS, MODEL_OF_KIND
-from ml_platform.registry.store import ModelRegistry
+from ml_platform.registry.store import ModelRegistry, RegistryError
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
 from ml_platform.troubleshooting.runbook import check_description
@@ -97,11 +97,22 @@ def champion_before(
     version = champion_after(store.load_partition(evaluation, previous, "json"), kind)
     if version is None:
         return None, None
-    if version in registry.versions():
-        return version, registry.load(version)
-    # Promoted by a day whose registered_model has not run yet: its model is in the lake.
-    version_kind, version_day = version.split("-", 1)
-    model_key = asset_key(dataset, MODEL_OF_KIND[version_kind])
+    try:
+        if version in registry.versions():
+            return version, registry.load(version)
+        # Promoted by a day whose registered_model has not run yet: its model is in the lake.
+        version_kind, version_day = version.split("-", 1)
+        model_key = asset_key(dataset, MODEL_OF_KIND[version_kind])
+    except (RegistryError, KeyError, ValueError) as exc:
+        raise dg.Failure(
+            description=(
+                f"{evaluation_name} {day}: the champion {version} that the report of {previous} "
+                f"left cannot be loaded ({exc!r}); rematerialise {evaluation_name} {previous} "
+                "or fix the registry (docs/runbook.md)"
+            ),
+            allow_retries=False,
+        ) from exc
+    # A missing partition raises MissingPartitionError, a failure that names it.
     model: TrainedModel = store.load_partition(model_key, version_day, "joblib")
     return version, model
 
@@ -171,21 +182,23 @@ def build_evaluation_report(
         accuracy, ROC AUC. Regression: MAE, RMSE, R².
 
         The champion is the one the previous evaluation day left (`champion_before`); in a run
-        of several days, the one the day before in the run left (registered_model registers
-        them after), so a backfill reaches the verdicts that running its days one by one would.
+        of several days, the one the run's latest earlier day of the same cadence left
+        (registered_model registers them after), so a backfill reaches the verdicts that running
+        its days one by one would.
         The report stores the champion after its verdict (`champion_after`).
         """
         spec = contract.evaluation
         seed = contract.training.random_seed
         registry = ModelRegistry(lake, contract.name)
         store: LakeIOManager = context.resources.io_manager
-        # The champion the run's previous day left; None before the run's first day.
-        carried: Champion | None = None
+        # What each earlier evaluation day of the run left, by its place in the kind's cadence
+        # (`CADENCE_DAYS`): a day competes with what its own previous evaluation day left.
+        left: dict[int, Champion] = {}
+        cadence = CADENCE_DAYS[kind]
 
         def day_of_evaluation_report(
             day: str, model: TrainedModel, features: Mapping[str, pd.DataFrame]
         ) -> Iterator:
-            nonlocal carried
             try:
                 train, holdout = split_of(model, features, contract)
             except ValueError as exc:
@@ -193,19 +206,21 @@ def build_evaluation_report(
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
             baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
-            if carried is None:
-                carried = champion_before(
-                    context, registry, store, contract.name, name, registered_name, kind, day
-                )
-            champion_version, champion_model = carried
+            place = dt.date.fromisoformat(day).toordinal() % cadence
+            champion_version, champion_model = left.get(place) or champion_before(
+                context, registry, store, contract.name, name, registered_name, kind, day
+            )
             champion = (
                 score_model(champion_model, holdout, spec.bootstrap_samples, seed)
                 if champion_model is not None
                 else None
             )
             verdict = judge(contract, candidate, champion, baseline)
-            if verdict.decision == "promote":
-                carried = (f"{kind}-{day}", model)
+            left[place] = (
+                (f"{kind}-{day}", model)
+                if verdict.decision == "promote"
+                else (champion_version, champion_model)
+            )
             report = render_report(
                 day,
                 model,
@@ -237,7 +252,7 @@ def build_evaluation_report(
                 "intervals": candidate.intervals,
                 "champion_version": champion_version,
                 "champion_metrics": champion.values if champion is not None else None,
-                "champion_after": carried[0],
+                "champion_after": left[place][0],
                 "improvements": improvements,
                 "baseline": {
                     "strategy": BASELINE_STRATEGY[model.task],

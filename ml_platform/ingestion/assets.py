@@ -346,7 +346,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         """
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
         # Schemas of the days this step has read: in a range, the previous day's
-        # materialisation is recorded only when the whole range is.
+        # materialisation is recorded only when the whole run is.
         schemas: dict[str, dg.TableSchema] = {}
 
         def day_of_raw_data(day: str) -> Iterator:

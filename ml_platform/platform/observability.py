@@ -104,17 +104,15 @@ def take_bytes_read(op_name: str) -> int:
 
 
 def row_count(value: Any) -> int:
-    """Rows of a frame, or of the frames of a partition window (a dict); 0 for anything else.
+    """Rows of a frame, or of the partitions read of a window (`storage.WindowPartitions`).
 
-    Of a window loaded on read (`storage.WindowPartitions`), the rows of the partitions read.
+    0 for anything else (a model, a report).
     """
     if isinstance(value, pd.DataFrame):
         return len(value)
     rows_read = getattr(value, "rows_read", None)
     if isinstance(rows_read, int):
         return rows_read
-    if isinstance(value, dict):
-        return sum(row_count(item) for item in value.values())
     return 0
 
 

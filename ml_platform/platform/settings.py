@@ -29,13 +29,13 @@ S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
 SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
 DEFAULT_SENSOR_INTERVAL = 30
 BACKFILL_DAYS_PER_RUN_ENV = "ML_PLATFORM_BACKFILL_DAYS_PER_RUN"
-# A quarter a run. The days chained to the day before (evaluation, registry) advance one run per
-# backfill-daemon loop (30 s): each chunk of a range costs those two assets a minute, while the
-# other assets' chunks run side by side, so a range of c chunks on w workers takes about
-# 60 s x c + (their compute) / min(c, w). For a year of flights (about 2 s of compute a day
-# outside the chain) that is least at 2 to 5 chunks whatever the workers; 90 days makes a year
-# 5 runs of each asset, and a run's memory holds one day at a time however many it has.
-DEFAULT_BACKFILL_DAYS_PER_RUN = 90
+# Half a year a run. The days chained to the day before (evaluation, registry) advance one run per
+# backfill-daemon loop (30 s): each chunk of a range costs those assets a loop or more, while the
+# other assets' chunks run side by side on the run workers. A year of flights through the
+# embedded instance (two runs at once) took 494 s in 2 chunks (183 days) against 634 s in 5 (90
+# days), benchmarks/backfill_year.py; more workers (ECS tasks) favour a smaller N. A run's memory
+# holds one day at a time however many days it has.
+DEFAULT_BACKFILL_DAYS_PER_RUN = 183
 LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 GIT_COMMIT_ENV = "ML_PLATFORM_GIT_COMMIT"
 IMAGE_TAG_ENV = "ML_PLATFORM_IMAGE_TAG"
@@ -176,7 +176,7 @@ class Settings:
 
     @property
     def backfill_days_per_run(self) -> int:
-        """Days of a backfill's range one run holds at most (default 90): see `platform.steps`."""
+        """Days of a backfill's range one run holds at most (default 183): see `platform.steps`."""
         return self._positive_int(BACKFILL_DAYS_PER_RUN_ENV) or DEFAULT_BACKFILL_DAYS_PER_RUN
 
     def _positive_int(self, name: str) -> int | None:

@@ -11,17 +11,17 @@ days as it computes them, in order: a step holds one day's data (or one window) 
 assets annotate their inputs `Any`: a one-day step gets the day's value, a range step a
 `DailyInput`.
 
-Which assets share a run is Dagster's choice (`dagster/_core/execution/asset_backfill.py`). On
-each loop (every 30 s) the daemon requests the target's partitions whose targeted parents are
-materialised, or are requested in the same loop with the same partitions through an identity
-mapping and the same backfill policy; it then cuts each requested set of partitions into runs of
-at most N days. The model's window (`TimeWindowPartitionMapping(start_offset=-(W-1))`) is not an
-identity mapping, so the model waits for every targeted day of its window. A self-dependent
-asset (evaluation_report, registered_model and champion_performance depend on their own day
-before, so that each day's champion is the one the day before left) never shares a run with
-another asset requested in the same loop, gets only its first N waiting days per loop, and an
-asset whose parent is requested in a loop with other days waits for the next loop. A range of
-two chunks (days 1-6, N = 3) therefore runs in these waves, one daemon loop each:
+Which assets share a run is the choice of Dagster's asset backfill daemon. On each loop (every 30 s)
+the daemon requests the target's partitions whose targeted parents are materialised, or are
+requested in the same loop with the same partitions through an identity mapping and the same
+backfill policy; it then cuts each requested set of partitions into runs of at most N days. The
+model's window (`TimeWindowPartitionMapping(start_offset=-(W-1))`) is not an identity mapping, so
+the model waits for every targeted day of its window. A self-dependent asset (evaluation_report,
+registered_model and champion_performance depend on their own day before, so that each day's
+champion is the one the day before left) never shares a run with another asset requested in the same
+loop, gets only its first N waiting days per loop, and an asset whose parent is requested in a loop
+with other days waits for the next loop. A range of two chunks (days 1-6, N = 3) therefore runs in
+these waves, one daemon loop each:
 
 1. raw_data, validated_data, features (and the drift check): runs of days 1-3 and 4-6;
 2. model: runs of days 1-3 and 4-6 (a day's window may reach into the other chunk);

@@ -490,7 +490,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
         return {"path": dg.MetadataValue.path(self.storage.uri(key)), "stored_bytes": size}
 
     def load_input(self, context: dg.InputContext) -> Any:
-        """Load one upstream partition, or a dict of them for a partition range."""
+        """Load one upstream partition, or a window of them (`WindowPartitions`, read on access)."""
         upstream = context.upstream_output
         assert upstream is not None, "the lake IO manager only loads asset inputs"
         fmt = _format_of(upstream.definition_metadata, context.asset_key)
@@ -515,7 +515,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
             raise ValueError(
                 f"input {context.name} spans {len(keys)} partitions of "
                 f"{context.asset_key.to_user_string()}; declare it with metadata "
-                f"{{'{WINDOW_KEY}': <days>}} to receive them as a dict"
+                f"{{'{WINDOW_KEY}': <days>}} to receive them as a window"
             )
         return self._load(context.asset_key, keys[0], fmt, reader)
 

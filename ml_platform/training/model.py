@@ -436,13 +436,19 @@ def _balanced_weights(y: np.ndarray) -> np.ndarray | None:
     return weights[y] if weights is not None else None
 
 
+# Changed whenever training visits rows or fits preprocessing differently.
+CHECKPOINT_FORMAT = "streamed-days-1"
+
+
 def fingerprint_of(contract: Contract, data_versions: dict[str, str]) -> str:
     """Identity of a training job: a checkpoint resumes only the same data and settings."""
     # How often checkpoints are written does not change the model: a checkpoint taken at one
     # cadence resumes under another.
     settings = contract.training.model_dump_json(exclude={"checkpoint_seconds"})
     settings += contract.model.model_dump_json()
-    text = settings + repr(sorted(data_versions.items()))
+    # The training algorithm itself: a checkpoint of an earlier release (another row order or
+    # imputer) must not be resumed by this one.
+    text = CHECKPOINT_FORMAT + settings + repr(sorted(data_versions.items()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
