@@ -183,7 +183,9 @@ def widened_contracts(root: Path, spread: float) -> Path:
 
 
 def fresh_instance(
-    root: Path, days_per_run: int, history_spread: float | None = None
+    root: Path,
+    days_per_run: int = DEFAULT_BACKFILL_DAYS_PER_RUN,
+    history_spread: float | None = None,
 ) -> dict[str, str]:
     """A new instance (the repository's dagster.yaml) and an empty landing zone and lake for
     flights under `root` (dagster_home, landing, lake): the environment that serves them."""

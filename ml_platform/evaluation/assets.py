@@ -182,23 +182,22 @@ def build_evaluation_report(
         accuracy, ROC AUC. Regression: MAE, RMSE, R².
 
         The champion is the one the previous evaluation day left (`champion_before`); in a run
-        of several days, the one the run's latest earlier day of the same cadence left
-        (registered_model registers them after), so a backfill reaches the verdicts that running
-        its days one by one would.
+        of several days, the one the run's latest earlier day left (registered_model registers
+        them after), so a backfill reaches the verdicts that running its days one by one would.
         The report stores the champion after its verdict (`champion_after`).
         """
         spec = contract.evaluation
         seed = contract.training.random_seed
         registry = ModelRegistry(lake, contract.name)
         store: LakeIOManager = context.resources.io_manager
-        # What each earlier evaluation day of the run left, by its place in the kind's cadence
-        # (`CADENCE_DAYS`): a day competes with what its own previous evaluation day left.
-        left: dict[int, Champion] = {}
-        cadence = CADENCE_DAYS[kind]
+        # The champion the run's latest earlier day left, as the registry would hold it had
+        # that day been run and registered on its own; None before the run's first day.
+        left: Champion | None = None
 
         def day_of_evaluation_report(
             day: str, model: TrainedModel, features: Mapping[str, pd.DataFrame]
         ) -> Iterator:
+            nonlocal left
             try:
                 train, holdout = split_of(model, features, contract)
             except ValueError as exc:
@@ -206,8 +205,7 @@ def build_evaluation_report(
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
             baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
-            place = dt.date.fromisoformat(day).toordinal() % cadence
-            champion_version, champion_model = left.get(place) or champion_before(
+            champion_version, champion_model = left or champion_before(
                 context, registry, store, contract.name, name, registered_name, kind, day
             )
             champion = (
@@ -216,7 +214,7 @@ def build_evaluation_report(
                 else None
             )
             verdict = judge(contract, candidate, champion, baseline)
-            left[place] = (
+            left = (
                 (f"{kind}-{day}", model)
                 if verdict.decision == "promote"
                 else (champion_version, champion_model)
@@ -252,7 +250,7 @@ def build_evaluation_report(
                 "intervals": candidate.intervals,
                 "champion_version": champion_version,
                 "champion_metrics": champion.values if champion is not None else None,
-                "champion_after": left[place][0],
+                "champion_after": left[0],
                 "improvements": improvements,
                 "baseline": {
                     "strategy": BASELINE_STRATEGY[model.task],
