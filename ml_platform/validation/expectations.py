@@ -399,7 +399,11 @@ def _data_docs_renderer() -> tuple[Any, Any]:
     from great_expectations.render.renderer import ValidationResultsPageRenderer
     from great_expectations.render.view import DefaultJinjaPageView
 
-    return ValidationResultsPageRenderer(), DefaultJinjaPageView()
+    view = DefaultJinjaPageView()
+    # GE's templates are files of the installed package: checking them for changes (a stat of
+    # each template a page includes, hundreds a page) cannot find any within a process.
+    view.env.auto_reload = False
+    return ValidationResultsPageRenderer(), view
 
 
 def render_data_docs(result: Any) -> str:
