@@ -62,11 +62,15 @@ def category_counts(values: pd.Series) -> pd.Series:
     return values.dropna().astype("str").value_counts()
 
 
+def _as_dict(counts: pd.Series) -> dict[str, int]:
+    return dict(zip(counts.index, counts.to_numpy(dtype="int64").tolist(), strict=True))
+
+
 def summed_counts(counts: Sequence[pd.Series]) -> pd.Series:
     """The category counts of samples taken together, from each sample's `category_counts`."""
     total: Counter[str] = Counter()
     for one in counts:
-        total.update(dict(zip(one.index, one.to_numpy(dtype="int64").tolist(), strict=True)))
+        total.update(_as_dict(one))
     return pd.Series(total, dtype="int64")
 
 
@@ -81,9 +85,10 @@ def compare_counts(ref_counts: pd.Series, cur_counts: pd.Series) -> CategoricalC
     from scipy import stats
     from scipy.spatial.distance import jensenshannon
 
-    categories = sorted(set(ref_counts.index) | set(cur_counts.index))
-    ref = ref_counts.reindex(categories, fill_value=0).to_numpy(dtype="float64")
-    cur = cur_counts.reindex(categories, fill_value=0).to_numpy(dtype="float64")
+    ref_of, cur_of = _as_dict(ref_counts), _as_dict(cur_counts)
+    categories = sorted(set(ref_of) | set(cur_of))
+    ref = np.array([ref_of.get(c, 0) for c in categories], dtype="float64")
+    cur = np.array([cur_of.get(c, 0) for c in categories], dtype="float64")
     n_ref, n_cur = int(ref.sum()), int(cur.sum())
     if n_ref == 0 or n_cur == 0:
         nan = float("nan")

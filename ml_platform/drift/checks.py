@@ -114,8 +114,11 @@ def build_drift_checks(
             yield result_of(context.op_execution_context.partition_key, features)
             return
         # A range of days (a run of a backfill): one evaluation per day, in order.
-        for day, frame in features.items():
-            fields = check_fields(result_of(day, frame))
+        for day in features:
+            # The stored partition is the input's day; a range's earlier days are references
+            # of its later ones, read once for both.
+            frame = stored_features(day)
+            fields = check_fields(result_of(day, features[day] if frame is None else frame))
             yield partition_evaluation(fields, features_key, day, blocking=bool(blocking))
         yield dg.Output(None)
 
