@@ -16,7 +16,11 @@ from scipy.spatial.distance import jensenshannon
 
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.contracts.model import BUNDLED_DIR, DriftReferenceSpec, parse_contract
-from ml_platform.drift.categorical import compare_categorical
+from ml_platform.drift.categorical import (
+    category_counts,
+    compare_categorical,
+    summed_counts,
+)
 from ml_platform.drift.correction import benjamini_hochberg, holm
 from ml_platform.drift.detect import (
     calibrate,
@@ -337,6 +341,27 @@ def test_day_to_day_distances_are_each_day_against_the_others_with_the_day_stati
         assert distances["segment"][i] == pytest.approx(js, abs=1e-12)
     # A feature that moves every day is far from the other days; a stable one is not.
     assert distances["temperature"].min() > 3 * distances["x1"].max()
+
+
+def test_verdicts_from_each_days_counted_categories_are_those_from_the_rows():
+    # A range counts each reference day's categories once and sums them for each day judged;
+    # a category only some days have (and a day with a missing value) must count as in the rows.
+    days = moving_days(4, seed=5)
+    days[1] = days[1].assign(segment=pd.Series(["A"] * 990 + ["D"] * 9 + [None], dtype="str"))
+    today = moving_days(1, seed=6)[0]
+    counts = [{"segment": category_counts(day["segment"])} for day in days]
+    summed = summed_counts([c["segment"] for c in counts])
+    pooled = pd.concat(days, ignore_index=True)["segment"]
+    assert summed.sort_index().to_dict() == category_counts(pooled).sort_index().to_dict()
+
+    plain = detect_drift(days, today, SYNTHETIC, calibrate(days, SYNTHETIC))
+    counted = detect_drift(
+        days, today, SYNTHETIC, calibrate(days, SYNTHETIC, counts), {"segment": summed}
+    )
+    assert counted == plain
+    assert calibrate(days, SYNTHETIC, counts).distances["segment"].tolist() == (
+        calibrate(days, SYNTHETIC).distances["segment"].tolist()
+    )
 
 
 def test_a_feature_that_moves_every_day_drifts_only_beyond_its_usual_movement():

@@ -218,6 +218,12 @@ def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(cont
     for day in days:
         assert stored_results(together, day) == stored_results(alone, day), day
         assert together.stored("validated_data", day, "parquet").exists() == (day not in failed)
+        if day not in failed:
+            # The rows the range's screen typed are the day's own, stored as a day alone does.
+            pd.testing.assert_frame_equal(
+                pd.read_parquet(together.stored("validated_data", day, "parquet")),
+                pd.read_parquet(alone.stored("validated_data", day, "parquet")),
+            )
     # The good days took their results from the range's shared screen, not validations of
     # their own.
     folder = together.lake_dir / contract.name / "quality" / "validated_data"

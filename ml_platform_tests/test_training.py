@@ -16,6 +16,7 @@ from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import generate_day
 from ml_platform.platform.storage import deserialise, serialise
+from ml_platform.training.assets import every
 from ml_platform.training.model import (
     Checkpoints,
     TrainingDataError,
@@ -472,3 +473,13 @@ def test_loss_plateau_and_finite_weights_judge_each_estimator(flights_window):
     converged = train_model(flights_window, with_model(FLIGHTS, estimator="linear"))
     assert loss_plateau_result(converged).passed
     assert finite_weights_result(converged).passed
+
+
+def test_a_training_logs_its_first_epoch_then_one_per_interval():
+    logged: list[dict] = []
+    now = [0.0]
+    watch = every(5.0, logged.append, clock=lambda: now[0])
+    for second in (0.0, 1.0, 4.9, 5.0, 7.0, 10.1):
+        now[0] = second
+        watch({"epoch": second})
+    assert [record["epoch"] for record in logged] == [0.0, 5.0, 10.1]

@@ -1,6 +1,8 @@
 """How far a categorical feature's distribution moved: Jensen-Shannon distance and chi-square."""
 
 import dataclasses
+from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -55,17 +57,38 @@ class CategoricalComparison:
         )
 
 
+def category_counts(values: pd.Series) -> pd.Series:
+    """Rows per category (as text) of a sample, missing values left out."""
+    return values.dropna().astype("str").value_counts()
+
+
+def _as_dict(counts: pd.Series) -> dict[str, int]:
+    return dict(zip(counts.index, counts.to_numpy(dtype="int64").tolist(), strict=True))
+
+
+def summed_counts(counts: Sequence[pd.Series]) -> pd.Series:
+    """The category counts of samples taken together, from each sample's `category_counts`."""
+    total: Counter[str] = Counter()
+    for one in counts:
+        total.update(_as_dict(one))
+    return pd.Series(total, dtype="int64")
+
+
 def compare_categorical(reference: pd.Series, current: pd.Series) -> CategoricalComparison:
     """Compare the category shares of two samples; missing values are left out of both."""
+    return compare_counts(category_counts(reference), category_counts(current))
+
+
+def compare_counts(ref_counts: pd.Series, cur_counts: pd.Series) -> CategoricalComparison:
+    """`compare_categorical` of two samples given by their `category_counts`."""
     # scipy.stats takes seconds to import; the code location loads without it.
     from scipy import stats
     from scipy.spatial.distance import jensenshannon
 
-    ref_counts = reference.dropna().astype("str").value_counts()
-    cur_counts = current.dropna().astype("str").value_counts()
-    categories = sorted(set(ref_counts.index) | set(cur_counts.index))
-    ref = ref_counts.reindex(categories, fill_value=0).to_numpy(dtype="float64")
-    cur = cur_counts.reindex(categories, fill_value=0).to_numpy(dtype="float64")
+    ref_of, cur_of = _as_dict(ref_counts), _as_dict(cur_counts)
+    categories = sorted(set(ref_of) | set(cur_of))
+    ref = np.array([ref_of.get(c, 0) for c in categories], dtype="float64")
+    cur = np.array([cur_of.get(c, 0) for c in categories], dtype="float64")
     n_ref, n_cur = int(ref.sum()), int(cur.sum())
     if n_ref == 0 or n_cur == 0:
         nan = float("nan")

@@ -9,14 +9,21 @@ import datetime as dt
 import functools
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.drift.detect import Calibration, FeatureVerdict, calibrate, detect_drift
+from ml_platform.drift.categorical import category_counts, summed_counts
+from ml_platform.drift.detect import (
+    Calibration,
+    FeatureVerdict,
+    calibrate,
+    detect_drift,
+    tested_features,
+)
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 from ml_platform.platform.datasets import asset_key
@@ -43,6 +50,7 @@ def build_drift_checks(
     """
     blocking = sorted(name for name, spec in contract.drift.features.items() if spec.blocking)
     features_key = asset_key(contract.name, "features")
+    categorical = [spec.name for spec in tested_features(contract) if spec.kind == "categorical"]
 
     def features_drift(
         context: dg.AssetCheckExecutionContext,
@@ -60,12 +68,21 @@ def build_drift_checks(
             frame: pd.DataFrame = io_manager.load_partition(features_key, day, "parquet")
             return frame
 
+        # Each reference day's category counts, counted once for all the days referring to it.
+        @functools.lru_cache(maxsize=64)
+        def stored_counts(day: str) -> dict[str, pd.Series]:
+            frame = stored_features(day)
+            assert frame is not None, "only stored reference days are counted"
+            return {name: category_counts(frame[name]) for name in categorical}
+
         # Days of a range share their reference window (a baseline, or most of a sliding one
         # from one day to the next): its day-to-day distances are computed once per window.
         @functools.lru_cache(maxsize=8)
         def calibration_of(days: tuple[str, ...]) -> Calibration:
             frames = [stored_features(d) for d in days]
-            return calibrate([f for f in frames if f is not None], contract)
+            return calibrate(
+                [f for f in frames if f is not None], contract, [stored_counts(d) for d in days]
+            )
 
         def result_of(day: str, current: pd.DataFrame) -> dg.AssetCheckResult:
             wanted = [
@@ -80,6 +97,7 @@ def build_drift_checks(
             frames = [frame for frame in found.values() if frame is not None]
             stored = [d for d, frame in found.items() if frame is not None]
             missing = [d for d in wanted if d not in stored]
+            counts = [stored_counts(d) for d in stored]
             return drift_check_result(
                 contract,
                 day,
@@ -89,14 +107,18 @@ def build_drift_checks(
                 missing,
                 io_manager,
                 calibration_of(tuple(stored)),
+                {name: summed_counts([c[name] for c in counts]) for name in categorical},
             )
 
         if context.op_execution_context.has_partition_key:
             yield result_of(context.op_execution_context.partition_key, features)
             return
         # A range of days (a run of a backfill): one evaluation per day, in order.
-        for day, frame in features.items():
-            fields = check_fields(result_of(day, frame))
+        for day in features:
+            # The stored partition is the input's day; a range's earlier days are references
+            # of its later ones, read once for both.
+            frame = stored_features(day)
+            fields = check_fields(result_of(day, features[day] if frame is None else frame))
             yield partition_evaluation(fields, features_key, day, blocking=bool(blocking))
         yield dg.Output(None)
 
@@ -132,15 +154,17 @@ def drift_check_result(
     missing_partitions: list[str],
     io_manager: LakeIOManager,
     calibration: Calibration | None = None,
+    reference_counts: Mapping[str, pd.Series] | None = None,
 ) -> dg.AssetCheckResult:
     """Compare, store the report (JSON and markdown) in the lake, and build the check result.
 
     `reference_frames` holds one frame per stored reference day (the days of
     `reference_partitions`), so each feature's day-to-day movement can calibrate its verdict.
+    `reference_counts` holds the reference's category counts when already known.
     """
     calibration = calibration or calibrate(reference_frames, contract)
     verdicts = (
-        detect_drift(reference_frames, current, contract, calibration)
+        detect_drift(reference_frames, current, contract, calibration, reference_counts)
         if reference_partitions
         else []
     )

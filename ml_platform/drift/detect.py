@@ -15,7 +15,7 @@ reference days to know that movement, the fixed gate decides alone and the verdi
 """
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -23,7 +23,7 @@ import pandas as pd
 
 from ml_platform.contracts import Contract, FeatureSpec
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
-from ml_platform.drift.categorical import CategoricalComparison, compare_categorical
+from ml_platform.drift.categorical import CategoricalComparison, category_counts, compare_counts
 from ml_platform.drift.correction import CORRECTIONS
 from ml_platform.drift.ks import ks_2samp_columns
 
@@ -145,14 +145,17 @@ def calibration_bound(distances: np.ndarray, quantile: float) -> float:
 
 
 def leave_one_out_distances(
-    days: Sequence[pd.DataFrame], contract: Contract
+    days: Sequence[pd.DataFrame],
+    contract: Contract,
+    counts: Sequence[Mapping[str, pd.Series]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per tested feature, the distance of each day from all the other days together.
 
     The statistic is the one the day is tested with: the KS statistic D that `ks_2samp_columns`
     computes, or the Jensen-Shannon distance of category shares that `compare_categorical`
     computes, each obtained for every day at once from the pooled reference.
-    Distances that cannot be computed (a side without values) are left out.
+    Distances that cannot be computed (a side without values) are left out. `counts` holds
+    each day's `category_counts` per categorical feature when already known.
     """
     specs = tested_features(contract)
     numeric = [s.name for s in specs if s.kind == "numeric"]
@@ -162,7 +165,11 @@ def leave_one_out_distances(
         statistics = _leave_one_out_ks([frame[numeric].to_numpy(dtype="float64") for frame in days])
         found |= {name: statistics[:, j] for j, name in enumerate(numeric)}
     for name in categorical:
-        found[name] = _leave_one_out_js([frame[name] for frame in days])
+        found[name] = _leave_one_out_js(
+            [category_counts(frame[name]) for frame in days]
+            if counts is None
+            else [day[name] for day in counts]
+        )
     return {name: distances[np.isfinite(distances)] for name, distances in found.items()}
 
 
@@ -195,15 +202,13 @@ def _leave_one_out_ks(days: list[np.ndarray]) -> np.ndarray:
 
 
 def _leave_one_out_js(days: list[pd.Series]) -> np.ndarray:
-    """Jensen-Shannon distance (base 2) of each day's category shares from the other days'."""
+    """Jensen-Shannon distance (base 2) of each day's category shares from the other days'.
+
+    `days` holds each day's `category_counts`.
+    """
     from scipy.spatial.distance import jensenshannon
 
-    counts = (
-        pd.DataFrame({i: day.dropna().astype("str").value_counts() for i, day in enumerate(days)})
-        .fillna(0.0)
-        .to_numpy(dtype="float64")
-        .T
-    )
+    counts = pd.DataFrame(dict(enumerate(days))).fillna(0.0).to_numpy(dtype="float64").T
     rest = counts.sum(axis=0) - counts
     day_n = counts.sum(axis=1, keepdims=True)
     rest_n = rest.sum(axis=1, keepdims=True)
@@ -216,8 +221,15 @@ def _leave_one_out_js(days: list[pd.Series]) -> np.ndarray:
     return distances
 
 
-def calibrate(days: Sequence[pd.DataFrame], contract: Contract) -> Calibration:
-    """The calibration of a reference window given one frame per reference day."""
+def calibrate(
+    days: Sequence[pd.DataFrame],
+    contract: Contract,
+    counts: Sequence[Mapping[str, pd.Series]] | None = None,
+) -> Calibration:
+    """The calibration of a reference window given one frame per reference day.
+
+    `counts` holds each day's category counts, as `leave_one_out_distances` takes them.
+    """
     spec = contract.drift.calibration
     n = len(days)
     if not spec.enabled:
@@ -233,7 +245,7 @@ def calibrate(days: Sequence[pd.DataFrame], contract: Contract) -> Calibration:
         f"quantile {spec.quantile:g} of each feature's {n} day-to-day distances "
         "(each reference day against the other reference days)"
     )
-    return Calibration(n, spec.quantile, leave_one_out_distances(days, contract), note)
+    return Calibration(n, spec.quantile, leave_one_out_distances(days, contract, counts), note)
 
 
 def _note(calibration: Calibration, feature: str) -> str:
@@ -255,6 +267,7 @@ def detect_drift(
     current: pd.DataFrame,
     contract: Contract,
     calibration: Calibration | None = None,
+    reference_counts: Mapping[str, pd.Series] | None = None,
 ) -> list[FeatureVerdict]:
     """The drift verdict of every contract feature of `current` against `reference`.
 
@@ -266,6 +279,8 @@ def detect_drift(
         contract: the dataset contract, whose `drift` section sets thresholds and the gate.
         calibration: the reference window's calibration when already computed (a range of
             days sharing a reference); by default computed from the per-day frames.
+        reference_counts: the reference's `category_counts` per categorical feature when
+            already known (summed from its days'); by default counted from `reference`.
 
     Returns:
         One verdict per feature, in contract order.
@@ -299,7 +314,12 @@ def detect_drift(
             )
     for name in contract.categorical_features:
         if name not in skipped:
-            comparison = compare_categorical(reference[name], current[name])
+            comparison = compare_counts(
+                category_counts(reference[name])
+                if reference_counts is None
+                else reference_counts[name],
+                category_counts(current[name]),
+            )
             tested[name] = _Tested(
                 effect=comparison.js_distance,
                 p_value=comparison.pvalue,

@@ -24,11 +24,13 @@ def feature_profile(frame: pd.DataFrame, contract: Contract) -> dict[str, float 
         stats: dict[str, float | int] = {"count": len(present), "nulls": len(values) - len(present)}
         if spec.kind == "numeric":
             numbers = present.astype("float64")
+            # One call for all quantiles: the same values as one call each, a third the time.
+            quantiles = numbers.quantile(list(QUANTILES.values())).to_numpy()
             stats |= {
                 "mean": float(numbers.mean()),
                 "std": float(numbers.std()),
                 "min": float(numbers.min()),
-                **{name: float(numbers.quantile(q)) for name, q in QUANTILES.items()},
+                **{name: float(q) for name, q in zip(QUANTILES, quantiles, strict=True)},
                 "max": float(numbers.max()),
             }
         else:

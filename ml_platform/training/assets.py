@@ -11,8 +11,9 @@ command that fills them.
 import dataclasses
 import datetime as dt
 import math
+import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -47,6 +48,10 @@ LEARNED_AT_LEAST = 0.01
 # are too brief to judge.
 LOW_UTILISATION = 0.5
 UTILISATION_MIN_SECONDS = 10.0
+# Each log line is an event the run stores: one per epoch cost more than a day's storage and
+# metadata on real flights days (17 epochs a day). A training is watched through one line per
+# this many seconds.
+EPOCH_LOG_SECONDS = 5.0
 # What a killed run of each estimator resumes from, for the model's metadata.
 CHECKPOINTS = {
     "sgd": "after an epoch, every training.checkpoint_seconds",
@@ -55,6 +60,22 @@ CHECKPOINTS = {
     "linear": "none: one fit of seconds at most, so a killed run fits again from the start, "
     "which ends with the same model",
 }
+
+
+def every(
+    seconds: float, call: Callable[[dict], None], clock: Callable[[], float] = time.monotonic
+) -> Callable[[dict], None]:
+    """`call` for its first record, then for a record only once `seconds` passed since the last."""
+    last = -math.inf
+
+    def throttled(record: dict) -> None:
+        nonlocal last
+        now = clock()
+        if now - last >= seconds:
+            last = now
+            call(record)
+
+    return throttled
 
 
 def window_input(dataset: str, window_days: int) -> dg.AssetIn:
@@ -414,11 +435,13 @@ def build_model(
                     f"validation loss {record['validation_loss']:.5f}"
                 )
 
-            # Each epoch is logged as it ends, to watch a long training; each day's losses per
-            # epoch or iteration are also in its metadata (`loss_per_epoch`, `loss_per_iteration`).
+            # The first epoch and then one every EPOCH_LOG_SECONDS are logged as they end, to
+            # watch a long training; each day's losses per epoch or iteration are all in its
+            # metadata (`loss_per_epoch`, `loss_per_iteration`).
             with StepTelemetry() as telemetry:
                 try:
-                    trained = train_model(features, contract, checkpoints, on_epoch=log_epoch)
+                    watch = every(EPOCH_LOG_SECONDS, log_epoch)
+                    trained = train_model(features, contract, checkpoints, on_epoch=watch)
                 except TrainingDataError as exc:
                     # Waiting cannot add a second class or more rows: fail now, without retries.
                     raise dg.Failure(description=str(exc), allow_retries=False) from exc

@@ -44,10 +44,13 @@ from ml_platform.validation.history import (
     history_window,
     write_profile,
 )
-from ml_platform.validation.range_gate import range_screen, screen_range
+from ml_platform.validation.range_gate import MAX_SCREEN_ROWS, range_screen, screen_range
 from ml_platform.validation.schema import ContractViolationError, type_rows
 
 QUARANTINE_REASONS = "quarantine_reasons"
+# From this many rows a day's raw frame is emptied once typed; below, the memory it frees is
+# small beside what deleting its columns one by one costs (milliseconds a day).
+FREE_RAW_ROWS = 100_000
 
 
 def quarantine_allowed(contract: Contract, report: GateReport) -> bool:
@@ -280,17 +283,21 @@ def build_validated_data(
 
         def day_of_validated_data(day: str, raw_data: pd.DataFrame) -> Iterator:
             where = where_of(day)
-            try:
-                typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
-            except ContractViolationError as exc:
-                # The file does not fit the contract: no retry makes it fit.
-                raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            # The screen typed this very parse already (the step reads it from the same key).
+            typed = screen_typed.pop(day, None)
+            if typed is None:
+                try:
+                    typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
+                except ContractViolationError as exc:
+                    # The file does not fit the contract: no retry makes it fit.
+                    raise dg.Failure(description=str(exc), allow_retries=False) from exc
             rejected = rejected_key(contract, day, context.run.run_id)
             # The raw frame is the step's input, which Dagster and `each_day` keep referenced
             # until the day ends; emptying it here frees its columns (88 MB at 1M rows) before
             # the gate and the parquet write. Its index stays, so `rows_in` still counts it.
-            for column in list(raw_data.columns):
-                del raw_data[column]
+            if len(raw_data) >= FREE_RAW_ROWS:
+                for column in list(raw_data.columns):
+                    del raw_data[column]
             history = history_window(lake, contract, day) if history_on else None
             if day in screened and screened[day] == history:
                 # The range's screen passed the day against this very history.
@@ -338,7 +345,11 @@ def build_validated_data(
             kept = typed.drop(index=sorted(reasons)).reset_index(drop=True) if reasons else typed
             if history_on:
                 # Only a day that passed becomes history for the days after it.
-                write_profile(lake, contract, day, day_profile(kept, contract))
+                # The screen profiled the same rows when none was quarantined.
+                profile = screen_profiles.pop(day, None)
+                if profile is None or reasons:
+                    profile = day_profile(kept, contract)
+                write_profile(lake, contract, day, profile)
             publish_raw(lake, contract, day)
             yield dg.MaterializeResult(
                 value=kept,
@@ -356,18 +367,29 @@ def build_validated_data(
         # `ml_platform.validation.range_gate`); a day the screen passes against the history it
         # then has needs no validation of its own.
         screened: dict[str, HistoryWindow | None] = {}
+        # The days' typed rows the screen made, kept for their own day (which takes its entry
+        # out) up to MAX_SCREEN_ROWS rows in all, so that memory stays bounded by a chunk; a
+        # day beyond that is typed again. Typing costs more than GE's screen of the day.
+        screen_typed: dict[str, pd.DataFrame] = {}
+        screen_profiles: dict[str, dict[str, float | None]] = {}
+
+        def typed_for_screen(day: str) -> pd.DataFrame:
+            typed = type_rows(
+                load_audited(lake, contract, day, count_bytes=False), contract, where=where_of(day)
+            ).reset_index(drop=True)
+            if sum(map(len, screen_typed.values())) + len(typed) <= MAX_SCREEN_ROWS:
+                screen_typed[day] = typed
+            return typed
+
         if not context.has_partition_key:
             screened = screen_range(
                 lake,
                 contract,
                 context.partition_keys,
                 rows_of=lambda day: audited_rows(lake, contract, day),
-                typed_of=lambda day: type_rows(
-                    load_audited(lake, contract, day, count_bytes=False),
-                    contract,
-                    where=where_of(day),
-                ).reset_index(drop=True),
+                typed_of=typed_for_screen,
                 history_on=history_on,
+                profiles=screen_profiles,
             )
             context.log.info(
                 f"validated_data: {len(screened)} of {len(context.partition_keys)} days passed "

@@ -479,8 +479,11 @@ def screen_range(
     rows_of: Callable[[str], int],
     typed_of: Callable[[str], pd.DataFrame],
     history_on: bool,
+    profiles: dict[str, dict[str, float | None]] | None = None,
 ) -> dict[str, HistoryWindow | None]:
     """The days of a range the screen passes, each with the history it was judged against.
+
+    With the history gate, `profiles` (when given) receives each screened day's `day_profile`.
 
     Days are screened in order, in chunks of at most MAX_SCREEN_ROWS rows. A day larger than
     a quarter of that is not screened: GE's fixed cost is small beside its rows, and the day
@@ -493,7 +496,7 @@ def screen_range(
     """
     screen = range_screen(contract)
     passed: dict[str, HistoryWindow | None] = {}
-    profiles: dict[str, dict[str, float | None]] = {}
+    profiles = {} if profiles is None else profiles
     chunk: dict[str, pd.DataFrame] = {}
 
     def histories(

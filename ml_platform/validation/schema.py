@@ -100,10 +100,22 @@ def _fits_int64(numbers: pd.Series) -> pd.Series:
     return (numbers % 1 == 0) & (numbers >= float(INT64_MIN)) & (numbers < -float(INT64_MIN))
 
 
+def _numbers_that_fit(series: pd.Series, spec: ColumnSpec) -> bool:
+    """Whether every value is of a numeric dtype the contract's one holds as it is.
+
+    Any signed integer or float is a float; any signed integer fits Int64. Most landed number
+    columns are such, and need no value-by-value look.
+    """
+    kind = series.dtype.kind
+    return (spec.dtype == "float" and kind in "if") or (spec.dtype == "int" and kind == "i")
+
+
 def _bad_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     """Non-null values of `series` that cannot be cast to the column's contract dtype."""
+    if spec.dtype == "str" or _numbers_that_fit(series, spec):
+        return series.iloc[0:0]
     present = series.dropna()
-    if present.empty or spec.dtype == "str":
+    if present.empty:
         return present.iloc[0:0]
     if spec.dtype in ("int", "float"):
         if pd.api.types.is_bool_dtype(present):
@@ -274,7 +286,9 @@ def _cast(series: pd.Series, spec: ColumnSpec, where: str) -> pd.Series:
 
 def _cast_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     if spec.dtype == "str":
-        text = series.astype("str").where(series.notna()).str.strip()
+        # A text column (most are, as landed) is only stripped: its missing values stay so.
+        text = series if series.dtype == "str" else series.astype("str").where(series.notna())
+        text = text.str.strip()
         return text.mask(text == "").astype("str")
     if spec.dtype in ("int", "float"):
         return pd.to_numeric(series, errors="raise").astype(PANDAS_DTYPES[spec.dtype])
