@@ -179,20 +179,29 @@ def _bootstrap(
             predicted == y,
         ]
     )
-    # A row's kind: its five facts as the bits of a number; table[k] are the facts of kind k.
-    bits = 1 << np.arange(facts.shape[1])
-    table = (np.arange(2 ** facts.shape[1])[:, None] & bits) > 0
-    by_kind = _per_sample_counts(facts @ bits, rows, len(table))
-    tp, fp, fn, positives, correct = (by_kind @ table).T
-    negatives = size - positives
-    # ROC AUC as the Mann-Whitney statistic: the share of positive-negative pairs the score
-    # orders right, a tie counting half (as average ranks, and roc_auc_score, count it).
     # Rows are counted per cell, a score level and a class: a level's negative cell (when it has
     # one) comes just before its positive cell, and most levels hold one row, so there are
     # about as many cells as rows, half the bins of counting both classes at every level.
     levels, level = np.unique(score, return_inverse=True)
     cells, cell = np.unique(2 * level + (y == 1), return_inverse=True)
     by_cell = _per_sample_counts(cell, rows, len(cells))
+    # A row's kind: its five facts as the bits of a number; table[k] are the facts of kind k.
+    bits = 1 << np.arange(facts.shape[1])
+    table = (np.arange(2 ** facts.shape[1])[:, None] & bits) > 0
+    kind = facts @ bits
+    kind_of_cell = np.zeros(len(cells), dtype=kind.dtype)
+    kind_of_cell[cell] = kind
+    if np.array_equal(kind_of_cell[cell], kind):
+        # The rows of a cell share their score and label and, as a model predicts from its
+        # score, their prediction: the cells' counts give the facts' without counting again
+        # (exactly: the products are of whole numbers far below 2**53).
+        by_fact = by_cell @ table[kind_of_cell].astype("float64")
+    else:
+        by_fact = _per_sample_counts(kind, rows, len(table)) @ table
+    tp, fp, fn, positives, correct = by_fact.T
+    negatives = size - positives
+    # ROC AUC as the Mann-Whitney statistic: the share of positive-negative pairs the score
+    # orders right, a tie counting half (as average ranks, and roc_auc_score, count it).
     positive = np.flatnonzero(cells & 1)
     tied = (positive > 0) & (cells[positive - 1] == cells[positive] - 1)
     # Negatives up to each cell, the same level's included.
@@ -271,10 +280,11 @@ def score_model(
 def _thread_pools() -> "ThreadpoolController":
     """The process's BLAS and OpenMP thread pools, found once.
 
-    A linear model's prediction multiplies the rows by its weights in BLAS, whose threads spin
-    waiting for each other on a product this small: 9 ms of CPU on 4,800 flights rows, against
-    1 ms on one thread, so scoring uses one. `threadpool_limits` would search the loaded
-    libraries again on every call (about 3 ms); the controller searches once.
+    A linear model's prediction multiplies the rows by its weights in BLAS, and the bootstrap
+    its counts by a table, whose threads spin waiting for each other on products this small:
+    9 ms of CPU on 4,800 flights rows, against 1 ms on one thread, so scoring uses one.
+    `threadpool_limits` would search the loaded libraries again on every call (about 3 ms);
+    the controller searches once.
     """
     from threadpoolctl import ThreadpoolController
 
@@ -297,9 +307,11 @@ def score_predictions(
 ) -> Scores:
     """Metrics of predictions (and, for classification, scores) of the labels `y`."""
     values = _values(task, y, predicted, score)
-    blocks = [
-        _bootstrap(task, y, predicted, score, rows) for rows in _row_blocks(seed, samples, len(y))
-    ]
+    with _thread_pools().limit(limits=1, user_api="blas"):
+        blocks = [
+            _bootstrap(task, y, predicted, score, rows)
+            for rows in _row_blocks(seed, samples, len(y))
+        ]
     draws = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
     return Scores(
         values,
