@@ -235,7 +235,9 @@ def _matrix_figure(title: str, labels: tuple[str, ...]) -> _MatrixFigure:
     size = len(labels)
     chart = Figure(figsize=(1.3 + 1.25 * size, 1.0 + 1.25 * size), dpi=DPI)
     axes = chart.add_subplot()
-    image = axes.imshow(np.zeros((size, size)), cmap="Blues", vmin=0, vmax=1)
+    # The cells as they are (size x size pixels), which the SVG asks the browser to scale
+    # without smoothing: crisp at any zoom, and no image resampled to the screen and encoded.
+    image = axes.imshow(np.zeros((size, size)), cmap="Blues", vmin=0, vmax=1, interpolation="none")
     counts = [
         axes.text(column, row, "", ha="center", va="center", size=14)
         for row in range(size)
