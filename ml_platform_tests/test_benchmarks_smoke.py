@@ -69,6 +69,7 @@ def test_the_evaluation_report_benchmark_times_each_piece():
         "score_baseline",
         "plots",
         "render_report",
+        "evaluation_day",
         "loss_curve",
     }
 

@@ -1,4 +1,5 @@
-"""Report charts: SVG a browser can size, read back for title, legend, ticks, colours and data."""
+"""Report charts: SVG a browser can size, read back for title, legend, ticks, colours and data;
+a figure kept for the next chart of its layout draws each chart as a new figure would."""
 
 import base64
 import re
@@ -8,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
+from ml_platform.platform import plots
 from ml_platform.platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -127,6 +129,63 @@ def test_scatter_is_one_image_of_points_whatever_the_rows():
         zero = root.find(f".//{SVG}g[@id='zero']/{SVG}path")
         assert f"stroke: {GREY}" in zero.get("style")
     assert len(large) < 150_000
+
+
+def content(root: ET.Element, series: int) -> tuple[list[str], list[str]]:
+    """(texts, path data of each series): what a reader of the chart sees."""
+    return texts(root), [line(root, i)["d"] for i in range(series)]
+
+
+def test_a_kept_figure_draws_the_next_chart_of_its_layout_as_a_new_figure_would():
+    def loss(values: list[float], names: tuple[str, str]) -> str:
+        epochs = list(range(1, len(values) + 1))
+        return line_chart(
+            "Loss per epoch",
+            [Series(names[0], epochs, values), Series(names[1], [2, 2], [0, max(values)], GREY)],
+            "epoch",
+            "loss",
+        )
+
+    plots._line_figure.cache_clear()
+    small = loss([0.9, 0.5, 0.4], ("training", "kept"))
+    large = loss([120.0, 80.0, 60.0, 55.0, 50.0], ("validation", "best validation"))
+    again = loss([0.9, 0.5, 0.4], ("training", "kept"))
+    plots._line_figure.cache_clear()
+    new_large = loss([120.0, 80.0, 60.0, 55.0, 50.0], ("validation", "best validation"))
+    # The same layout, other data: its own limits, ticks and names, nothing of the first chart.
+    assert again == small and large == new_large
+    small_texts, small_paths = content(svg_of(small, "Loss per epoch"), 2)
+    large_texts, large_paths = content(svg_of(large, "Loss per epoch"), 2)
+    assert {"training", "kept", "0.4", "0.8"} <= set(small_texts)
+    assert {"validation", "best validation", "60", "120", "5"} <= set(large_texts)
+    assert not {"training", "kept", "0.8"} & set(large_texts) and "120" not in small_texts
+    assert len(vertices(large_paths[0])) == 5 and len(vertices(small_paths[0])) == 3
+
+    def roc(power: float, name: str) -> str:
+        x = np.linspace(0, 1, 50)
+        return line_chart(
+            "ROC curve",
+            [Series(name, x, x**power), Series("chance", [0, 1], [0, 1], GREY, dashed=True)],
+            "false positive rate",
+            "true positive rate",
+            (-0.02, 1.02),
+            (-0.02, 1.02),
+        )
+
+    first_roc, second_roc = roc(0.5, "candidate (AUC = 0.67)"), roc(0.2, "candidate (AUC = 0.83)")
+    plots._line_figure.cache_clear()
+    assert roc(0.2, "candidate (AUC = 0.83)") == second_roc != first_roc
+    assert "candidate (AUC = 0.67)" not in texts(svg_of(second_roc, "ROC curve"))
+
+    plots._matrix_figure.cache_clear()
+    first = confusion_matrix("Confusion matrix", np.array([[50, 7], [3, 40]]), ["0", "1"])
+    other = confusion_matrix("Confusion matrix", np.array([[1, 2], [3, 400]]), ["0", "1"])
+    plots._matrix_figure.cache_clear()
+    assert confusion_matrix("Confusion matrix", np.array([[1, 2], [3, 400]]), ["0", "1"]) == other
+    assert confusion_matrix("Confusion matrix", np.array([[50, 7], [3, 40]]), ["0", "1"]) == first
+    ink = {t.text: t.get("style") for t in svg_of(other, "Confusion matrix").iter(f"{SVG}text")}
+    assert "fill: #ffffff" in ink["400"] and "fill: #ffffff" not in ink["3"]
+    assert "50" not in ink
 
 
 def test_loading_the_code_location_leaves_matplotlib_unimported():

@@ -118,6 +118,34 @@ def test_a_clearly_better_candidate_is_promoted_with_its_interval_in_the_report(
     assert f"{gain:+.4f} ({low:+.4f} – {high:+.4f}) |" in report
 
 
+def test_the_reports_charts_keep_titles_axis_labels_legends_and_a_line_per_series(flights_case):
+    from ml_platform_tests.test_plots import line, svg_of, texts, vertices
+
+    model, holdout = flights_case
+    candidate = score_model(model, holdout, SAMPLES, SEED)
+    roc, pr, matrix = plots(model, candidate)
+    auc = f"candidate (AUC = {candidate.values['roc_auc']:.2f})"
+    for markdown, title, axes, names in [
+        (roc, "ROC curve", ["false positive rate", "true positive rate"], [auc]),
+        (pr, "Precision-recall curve", ["recall", "precision"], ["candidate (AP = "]),
+    ]:
+        root = svg_of(markdown, title)
+        drawn = texts(root)
+        assert {title, *axes, "0.0", "1.0"} <= set(drawn)
+        assert all(any(text.startswith(name) for text in drawn) for name in names)
+        assert any(text.startswith("chance level") for text in drawn)
+        # One path per series: the model's curve with its points, the chance line straight.
+        for series in (0, 1):
+            group = root.find(f".//{{http://www.w3.org/2000/svg}}g[@id='series-{series}']")
+            assert len(list(group.iter("{http://www.w3.org/2000/svg}path"))) == 1
+        assert len(vertices(line(root, 0)["d"])) > 10 and len(vertices(line(root, 1)["d"])) == 2
+    y = labels(model, holdout)
+    counts = np.bincount(2 * y + candidate.predicted.astype("int64"), minlength=4)
+    drawn = texts(svg_of(matrix, "Confusion matrix"))
+    assert {"Confusion matrix", "Predicted label", "True label"} <= set(drawn)
+    assert {str(count) for count in counts} <= set(drawn)
+
+
 def test_a_small_gain_inside_the_noise_stays_challenger(flights_case):
     model, holdout = flights_case
     y = labels(model, holdout)

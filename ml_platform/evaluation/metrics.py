@@ -20,24 +20,30 @@ alone does not give, whatever its value thresholds say, and is rejected.
 """
 
 import dataclasses
+import functools
 import hashlib
 import math
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
-from ml_platform.training.model import TrainedModel
+from ml_platform.training.model import CHUNK_ROWS, TrainedModel
 from ml_platform.training.window import (
     LabelSummary,
     Segment,
+    chunked,
     label_summary,
     scan_window,
     split_window,
     stream,
 )
+
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
 
 LOWER_IS_BETTER = {"mae", "rmse"}
 # A little beyond [0, 1], so curves along the edges stay visible.
@@ -62,6 +68,21 @@ class HeldOutRows:
     def frame(self) -> pd.DataFrame:
         """All the held-out rows as one frame (for small windows: tests, benchmarks)."""
         return pd.concat(list(self.frames()), ignore_index=True)
+
+    def chunks(self) -> Iterator[pd.DataFrame]:
+        """The held-out rows in order, days joined up to `CHUNK_ROWS` rows (or one larger day).
+
+        A model predicts a chunk in one call, and a call costs milliseconds whatever its rows
+        (a flights hold-out is six days of 900 rows). A hold-out that fits in one chunk is read
+        once and kept, so the candidate and the champion are scored on rows read once.
+        """
+        if len(self) <= CHUNK_ROWS:
+            return iter([self._one_chunk])
+        return chunked(self.frames(), CHUNK_ROWS)
+
+    @functools.cached_property
+    def _one_chunk(self) -> pd.DataFrame:
+        return self.frame()
 
 
 def split_of(
@@ -158,20 +179,42 @@ def _bootstrap(
             predicted == y,
         ]
     )
+    # Rows are counted per cell, a score level and a class: a level's negative cell (when it has
+    # one) comes just before its positive cell, and most levels hold one row, so there are
+    # about as many cells as rows, half the bins of counting both classes at every level.
+    levels, level = np.unique(score, return_inverse=True)
+    cells, cell = np.unique(2 * level + (y == 1), return_inverse=True)
+    by_cell = _per_sample_counts(cell, rows, len(cells))
     # A row's kind: its five facts as the bits of a number; table[k] are the facts of kind k.
     bits = 1 << np.arange(facts.shape[1])
     table = (np.arange(2 ** facts.shape[1])[:, None] & bits) > 0
-    by_kind = _per_sample_counts(facts @ bits, rows, len(table))
-    tp, fp, fn, positives, correct = (by_kind @ table).T
+    kind = facts @ bits
+    kind_of_cell = np.zeros(len(cells), dtype=kind.dtype)
+    kind_of_cell[cell] = kind
+    if np.array_equal(kind_of_cell[cell], kind):
+        # The rows of a cell share their score and label and, as a model predicts from its
+        # score, their prediction: the cells' counts give the facts' without counting again
+        # (exactly: the products are of whole numbers far below 2**53).
+        by_fact = by_cell @ table[kind_of_cell].astype("float64")
+    else:
+        by_fact = _per_sample_counts(kind, rows, len(table)) @ table
+    tp, fp, fn, positives, correct = by_fact.T
     negatives = size - positives
     # ROC AUC as the Mann-Whitney statistic: the share of positive-negative pairs the score
     # orders right, a tie counting half (as average ranks, and roc_auc_score, count it).
-    levels, level = np.unique(score, return_inverse=True)
-    by_level = _per_sample_counts(2 * level + (y == 1), rows, 2 * len(levels))
-    negative, positive = by_level[:, 0::2], by_level[:, 1::2]
-    below = np.cumsum(negative, axis=1) - negative
-    # Twice the pair count is an integer; halving it last keeps the sum exact.
-    pairs = (positive * (2 * below + negative)).sum(axis=1) / 2
+    positive = np.flatnonzero(cells & 1)
+    tied = (positive > 0) & (cells[positive - 1] == cells[positive] - 1)
+    # Negatives up to each cell, the same level's included.
+    negatives_to = by_cell.copy()
+    negatives_to[:, positive] = 0
+    np.cumsum(negatives_to, axis=1, out=negatives_to)
+    drawn = by_cell[:, positive]
+    # Twice the pair count is an integer; halving it last keeps the sum exact. Each positive
+    # counts twice the negatives below its level, plus once those of its level.
+    twice = 2 * np.einsum("ij,ij->i", drawn, negatives_to[:, positive])
+    if tied.any():
+        twice -= np.einsum("ij,ij->i", drawn[:, tied], by_cell[:, positive[tied] - 1])
+    pairs = twice / 2
     with np.errstate(divide="ignore", invalid="ignore"):
         precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)
         recall = np.where(tp + fn > 0, tp / (tp + fn), 0.0)
@@ -208,19 +251,21 @@ def score_model(
 ) -> Scores:
     """Metrics of a model on the hold-out with bootstrap 95 % intervals.
 
-    Held-out rows read a day at a time (`HeldOutRows`) are scored a day at a time: only the
-    labels, predictions and scores are kept. Every model scored on the same hold-out with the
-    same `samples` and `seed` is scored on the same bootstrap samples, which is what lets
-    `judge` pair a candidate with its champion.
+    Held-out rows read a day at a time (`HeldOutRows`) are predicted a bounded chunk at a time
+    (one call for a hold-out of fewer than `CHUNK_ROWS` rows): only the labels, predictions and
+    scores are kept, and the metrics, bootstrap intervals and curves all use them. Every model
+    scored on the same hold-out with the same `samples` and `seed` is scored on the same
+    bootstrap samples, which is what lets `judge` pair a candidate with its champion.
     """
-    frames = holdout.frames() if isinstance(holdout, HeldOutRows) else iter([holdout])
+    frames = holdout.chunks() if isinstance(holdout, HeldOutRows) else iter([holdout])
     dtype = "int64" if model.task == "classification" else "float64"
     labels, predicted, score = [], [], []
-    for frame in frames:
-        labels.append(frame[model.label].astype(dtype).to_numpy())
-        day_predicted, day_score = model.predictions(frame)
-        predicted.append(day_predicted)
-        score.append(day_score)
+    with _thread_pools().limit(limits=1, user_api="blas"):
+        for frame in frames:
+            labels.append(frame[model.label].astype(dtype).to_numpy())
+            chunk_predicted, chunk_score = model.predictions(frame)
+            predicted.append(chunk_predicted)
+            score.append(chunk_score)
     return score_predictions(
         model.task,
         np.concatenate(labels),
@@ -229,6 +274,21 @@ def score_model(
         samples,
         seed,
     )
+
+
+@functools.cache
+def _thread_pools() -> "ThreadpoolController":
+    """The process's BLAS and OpenMP thread pools, found once.
+
+    A linear model's prediction multiplies the rows by its weights in BLAS, and the bootstrap
+    its counts by a table, whose threads spin waiting for each other on products this small:
+    9 ms of CPU on 4,800 flights rows, against 1 ms on one thread, so scoring uses one.
+    `threadpool_limits` would search the loaded libraries again on every call (about 3 ms);
+    the controller searches once.
+    """
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def pairing_of(y: np.ndarray, samples: int, seed: int) -> str:
@@ -247,21 +307,11 @@ def score_predictions(
 ) -> Scores:
     """Metrics of predictions (and, for classification, scores) of the labels `y`."""
     values = _values(task, y, predicted, score)
-    rng = np.random.default_rng(seed)
-    # Samples are drawn and scored a block at a time: all of them at once would hold
-    # samples x rows indices (1.6 GB at 1M held-out rows). Drawing in blocks from one generator
-    # gives the same indices as one draw.
-    block = max(1, BOOTSTRAP_BLOCK_ELEMENTS // max(1, len(y)))
-    blocks = [
-        _bootstrap(
-            task,
-            y,
-            predicted,
-            score,
-            rng.integers(0, len(y), (min(block, samples - start), len(y))),
-        )
-        for start in range(0, samples, block)
-    ]
+    with _thread_pools().limit(limits=1, user_api="blas"):
+        blocks = [
+            _bootstrap(task, y, predicted, score, rows)
+            for rows in _row_blocks(seed, samples, len(y))
+        ]
     draws = {name: np.concatenate([b[name] for b in blocks]) for name in blocks[0]}
     return Scores(
         values,
@@ -272,6 +322,34 @@ def score_predictions(
         pairing_of(y, samples, seed),
         y,
     )
+
+
+def _row_blocks(seed: int, samples: int, rows: int) -> Iterator[np.ndarray]:
+    """The bootstrap samples' row indices, a block of samples at a time.
+
+    Samples are drawn and scored a block at a time: all of them at once would hold
+    samples x rows indices (1.6 GB at 1M held-out rows). Drawing in blocks from one generator
+    gives the same indices as one draw.
+    """
+    block = max(1, BOOTSTRAP_BLOCK_ELEMENTS // max(1, rows))
+    if block >= samples:
+        yield _one_block(seed, samples, rows)
+        return
+    rng = np.random.default_rng(seed)
+    for start in range(0, samples, block):
+        yield rng.integers(0, rows, (min(block, samples - start), rows))
+
+
+@functools.lru_cache(maxsize=1)
+def _one_block(seed: int, samples: int, rows: int) -> np.ndarray:
+    """All the samples' row indices when they fit in one block (at most 16 MB), kept.
+
+    The candidate, the champion and the baseline of a day are scored on the same samples:
+    drawing them once saves two draws of samples x rows numbers.
+    """
+    drawn = np.random.default_rng(seed).integers(0, rows, (samples, rows))
+    drawn.flags.writeable = False
+    return drawn
 
 
 def _intervals(draws: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
