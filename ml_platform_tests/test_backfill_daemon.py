@@ -1,11 +1,12 @@
-"""Backfills through a real webserver and daemon, in runs of at most N days (two chunks each).
+"""Backfills through a real webserver and daemon: two chunks of N days, then the chain in one run.
 
-A range of two chunks ends with the verdicts (decision and champion per day, the registry's
-alias moves) that materialising the same days one by one reaches, although the daemon evaluates
-the second chunk's first day before it registers the first chunk's last day. In a second
-backfill, running beside the first on the same daemon, a malformed file in the second chunk
-fails that chunk only: the first chunk's days are stored and recorded, the failed chunk's days
-are neither published nor recorded.
+A range of two chunks runs raw_data to the model in runs of at most N days, evaluation_report
+chunk after chunk, then registered_model and champion_performance in one run over the range; it
+ends with the verdicts (decision and champion per day, the registry's alias moves, the serving
+champion's scores) that materialising the same days one by one reaches. In a second backfill,
+running beside the first on the same daemon, a malformed file in the second chunk fails that
+chunk only: the first chunk's days are stored and recorded, the failed chunk's days are neither
+published nor recorded.
 """
 
 import datetime as dt
@@ -20,7 +21,7 @@ import pytest
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV
-from ml_platform_tests.conftest import ALL_ASSETS, REPO, Platform, days_from, free_port
+from ml_platform_tests.conftest import DAILY_ASSETS, REPO, Platform, days_from, free_port
 from ml_platform_tests.services import BACKFILL_QUERY, LAUNCH_BACKFILL, DagsterProcesses
 
 pytestmark = pytest.mark.integration
@@ -30,14 +31,16 @@ DAYS = days_from("2024-01-01", 6)
 # The second backfill's days: their model windows do not reach the first backfill's days.
 FAILING = days_from("2024-03-01", 6)
 BAD_DAY = FAILING[4]
-# The daily graph up to the registry (champion_performance would add two daemon loops).
-TARGET = [*ALL_ASSETS, "registered_model"]
+# The daily graph, champion_performance included: it joins the registry's run.
+TARGET = DAILY_ASSETS
+# The registry and the champion's monitoring take a backfill's days in one run.
+CHAIN = ("registered_model", "champion_performance")
 # The second backfill stops before the registry, which the first one's verdicts depend on.
 INGESTION = TARGET[:3]
 RUNS = """
 query Runs($filter: RunsFilter) {
   runsOrError(filter: $filter) {
-    ... on Runs { results { runId status tags { key value } } }
+    ... on Runs { results { runId status startTime assetSelection { path } tags { key value } } }
   }
 }
 """
@@ -100,7 +103,14 @@ class BackfillStack(DagsterProcesses):
     def runs(self, backfill_id: str) -> list[dict]:
         tag = {"key": "dagster/backfill", "value": backfill_id}
         results = self.graphql(RUNS, {"filter": {"tags": [tag]}})["runsOrError"]["results"]
-        return [{**r, "tags": {t["key"]: t["value"] for t in r["tags"]}} for r in results]
+        return [
+            {
+                **r,
+                "tags": {t["key"]: t["value"] for t in r["tags"]},
+                "assets": tuple(sorted(a["path"][-1] for a in r["assetSelection"])),
+            }
+            for r in results
+        ]
 
 
 def run_days(run: dict) -> list[str]:
@@ -120,6 +130,12 @@ def verdicts(lake: Path, days: list[str]) -> dict[str, tuple]:
         report = json.loads((lake / "synthetic" / "evaluation_report" / f"{day}.json").read_text())
         found[day] = (report["decision"], report["champion_version"], report["champion_after"])
     return found
+
+
+def monitoring(lake: Path, days: list[str]) -> list[dict]:
+    """Each day's champion_performance record: the serving champion and its scores."""
+    folder = lake / "synthetic" / "champion_performance"
+    return [json.loads((folder / f"{day}.json").read_text()) for day in days]
 
 
 def alias_moves(lake: Path) -> list[tuple]:
@@ -163,16 +179,29 @@ def test_runs_of_n_days_reach_the_one_by_one_verdicts_and_a_failed_chunk_spoils_
     }
     assert statuses == {"good": "COMPLETED_SUCCESS", "failing": "COMPLETED_FAILED"}
 
-    # Every run holds at most N days, and the ranges were split: each chunk ran on its own.
+    # raw_data to evaluation_report ran in runs of at most N days, each chunk on its own; the
+    # registry and the champion's monitoring shared one run over the whole range.
     runs = {name: stack.runs(i) for name, i in {"good": good, "failing": failing}.items()}
     for run in [*runs["good"], *runs["failing"]]:
-        assert len(run_days(run)) <= DAYS_PER_RUN, run["tags"]
-    assert {tuple(run_days(r)) for r in runs["good"]} == {tuple(DAYS[:3]), tuple(DAYS[3:])}
+        if run["assets"] != tuple(sorted(CHAIN)):
+            assert len(run_days(run)) <= DAYS_PER_RUN, run["tags"]
+    upstream = tuple(sorted(TARGET[:3]))
+    chunks = [tuple(DAYS[:3]), tuple(DAYS[3:])]
+    assert sorted((r["assets"], tuple(run_days(r))) for r in runs["good"]) == sorted(
+        [
+            *((upstream, chunk) for chunk in chunks),
+            *((("model",), chunk) for chunk in chunks),
+            *((("evaluation_report",), chunk) for chunk in chunks),
+            (tuple(sorted(CHAIN)), tuple(DAYS)),
+        ]
+    )
     assert all(r["status"] == "SUCCESS" for r in runs["good"])
 
-    # The verdicts of the one-by-one run: decisions, champions, and the registry's history.
+    # The verdicts of the one-by-one run: decisions, champions, the registry's history, and
+    # the serving champion's scores.
     assert verdicts(stack.lake, DAYS) == verdicts(by_day.lake_dir, DAYS)
     assert alias_moves(stack.lake) == alias_moves(by_day.lake_dir)
+    assert monitoring(stack.lake, DAYS) == monitoring(by_day.lake_dir, DAYS)
 
     # The failed chunk spoiled only itself: the first chunk's days are stored and recorded.
     monkeypatch.setenv("DAGSTER_HOME", stack.env["DAGSTER_HOME"])
