@@ -172,7 +172,8 @@ def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):
 
 def test_a_day_evaluated_before_the_day_before_is_registered_meets_the_champion_it_left(tmp_path):
     # A backfill's runs: the evaluation runs chunk after chunk, then the registry and the
-    # champion's monitoring take the whole range in one run (ml_platform/platform/steps.py).
+    # champion's monitoring take the evaluated range, here in one run of both
+    # (ml_platform/platform/steps.py lists the waves).
     contract = contract_with(tmp_path, "synthetic")
     by_day = Platform(contract, tmp_path / "by_day")
     chunked = Platform(contract, tmp_path / "chunked")

@@ -36,7 +36,7 @@ def test_a_backfill_runs_at_most_the_configured_days_a_run_and_chains_the_regist
     daily = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]
     assert len(daily) == 10
     # Up to the evaluation, runs of at most N days; the registry and the champion's monitoring
-    # take a backfill's days in one run, after the evaluations.
+    # take the days a daemon loop can give them in one run.
     single = {"registered_model", "registered_full_model", "champion_performance"}
     for asset in daily:
         expected = (
@@ -46,8 +46,7 @@ def test_a_backfill_runs_at_most_the_configured_days_a_run_and_chains_the_regist
         )
         assert asset.backfill_policy == expected, asset.key
     # Each day's champion is the one the previous evaluation day left: those assets wait for
-    # their own day before (a week before for the weekly full retrain). champion_performance
-    # does not, so that it joins registered_model's run.
+    # their own day before (a week before for the weekly full retrain), the others do not.
     chained = {
         asset.key.path[-1]: asset.get_partition_mapping(asset.key)
         for asset in daily
@@ -56,6 +55,7 @@ def test_a_backfill_runs_at_most_the_configured_days_a_run_and_chains_the_regist
     assert {name: m.start_offset for name, m in chained.items()} == {
         "evaluation_report": -1,
         "registered_model": -1,
+        "champion_performance": -1,
         "full_evaluation_report": -7,
         "registered_full_model": -7,
     }

@@ -25,7 +25,12 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.steps import chained_backfill_policy, daily_check_spec, each_day
+from ml_platform.platform.steps import (
+    chained_backfill_policy,
+    daily_check_spec,
+    each_day,
+    previous_day_input,
+)
 from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
 from ml_platform.registry.store import ModelRegistry, RegistryError
 from ml_platform.training.model import TrainedModel, labelled
@@ -220,12 +225,14 @@ def build_champion_performance(
         ins={
             "evaluation_report": dg.AssetIn(asset_key(contract.name, "evaluation_report")),
             "features": dg.AssetIn(asset_key(contract.name, "features")),
+            # The decay streak reads the records of the days before: they must be stored first.
+            # Without this dependency Dagster would put the days in registered_model's runs,
+            # and when it registers a range in two runs (the second while the first one's
+            # champion_performance still computes) a day could read its days before too early.
+            "prev": previous_day_input(key),
         },
         # The champion of day D may be the model an earlier day promoted: it is in the registry
-        # once registered_model has run for D (and, in order, for the days before). With the
-        # same policy as registered_model and no dependency on its own day before, a backfill
-        # computes it in registered_model's run, after it, day after day: the decay streak of a
-        # day reads the records the run stored for the days before.
+        # once registered_model has run for D (and, in order, for the days before).
         deps=[asset_key(contract.name, "registered_model")],
         check_specs=[
             daily_check_spec(

@@ -20,35 +20,41 @@ model's window (`TimeWindowPartitionMapping(start_offset=-(W-1))`) is not an ide
 the model waits for every targeted day of its window. A self-dependent asset
 (`previous_day_input`) never shares a run with another asset requested in the same loop, and its
 days wait for the day before. The chain of a backfill (each day's champion is the one the day
-before left) is evaluation_report, then registered_model and champion_performance:
+before left) is evaluation_report, registered_model, then champion_performance; each depends on
+its own day before:
 
-- evaluation_report depends on its own day before and keeps `daily_backfill_policy`, whose cap
-  orders it: the daemon requests at most N waiting days of a self-dependent asset a loop, the
-  first ones. With `single_run()` (no cap) the daemon checks the day-before dependency against
-  all the waiting days at once, before it drops the days whose model is not materialised yet:
-  when the models of a later chunk are recorded before an earlier chunk's, it evaluates the later
-  chunk first, against the wrong champions (seen on Dagster 1.13.27 with a real daemon).
-- registered_model (`chained_backfill_policy`: `single_run()`) depends on its own day before
-  too; it waits while evaluation_report is requested in the loop, then takes every evaluated
-  day of the range in one run. champion_performance has the same policy and no dependency on
-  its day before, so it joins that run, after registered_model, and computes the days in order.
+- evaluation_report keeps `daily_backfill_policy`, whose cap orders it: the daemon requests at
+  most N waiting days of a self-dependent asset a loop, the first ones. With `single_run()` (no
+  cap) the daemon checks the day-before dependency against all the waiting days at once, before
+  it drops the days whose model is not materialised yet: when a later chunk's models are
+  recorded before an earlier chunk's, it evaluates the later chunk first, against the wrong
+  champions (seen with Dagster 1.13.27's daemon).
+- registered_model and champion_performance have `chained_backfill_policy` (`single_run()`): on
+  each loop that requests no day of their parent, they take every day of the range whose parent
+  days are recorded, in one run. The daemon would put them in their parent's run only if their
+  waiting days were exactly the days the parent is requested for in that loop, which a range of
+  more than one chunk never gives (their waiting days are the whole range, the evaluation's a
+  chunk), so they keep their dependency on the day before: it orders their runs when a range is
+  registered in two parts. champion_performance's decay streak reads the records of the days
+  before, which that dependency makes sure are stored.
 
 A range of two chunks (days 1-6, N = 3) therefore runs in these waves, one daemon loop each:
 
 1. raw_data, validated_data, features (and the drift check): runs of days 1-3 and 4-6;
 2. model: runs of days 1-3 and 4-6 (a day's window may reach into the other chunk);
 3. evaluation_report days 1-3;
-4. evaluation_report days 4-6 (its day 4 needs day 3);
-5. registered_model and champion_performance, days 1-6 in one run.
+4. evaluation_report days 4-6 (its day 4 needs day 3); when it runs past the next loop,
+   registered_model days 1-3 (and champion_performance after them) run beside it;
+5. registered_model of the days left (4-6, or 1-6);
+6. champion_performance of the days left.
 
-(`ml_platform_tests/test_backfill_daemon.py` runs them.) A range of C chunks has C waves of
-evaluation_report and one of the registry. When the daemon records evaluation_report days
-while none of the later ones is requested in that loop (a later model still queued behind the
-run queue's limit), registered_model takes those days first and the rest once they are
-recorded, each part in its own run after the part before. Since every evaluation of a range
-runs before its registration, the evaluation asset finds the champion the day before left in
-that day's report (`evaluation.assets.champion_before`). Days of independent chunks run side
-by side as far as the run queue's `max_concurrent_runs` and the launcher allow.
+(`ml_platform_tests/test_backfill_daemon.py` runs waves 1 to 5.) A range of C chunks has C waves
+of evaluation_report and, after the last one, one of the registry and one of
+champion_performance, whatever C; the earlier chunks' registrations run beside the later
+evaluations. An evaluation may thus run before or while the registry takes its day before: it
+reads the champion that day left from the registry once the registry reflects that day, else
+from that day's report (`evaluation.assets.champion_before`). Days of independent chunks run
+side by side as far as the run queue's `max_concurrent_runs` and the launcher allow.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
 results and ends with a `dg.MaterializeResult`, or raises `dg.Failure` when the day must not be
@@ -98,18 +104,18 @@ def daily_backfill_policy() -> dg.BackfillPolicy:
     """A daily asset's policy: at most `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` days a run.
 
     Every asset up to evaluation_report has the same one, so that the assets of a chunk of days
-    can share its run (see the module's docstring). evaluation_report keeps it for the cap: the
-    daemon requests at most N days of a self-dependent asset a loop, its first N waiting ones.
+    can share its run (see the module's docstring). evaluation_report keeps it for its cap: the
+    daemon requests at most N days of a self-dependent asset a loop, its first waiting ones.
     """
     return dg.BackfillPolicy.multi_run(Settings().backfill_days_per_run)
 
 
 def chained_backfill_policy() -> dg.BackfillPolicy:
-    """The registry's and champion_performance's policy: a backfill's days in one run, in order.
+    """The registry's and champion_performance's policy: the days a loop can take, in one run.
 
-    Their days follow evaluation_report's, one after another: chunks would buy no parallelism,
-    only a daemon loop each. In one run, registered_model then champion_performance compute
-    every day of the range in day order (see the module's docstring).
+    Their days follow the evaluation's, one after another, so chunks of them would buy no
+    parallelism, only a daemon loop each: a range's days whose evaluations are recorded are
+    registered (then monitored) in one run, in day order (see the module's docstring).
     """
     return dg.BackfillPolicy.single_run()
 
@@ -118,11 +124,11 @@ def previous_day_input(key: dg.AssetKey, days_before: int = 1) -> dg.AssetIn:
     """A dependency of a daily asset on its own day `days_before` days earlier, loading nothing.
 
     It makes Dagster's backfill daemon request a day only once the day before is materialised
-    or requested with it in the same run, so the asset's days run in order: chunk after chunk
-    with `daily_backfill_policy` (at most N days a loop), the days whose earlier days are done
-    in one run with `chained_backfill_policy`. A self-dependent asset never shares a run with
-    another asset requested in the same loop. The first day of the partitions, which has no
-    day before, runs at once.
+    or requested with it in the same run, so the asset's days run in order: with
+    `daily_backfill_policy` at most N days a loop, chunk after chunk; with
+    `chained_backfill_policy` every day whose inputs are recorded, in one run. A self-dependent
+    asset never shares a run with another asset requested in the same loop. The first day of
+    the partitions, which has no day before, runs at once.
     """
     # The flag is marked beta; dropping the day before the first partition is what it does.
     with warnings.catch_warnings():
