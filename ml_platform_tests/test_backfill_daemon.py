@@ -1,11 +1,13 @@
-"""Backfills through a real webserver and daemon, in runs of at most N days (two chunks each).
+"""Backfills through a real webserver and daemon: chunks of N days, the registry in one run or two.
 
-A range of two chunks ends with the verdicts (decision and champion per day, the registry's
-alias moves) that materialising the same days one by one reaches, although the daemon evaluates
-the second chunk's first day before it registers the first chunk's last day. In a second
-backfill, running beside the first on the same daemon, a malformed file in the second chunk
-fails that chunk only: the first chunk's days are stored and recorded, the failed chunk's days
-are neither published nor recorded.
+A range of two chunks runs raw_data to evaluation_report in runs of at most N days, the
+evaluation chunk after chunk, then registered_model over the range: in one run, or in two when
+the second evaluation outlasts a daemon loop (the first chunk is then registered beside it). It
+ends with the verdicts (decision and champion per day, the registry's alias moves) that
+materialising the same days one by one reaches. In a second backfill, running beside the first
+on the same daemon, a malformed file in the second chunk fails that chunk only: the first
+chunk's days are stored and recorded, the failed chunk's days are neither published nor
+recorded.
 """
 
 import datetime as dt
@@ -30,14 +32,14 @@ DAYS = days_from("2024-01-01", 6)
 # The second backfill's days: their model windows do not reach the first backfill's days.
 FAILING = days_from("2024-03-01", 6)
 BAD_DAY = FAILING[4]
-# The daily graph up to the registry (champion_performance would add two daemon loops).
+# The daily graph up to the registry (champion_performance would add a daemon loop).
 TARGET = [*ALL_ASSETS, "registered_model"]
 # The second backfill stops before the registry, which the first one's verdicts depend on.
 INGESTION = TARGET[:3]
 RUNS = """
 query Runs($filter: RunsFilter) {
   runsOrError(filter: $filter) {
-    ... on Runs { results { runId status tags { key value } } }
+    ... on Runs { results { runId status startTime assetSelection { path } tags { key value } } }
   }
 }
 """
@@ -100,7 +102,14 @@ class BackfillStack(DagsterProcesses):
     def runs(self, backfill_id: str) -> list[dict]:
         tag = {"key": "dagster/backfill", "value": backfill_id}
         results = self.graphql(RUNS, {"filter": {"tags": [tag]}})["runsOrError"]["results"]
-        return [{**r, "tags": {t["key"]: t["value"] for t in r["tags"]}} for r in results]
+        return [
+            {
+                **r,
+                "tags": {t["key"]: t["value"] for t in r["tags"]},
+                "assets": tuple(sorted(a["path"][-1] for a in r["assetSelection"])),
+            }
+            for r in results
+        ]
 
 
 def run_days(run: dict) -> list[str]:
@@ -163,11 +172,27 @@ def test_runs_of_n_days_reach_the_one_by_one_verdicts_and_a_failed_chunk_spoils_
     }
     assert statuses == {"good": "COMPLETED_SUCCESS", "failing": "COMPLETED_FAILED"}
 
-    # Every run holds at most N days, and the ranges were split: each chunk ran on its own.
+    # raw_data to evaluation_report ran in runs of at most N days, each chunk on its own and
+    # raw_data to features together; the registry took the range in one run, or in two in day
+    # order when it registered the first chunk while the second was being evaluated.
     runs = {name: stack.runs(i) for name, i in {"good": good, "failing": failing}.items()}
+    registry = sorted(
+        (r for r in runs["good"] if r["assets"] == ("registered_model",)),
+        key=lambda r: r["startTime"],
+    )
     for run in [*runs["good"], *runs["failing"]]:
-        assert len(run_days(run)) <= DAYS_PER_RUN, run["tags"]
-    assert {tuple(run_days(r)) for r in runs["good"]} == {tuple(DAYS[:3]), tuple(DAYS[3:])}
+        if run not in registry:
+            assert len(run_days(run)) <= DAYS_PER_RUN, run["tags"]
+    upstream = tuple(sorted(TARGET[:3]))
+    chunks = [tuple(DAYS[:3]), tuple(DAYS[3:])]
+    chunked = sorted((r["assets"], tuple(run_days(r))) for r in runs["good"] if r not in registry)
+    assert chunked == sorted(
+        (assets, chunk)
+        for assets in (upstream, ("model",), ("evaluation_report",))
+        for chunk in chunks
+    )
+    assert len(registry) in (1, 2), [run_days(r) for r in registry]
+    assert [day for run in registry for day in run_days(run)] == DAYS
     assert all(r["status"] == "SUCCESS" for r in runs["good"])
 
     # The verdicts of the one-by-one run: decisions, champions, and the registry's history.

@@ -187,22 +187,23 @@ def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):
 
 
 def test_a_day_evaluated_before_the_day_before_is_registered_meets_the_champion_it_left(tmp_path):
-    # A backfill's runs: the evaluation of a chunk may run before the registry has taken the
-    # chunk before it (ml_platform/platform/steps.py lists the waves).
+    # A backfill's runs: the evaluation runs chunk after chunk, then the registry and the
+    # champion's monitoring take the evaluated range, here in one run of both
+    # (ml_platform/platform/steps.py lists the waves).
     contract = contract_with(tmp_path, "synthetic")
     by_day = Platform(contract, tmp_path / "by_day")
     chunked = Platform(contract, tmp_path / "chunked")
     for platform in (by_day, chunked):
         platform.land(DAYS[0], len(DAYS))
     for day in DAYS:
-        assert by_day.materialize(day, selection=[*ALL_ASSETS, "registered_model"]).success
+        assert by_day.materialize(day, selection=DAILY_ASSETS).success
     upstream = ALL_ASSETS
 
     assert materialize_range(chunked, DAYS[0], DAYS[1], upstream).success
     assert materialize_range(chunked, DAYS[2], DAYS[2], upstream).success
     assert not (chunked.lake_dir / "synthetic/registry").exists()
-    assert materialize_range(chunked, DAYS[0], DAYS[1], ["registered_model"]).success
-    assert materialize_range(chunked, DAYS[2], DAYS[2], ["registered_model"]).success
+    chain = ["registered_model", "champion_performance"]
+    assert materialize_range(chunked, DAYS[0], DAYS[2], chain).success
 
     reports = {
         p: [json.loads(p.stored("evaluation_report", day, "json").read_text()) for day in DAYS]
@@ -222,3 +223,9 @@ def test_a_day_evaluated_before_the_day_before_is_registered_meets_the_champion_
     assert [(h["alias"], h["version"]) for h in history[0]] == [
         (h["alias"], h["version"]) for h in history[1]
     ]
+    # The monitoring of each day scored the same serving champion as one by one.
+    monitoring = [
+        [json.loads(p.stored("champion_performance", day, "json").read_text()) for day in DAYS]
+        for p in (chunked, by_day)
+    ]
+    assert monitoring[0] == monitoring[1]

@@ -2,10 +2,10 @@
 
 The champion a day's candidate competes with is the one the previous evaluation day left
 (`CADENCE_DAYS` before: the day before for the daily model). A backfill orders the days of the
-asset through a dependency on that day, but may evaluate day D before registered_model of the
-day before has run (they are separate runs, see `platform.steps`), so each report also stores
-the champion after its verdict (`champion_after`), and `champion_before` reads it when the
-registry does not reflect the previous day yet.
+asset through a dependency on that day, in runs of at most N days, and registers them after
+(registered_model takes the evaluated days in a run of its own, see `platform.steps`), so each
+report also stores the champion after its verdict (`champion_after`), and `champion_before`
+reads it when the registry does not reflect the previous day yet.
 """
 
 import datetime as dt

@@ -26,7 +26,7 @@ from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.steps import (
-    daily_backfill_policy,
+    chained_backfill_policy,
     daily_check_spec,
     each_day,
     previous_day_input,
@@ -217,7 +217,7 @@ def build_champion_performance(
         name=CHAMPION_PERFORMANCE,
         key_prefix=contract.name,
         partitions_def=partitions,
-        backfill_policy=daily_backfill_policy(),
+        backfill_policy=chained_backfill_policy(),
         group_name=dataset_name(contract.name, "evaluation"),
         kinds={"scikitlearn", "json"},
         metadata={FORMAT_KEY: "json"},
@@ -225,7 +225,10 @@ def build_champion_performance(
         ins={
             "evaluation_report": dg.AssetIn(asset_key(contract.name, "evaluation_report")),
             "features": dg.AssetIn(asset_key(contract.name, "features")),
-            # The decay streak reads the records of the days before.
+            # The decay streak reads the records of the days before: they must be stored first.
+            # Without this dependency Dagster would put the days in registered_model's runs,
+            # and when it registers a range in two runs (the second while the first one's
+            # champion_performance still computes) a day could read its days before too early.
             "prev": previous_day_input(key),
         },
         # The champion of day D may be the model an earlier day promoted: it is in the registry

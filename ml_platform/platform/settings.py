@@ -29,8 +29,8 @@ S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
 SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
 DEFAULT_SENSOR_INTERVAL = 30
 BACKFILL_DAYS_PER_RUN_ENV = "ML_PLATFORM_BACKFILL_DAYS_PER_RUN"
-# Half a year a run. The days chained to the day before (evaluation, registry) advance one run per
-# backfill-daemon loop (30 s): each chunk of a range costs those assets a loop or more, while the
+# Half a year a run. The evaluation, chained to the day before, advances one run per
+# backfill-daemon loop (30 s): each chunk of a range costs it a loop or more, while the
 # other assets' chunks run side by side on the run workers. A year of flights through the
 # embedded instance (two runs at once) took 494 s in 2 chunks (183 days) against 634 s in 5 (90
 # days), benchmarks/backfill_year.py; more workers (ECS tasks) favour a smaller N. A run's memory

@@ -1,9 +1,10 @@
 """How a daily asset's step computes its days: one day, or a range of days in one run.
 
 Sensors and schedules run one day per run. A backfill (the UI's "Materialize" of a partition
-range, `dagster job backfill`, or GraphQL) is split by the backfill daemon into runs of at most
-N days (`daily_backfill_policy`: `BackfillPolicy.multi_run(N)`, N from
-`ML_PLATFORM_BACKFILL_DAYS_PER_RUN`), which the instance's run launcher places: processes beside
+range, or GraphQL) is split by the backfill daemon into runs of at most N days
+(`daily_backfill_policy`: `BackfillPolicy.multi_run(N)`, N from
+`ML_PLATFORM_BACKFILL_DAYS_PER_RUN`), the registry and the champion's monitoring into one run
+(`chained_backfill_policy`), which the instance's run launcher places: processes beside
 the daemon on the embedded instance (as many at once as the queue allows), ECS tasks or
 Kubernetes pods in production (deploy/dagster.yaml). A run of N days pays one process start and
 one import of pandas, scikit-learn and Great Expectations for its N days. Each asset writes its
@@ -16,28 +17,44 @@ the daemon requests the target's partitions whose targeted parents are materiali
 requested in the same loop with the same partitions through an identity mapping and the same
 backfill policy; it then cuts each requested set of partitions into runs of at most N days. The
 model's window (`TimeWindowPartitionMapping(start_offset=-(W-1))`) is not an identity mapping, so
-the model waits for every targeted day of its window. A self-dependent asset (evaluation_report,
-registered_model and champion_performance depend on their own day before, so that each day's
-champion is the one the day before left) never shares a run with another asset requested in the same
-loop, gets only its first N waiting days per loop, and an asset whose parent is requested in a loop
-with other days waits for the next loop. A range of two chunks (days 1-6, N = 3) therefore runs in
-these waves, one daemon loop each:
+the model waits for every targeted day of its window. A self-dependent asset
+(`previous_day_input`) never shares a run with another asset requested in the same loop, and its
+days wait for the day before. The chain of a backfill (each day's champion is the one the day
+before left) is evaluation_report, registered_model, then champion_performance; each depends on
+its own day before:
+
+- evaluation_report keeps `daily_backfill_policy`, whose cap orders it: the daemon requests at
+  most N waiting days of a self-dependent asset a loop, the first ones. With `single_run()` (no
+  cap) the daemon checks the day-before dependency against all the waiting days at once, before
+  it drops the days whose model is not materialised yet: when a later chunk's models are
+  recorded before an earlier chunk's, it evaluates the later chunk first, against the wrong
+  champions (seen with Dagster 1.13.27's daemon).
+- registered_model and champion_performance have `chained_backfill_policy` (`single_run()`): on
+  each loop that requests no day of their parent, they take every day of the range whose parent
+  days are recorded, in one run. The daemon would put them in their parent's run only if their
+  waiting days were exactly the days the parent is requested for in that loop, which a range of
+  more than one chunk never gives (their waiting days are the whole range, the evaluation's a
+  chunk), so they keep their dependency on the day before: it orders their runs when a range is
+  registered in two parts. champion_performance's decay streak reads the records of the days
+  before, which that dependency makes sure are stored.
+
+A range of two chunks (days 1-6, N = 3) therefore runs in these waves, one daemon loop each:
 
 1. raw_data, validated_data, features (and the drift check): runs of days 1-3 and 4-6;
 2. model: runs of days 1-3 and 4-6 (a day's window may reach into the other chunk);
 3. evaluation_report days 1-3;
-4. evaluation_report days 4-6 (its day 4 needs day 3);
-5. registered_model days 1-3 (it waits while evaluation_report, a parent, is requested);
-6. registered_model days 4-6;
-7. and 8. champion_performance days 1-3, then 4-6.
+4. evaluation_report days 4-6 (its day 4 needs day 3); when it runs past the next loop,
+   registered_model days 1-3 (and champion_performance after them) run beside it;
+5. registered_model of the days left (4-6, or 1-6);
+6. champion_performance of the days left.
 
-(`ml_platform_tests/test_backfill_daemon.py` runs waves 1 to 6.) A range of fewer than N days
-is one chunk: its model joins the first run (raw_data to model), then evaluation_report and
-registered_model follow in a run each. In the waves above, evaluation of day 4 runs before
-registered_model of day 3: the evaluation asset then finds the champion the day before left in
-that day's report (`evaluation.assets.champion_before`). A longer range has as many waves for
-each chained asset as it has chunks. Days of independent chunks run side by side as far as the
-run queue's `max_concurrent_runs` and the launcher allow.
+(`ml_platform_tests/test_backfill_daemon.py` runs waves 1 to 5.) A range of C chunks has C waves
+of evaluation_report and, after the last one, one of the registry and one of
+champion_performance, whatever C; the earlier chunks' registrations run beside the later
+evaluations. An evaluation may thus run before or while the registry takes its day before: it
+reads the champion that day left from the registry once the registry reflects that day, else
+from that day's report (`evaluation.assets.champion_before`). Days of independent chunks run
+side by side as far as the run queue's `max_concurrent_runs` and the launcher allow.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
 results and ends with a `dg.MaterializeResult`, or raises `dg.Failure` when the day must not be
@@ -75,22 +92,43 @@ from ml_platform.platform.storage import (
 # Dagster 1.13 marks `backfill_policy` as beta; runs of N days are what a year of days needs,
 # so the warning every daily asset would print at each code load is muted.
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
+# A job over assets of both policies (the daily and weekly jobs) warns that it takes the smaller
+# one at each code load; a job runs one day a run, and a job backfill one run a day, whatever
+# the policy.
+warnings.filterwarnings(
+    "ignore", message=r"Asset job .* materializes assets with varying BackfillPolicies"
+)
 
 
 def daily_backfill_policy() -> dg.BackfillPolicy:
-    """Every daily asset's policy: at most `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` days a run.
+    """A daily asset's policy: at most `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` days a run.
 
-    Every daily asset has the same one, so that the assets of a chunk of days can share its run
-    (see the module's docstring).
+    Every asset up to evaluation_report has the same one, so that the assets of a chunk of days
+    can share its run (see the module's docstring). evaluation_report keeps it for its cap: the
+    daemon requests at most N days of a self-dependent asset a loop, its first waiting ones.
     """
     return dg.BackfillPolicy.multi_run(Settings().backfill_days_per_run)
+
+
+def chained_backfill_policy() -> dg.BackfillPolicy:
+    """The registry's and champion_performance's policy: the days a loop can take, in one run.
+
+    Their days follow the evaluation's, one after another, so chunks of them would buy no
+    parallelism, only a daemon loop each: a range's days whose evaluations are recorded are
+    registered (then monitored) in one run, in day order (see the module's docstring).
+    """
+    return dg.BackfillPolicy.single_run()
 
 
 def previous_day_input(key: dg.AssetKey, days_before: int = 1) -> dg.AssetIn:
     """A dependency of a daily asset on its own day `days_before` days earlier, loading nothing.
 
-    It makes Dagster run a backfill's days of the asset in order, chunk after chunk; the first
-    day of the partitions, which has no day before, runs at once.
+    It makes Dagster's backfill daemon request a day only once the day before is materialised
+    or requested with it in the same run, so the asset's days run in order: with
+    `daily_backfill_policy` at most N days a loop, chunk after chunk; with
+    `chained_backfill_policy` every day whose inputs are recorded, in one run. A self-dependent
+    asset never shares a run with another asset requested in the same loop. The first day of
+    the partitions, which has no day before, runs at once.
     """
     # The flag is marked beta; dropping the day before the first partition is what it does.
     with warnings.catch_warnings():

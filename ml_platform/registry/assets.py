@@ -15,7 +15,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.steps import (
-    daily_backfill_policy,
+    chained_backfill_policy,
     daily_check_spec,
     each_day,
     previous_day_input,
@@ -114,14 +114,16 @@ def build_registered_model(
     """A registry asset of a dataset, for one model/evaluation pair.
 
     Registering a day moves the aliases the day before left: each day depends on its own
-    previous evaluation day (`CADENCE_DAYS` earlier), so a backfill registers its days in order.
+    previous evaluation day (`CADENCE_DAYS` earlier), so a backfill registers its days in order:
+    in one run once every evaluation of the range is done, and when the daemon requests an
+    earlier part of the range first, the later part only once that part is recorded.
     """
 
     @dg.asset(
         name=name,
         key_prefix=contract.name,
         partitions_def=partitions,
-        backfill_policy=daily_backfill_policy(),
+        backfill_policy=chained_backfill_policy(),
         group_name=dataset_name(contract.name, "registry"),
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "json"},
