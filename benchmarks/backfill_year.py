@@ -5,13 +5,15 @@ Run: .venv/bin/python benchmarks/backfill_year.py [--days 365] [--start 2013-01-
 
 Lands the days' files, starts `dagster-webserver` and `dagster-daemon` on a fresh instance (the
 repository's dagster.yaml: SQLite, the queued run coordinator and its limits, two runs at once)
-with `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` set to `--days-per-run`, and launches a backfill of
-the daily pipeline's assets over the days through the webserver's GraphQL API, which is what
-the UI's "Materialize" of a partition range sends. The daemon splits it into runs of at most
-that many days. It waits for the backfill to finish and reports the time from the request to
-the last run's end and to the backfill's completion, the runs (how many, the most days one
-held) and each step's time, then runs the plain script (`benchmarks/baseline.py`) over the same
-days with the same cores (`--baseline-processes` processes over contiguous parts) and divides.
+with `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` set to `--days-per-run`, and launches a backfill of the
+daily job's assets (champion_performance included) over the days through the webserver's GraphQL
+API, which is what the UI's "Materialize" of a partition range sends. The daemon splits it into
+runs of at most that many days. It waits for the backfill to finish and reports the time from
+the request to the last run's end and to the backfill's completion, the runs (how many, the most
+days one held), each step's time, each run's timeline and the seconds during which no run was
+running (the daemon's loops and run starts that no computation overlapped), then runs the plain
+script (`benchmarks/baseline.py`) over the same days with the same cores (`--baseline-processes`
+processes over contiguous parts) and divides.
 """
 
 import argparse
@@ -42,6 +44,7 @@ DAILY_ASSETS = [
     "model",
     "evaluation_report",
     "registered_model",
+    "champion_performance",
 ]
 LAUNCH = """
 mutation Backfill($params: LaunchBackfillParams!) {
@@ -64,7 +67,7 @@ query Runs($filter: RunsFilter) {
   runsOrError(filter: $filter) {
     ... on Runs {
       results {
-        runId status startTime endTime
+        runId status creationTime startTime endTime
         tags { key value }
         stepStats { stepKey status startTime endTime }
       }
@@ -221,6 +224,51 @@ def run_days(run: dict) -> int:
     return (last - first).days + 1
 
 
+def timeline(runs: list[dict], launched_at: float) -> list[dict]:
+    """Each run of the backfill in start order: its assets, days, and when it was created,
+    started (its process up and the code loaded) and ended, in seconds after the request."""
+    rows = []
+    for run in sorted(runs, key=lambda r: r["startTime"] or float("inf")):
+        tags = {tag["key"]: tag["value"] for tag in run["tags"]}
+        steps = sorted(
+            {
+                step["stepKey"].removeprefix("flights__")
+                for step in run["stepStats"]
+                if step["stepKey"].removeprefix("flights__") in DAILY_ASSETS
+            },
+            key=DAILY_ASSETS.index,
+        )
+        first = tags.get("dagster/asset_partition_range_start", tags.get("dagster/partition"))
+        rows.append(
+            {
+                "assets": steps,
+                "first_day": first,
+                "days": run_days(run),
+                **{
+                    name: round(run[field] - launched_at, 1) if run[field] else None
+                    for name, field in (
+                        ("created", "creationTime"),
+                        ("started", "startTime"),
+                        ("ended", "endTime"),
+                    )
+                },
+            }
+        )
+    return rows
+
+
+def idle_seconds(rows: list[dict]) -> float:
+    """Seconds between the request and the last run's end during which no run was running:
+    the daemon's loops and the runs' process starts that no computation overlapped."""
+    busy, reached = 0.0, 0.0
+    for row in sorted(rows, key=lambda r: r["started"]):
+        start, end = max(row["started"], reached), row["ended"]
+        if end > start:
+            busy += end - start
+            reached = end
+    return round(max(row["ended"] for row in rows) - busy, 1)
+
+
 def backfill(
     start: dt.date, days: int, root: Path, days_per_run: int, history_spread: float | None = None
 ) -> dict:
@@ -286,6 +334,8 @@ def backfill(
         "seconds_to_first_run_start": round(started - launched_at, 1),
         "seconds_in_runs": round(ended - started, 1),
         "step_seconds": step_seconds(runs),
+        "seconds_without_a_run": idle_seconds(timeline(runs, launched_at)),
+        "timeline": timeline(runs, launched_at),
         "evaluation_reports": len(
             list((root / "lake" / "flights" / "evaluation_report").glob("*.json"))
         ),

@@ -27,13 +27,18 @@ def test_the_backfill_benchmark_runs_a_range_of_days_through_the_daemon():
     out = run_script("backfill_year.py", "--days", "2", "--no-baseline")
     figures = out["platform"]
     assert figures["status"] == "COMPLETED_SUCCESS"
-    # raw_data to model in one run; evaluation_report and registered_model, which wait for
-    # their day before, each in a run of their own.
-    assert (figures["runs"], figures["most_days_in_a_run"]) == (3, 2)
+    # raw_data to model in one run; the chain that waits for the day before (evaluation,
+    # registry, the serving champion's performance) in one run after it.
+    assert [run["assets"] for run in figures["timeline"]] == [
+        ["raw_data", "validated_data", "features", "model"],
+        ["evaluation_report", "registered_model", "champion_performance"],
+    ]
+    assert (figures["runs"], figures["most_days_in_a_run"]) == (2, 2)
     assert figures["evaluation_reports"] == 2
-    assert {"raw_data", "validated_data", "model", "registered_model"} <= set(
-        figures["step_seconds"]
-    )
+    first, chain = figures["timeline"]
+    assert 0 < first["created"] <= first["started"] < first["ended"] <= chain["created"]
+    # The daemon's first loop and the wait for its next one are time without a run.
+    assert figures["seconds_without_a_run"] >= first["started"]
 
 
 def test_the_one_day_benchmark_times_the_platform_and_the_plain_script():
