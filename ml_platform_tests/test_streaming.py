@@ -4,6 +4,7 @@ import copy
 import datetime as dt
 from typing import Any
 
+import dagster as dg
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,7 +18,12 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.ingestion.synthetic import generate_day
-from ml_platform.platform.storage import PartitionCache, WindowPartitions
+from ml_platform.platform.storage import (
+    LakeIOManager,
+    LocalStorage,
+    PartitionCache,
+    WindowPartitions,
+)
 from ml_platform.training.model import (
     _balanced_weights,
     _loss,
@@ -33,6 +39,7 @@ from ml_platform.training.window import (
     VALIDATION_FRACTION,
     LabelSummary,
     allocate,
+    data_version,
     label_summary,
     scan_window,
     split_window,
@@ -365,6 +372,68 @@ def test_a_window_loads_a_day_when_read_and_keeps_what_fits():
     assert len(loads) == 8
     with pytest.raises(KeyError):
         window["2023-12-31"]
+
+
+def test_a_days_hash_and_label_counts_are_computed_once_for_each_load():
+    loads: list[str] = []
+    computed: list[str] = []
+
+    def load(day: str) -> pd.DataFrame:
+        loads.append(day)
+        return pd.DataFrame({"x": np.arange(10)})
+
+    def count(day: str) -> Any:
+        return lambda frame: computed.append(day) or len(frame)
+
+    cache = PartitionCache(load)
+    # Two days of a range: overlapping windows over the range's loaded partitions.
+    for window in (WindowPartitions(DAYS[:3], cache), WindowPartitions(DAYS[1:], cache)):
+        for day in window:
+            assert window.derived(day, "rows", count(day)) == 10
+    assert loads == computed == DAYS
+    with pytest.raises(KeyError):
+        WindowPartitions(DAYS[:3], cache).derived(DAYS[3], "rows", count(DAYS[3]))
+
+
+def test_a_partition_rewritten_between_two_reads_gets_its_new_hash_and_label_counts(tmp_path):
+    lake = LakeIOManager(storage=LocalStorage(base_dir=str(tmp_path)))
+    key = dg.AssetKey(["synthetic", "features"])
+    label = SYNTHETIC.label_name
+    stored = synthetic_days()
+    for day, frame in stored.items():
+        lake.store_partition(key, day, "parquet", frame)
+
+    def read() -> dict[str, pd.DataFrame]:
+        return {day: lake.load_partition(key, day, "parquet") for day in DAYS}
+
+    # A cache of one day: a pass over the window loads each day again.
+    one_day = max(frame.memory_usage(deep=True).sum() for frame in stored.values())
+    window = WindowPartitions(
+        DAYS, PartitionCache(lambda day: lake.load_partition(key, day, "parquet"), one_day)
+    )
+    before = scan_window(window, label)
+    assert before == scan_window(read(), label)
+
+    # Another run re-lands the first day: fewer labelled rows, other labels.
+    rewritten = stored[DAYS[0]].copy()
+    rewritten.loc[::2, label] = np.nan
+    rewritten[label] = rewritten[label] * 2
+    lake.store_partition(key, DAYS[0], "parquet", rewritten)
+
+    after = scan_window(window, label)
+    assert after == scan_window(read(), label)
+    assert after.versions[DAYS[0]] == data_version(lake.load_partition(key, DAYS[0], "parquet"))
+    assert after.versions[DAYS[0]] != before.versions[DAYS[0]]
+    assert after.rows[0] == before.rows[0] - stored[DAYS[0]][label].iloc[::2].notna().sum()
+    assert after.labels[0] != before.labels[0]
+    assert after.versions[DAYS[1]] == before.versions[DAYS[1]]
+
+    # A window that keeps every day: its values are those of the rows it holds and trains on.
+    whole = WindowPartitions(DAYS, PartitionCache(lambda d: lake.load_partition(key, d, "parquet")))
+    held = scan_window(whole, label)
+    lake.store_partition(key, DAYS[0], "parquet", stored[DAYS[0]])
+    assert scan_window(whole, label) == held == after
+    assert scan_window(read(), label) == before
 
 
 def test_the_daily_graph_trains_and_evaluates_on_a_window_read_day_by_day(tmp_path):

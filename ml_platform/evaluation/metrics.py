@@ -24,13 +24,13 @@ import functools
 import hashlib
 import math
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.platform.plots import GREY, Series, confusion_matrix, line_chart, scatter
+from ml_platform.platform.threads import thread_pools
 from ml_platform.training.model import CHUNK_ROWS, TrainedModel
 from ml_platform.training.window import (
     LabelSummary,
@@ -41,9 +41,6 @@ from ml_platform.training.window import (
     split_window,
     stream,
 )
-
-if TYPE_CHECKING:
-    from threadpoolctl import ThreadpoolController
 
 LOWER_IS_BETTER = {"mae", "rmse"}
 # A little beyond [0, 1], so curves along the edges stay visible.
@@ -260,7 +257,10 @@ def score_model(
     frames = holdout.chunks() if isinstance(holdout, HeldOutRows) else iter([holdout])
     dtype = "int64" if model.task == "classification" else "float64"
     labels, predicted, score = [], [], []
-    with _thread_pools().limit(limits=1, user_api="blas"):
+    # A linear model's prediction multiplies the rows by its weights in BLAS (and the bootstrap
+    # its counts by a table), whose threads spin waiting for each other on products this small:
+    # 9 ms of CPU on 4,800 flights rows, against 1 ms on one thread, so scoring uses one.
+    with thread_pools().limit(limits=1, user_api="blas"):
         for frame in frames:
             labels.append(frame[model.label].astype(dtype).to_numpy())
             chunk_predicted, chunk_score = model.predictions(frame)
@@ -274,21 +274,6 @@ def score_model(
         samples,
         seed,
     )
-
-
-@functools.cache
-def _thread_pools() -> "ThreadpoolController":
-    """The process's BLAS and OpenMP thread pools, found once.
-
-    A linear model's prediction multiplies the rows by its weights in BLAS, and the bootstrap
-    its counts by a table, whose threads spin waiting for each other on products this small:
-    9 ms of CPU on 4,800 flights rows, against 1 ms on one thread, so scoring uses one.
-    `threadpool_limits` would search the loaded libraries again on every call (about 3 ms);
-    the controller searches once.
-    """
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
 
 
 def pairing_of(y: np.ndarray, samples: int, seed: int) -> str:
@@ -307,7 +292,7 @@ def score_predictions(
 ) -> Scores:
     """Metrics of predictions (and, for classification, scores) of the labels `y`."""
     values = _values(task, y, predicted, score)
-    with _thread_pools().limit(limits=1, user_api="blas"):
+    with thread_pools().limit(limits=1, user_api="blas"):
         blocks = [
             _bootstrap(task, y, predicted, score, rows)
             for rows in _row_blocks(seed, samples, len(y))

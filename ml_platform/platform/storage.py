@@ -9,13 +9,14 @@ behind the same interface (`LakeStorage`), chosen by the settings' lake location
 
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import io
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -370,6 +371,15 @@ def value_bytes(value: Any) -> float:
     return float("inf")
 
 
+@dataclasses.dataclass
+class LoadedPartition:
+    """A partition as loaded, and what was computed from that load (`PartitionCache.derived`)."""
+
+    value: Any
+    size: float
+    derived: dict[Hashable, Any] = dataclasses.field(default_factory=dict)
+
+
 class PartitionCache:
     """Partitions loaded on request; the latest kept while they fit `max_bytes`, the last always.
 
@@ -379,21 +389,37 @@ class PartitionCache:
     def __init__(self, load: Callable[[str], Any], max_bytes: float = WINDOW_CACHE_BYTES):
         self.load = load
         self.max_bytes = max_bytes
-        self.kept: collections.OrderedDict[str, tuple[Any, float]] = collections.OrderedDict()
+        self.kept: collections.OrderedDict[str, LoadedPartition] = collections.OrderedDict()
         self.rows: dict[str, int] = {}
 
     def get(self, key: str) -> Any:
         """The partition, loaded now unless it is kept."""
+        return self._entry(key).value
+
+    def derived(self, key: str, name: Hashable, compute: Callable[[Any], Any]) -> Any:
+        """`compute(partition)`, computed once for each load of the partition.
+
+        A range step's days read the same window partitions: a partition's hash or label counts
+        are computed once while it is kept. They live and go with the loaded value, so they are
+        always those of the rows the step reads: a partition evicted and rewritten (by another
+        run, a re-landed file) is loaded again and its values computed again.
+        """
+        entry = self._entry(key)
+        if name not in entry.derived:
+            entry.derived[name] = compute(entry.value)
+        return entry.derived[name]
+
+    def _entry(self, key: str) -> LoadedPartition:
         if key in self.kept:
             self.kept.move_to_end(key)
-            return self.kept[key][0]
+            return self.kept[key]
         value = self.load(key)
         if isinstance(value, pd.DataFrame):
             self.rows[key] = len(value)
-        self.kept[key] = (value, value_bytes(value))
-        while len(self.kept) > 1 and sum(size for _, size in self.kept.values()) > self.max_bytes:
+        entry = self.kept[key] = LoadedPartition(value, value_bytes(value))
+        while len(self.kept) > 1 and sum(e.size for e in self.kept.values()) > self.max_bytes:
             self.kept.popitem(last=False)
-        return value
+        return entry
 
 
 class WindowPartitions(Mapping[str, Any]):
@@ -412,6 +438,12 @@ class WindowPartitions(Mapping[str, Any]):
         if key not in self.keys_:
             raise KeyError(key)
         return self.cache.get(key)
+
+    def derived(self, key: str, name: Hashable, compute: Callable[[Any], Any]) -> Any:
+        """`compute` of partition `key`, once for each load of it (`PartitionCache.derived`)."""
+        if key not in self.keys_:
+            raise KeyError(key)
+        return self.cache.derived(key, name, compute)
 
     def __contains__(self, key: object) -> bool:
         # Mapping's own asks for the value, which would load the partition.

@@ -47,6 +47,7 @@ from ml_platform.contracts.model import (
     LinearSpec,
     SgdSpec,
 )
+from ml_platform.platform.threads import thread_pools
 from ml_platform.training.window import (
     VALIDATION_FRACTION,
     LabelSummary,
@@ -90,9 +91,7 @@ def openmp_threads(threads: int) -> Iterator[None]:
     machine a 2,000-row fit took 19 s of wall time on all threads and 0.6 s on one. Predicting
     a day's rows is too short to gain from threads, so prediction uses one.
     """
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=threads, user_api="openmp"):
+    with thread_pools().limit(limits=threads, user_api="openmp"):
         yield
 
 

@@ -18,14 +18,18 @@ import dataclasses
 import datetime as dt
 import hashlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import TypeVar, cast
 
 import numpy as np
 import pandas as pd
 
 from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.platform.storage import WindowPartitions
 
 VALIDATION_FRACTION = 0.1
+
+T = TypeVar("T")
 
 
 class TrainingDataError(ValueError):
@@ -128,13 +132,37 @@ def scan_window(
     days = sorted(partitions)
     rows, labels, hashes = [], [], {}
     for day in days:
-        frame = partitions[day]
         if versions:
-            hashes[day] = data_version(frame)
-        present = frame[label].dropna()
-        rows.append(len(present))
-        labels.append(LabelSummary.of(present))
+            hashes[day] = of_partition(partitions, day, "data_version", data_version)
+        count, summary = of_partition(
+            partitions, day, ("labels", label), lambda frame: day_labels(frame, label)
+        )
+        rows.append(count)
+        labels.append(summary)
     return WindowScan(days, rows, labels, hashes)
+
+
+def day_labels(frame: pd.DataFrame, label: str) -> tuple[int, LabelSummary]:
+    """A day's labelled rows and their label summary."""
+    present = frame[label].dropna()
+    return len(present), LabelSummary.of(present)
+
+
+def of_partition(
+    partitions: Mapping[str, pd.DataFrame],
+    day: str,
+    name: Hashable,
+    compute: Callable[[pd.DataFrame], T],
+) -> T:
+    """`compute` of one day's frame; of a stored window, once for each load of the day.
+
+    The days of a range step share their window's loaded partitions: a day's hash and label
+    counts are computed when the day is loaded, not again for each later day whose window holds
+    it (`WindowPartitions.derived`).
+    """
+    if isinstance(partitions, WindowPartitions):
+        return cast(T, partitions.derived(day, name, compute))
+    return compute(partitions[day])
 
 
 def holdout_count(rows: int, fraction: float) -> int:
