@@ -261,12 +261,12 @@ def idle_seconds(rows: list[dict]) -> float:
     """Seconds between the request and the last run's end during which no run was running:
     the daemon's loops and the runs' process starts that no computation overlapped."""
     busy, reached = 0.0, 0.0
-    for row in sorted(rows, key=lambda r: r["started"]):
+    for row in sorted((r for r in rows if r["started"] and r["ended"]), key=lambda r: r["started"]):
         start, end = max(row["started"], reached), row["ended"]
         if end > start:
             busy += end - start
             reached = end
-    return round(max(row["ended"] for row in rows) - busy, 1)
+    return round(max(row["ended"] or 0.0 for row in rows) - busy, 1)
 
 
 def backfill(
@@ -320,6 +320,7 @@ def backfill(
         )["runsOrError"]["results"]
     finally:
         stack.stop()
+    rows = timeline(runs, launched_at)
     started = min(run["startTime"] for run in runs if run["startTime"])
     ended = max(run["endTime"] for run in runs if run["endTime"])
     return {
@@ -334,8 +335,8 @@ def backfill(
         "seconds_to_first_run_start": round(started - launched_at, 1),
         "seconds_in_runs": round(ended - started, 1),
         "step_seconds": step_seconds(runs),
-        "seconds_without_a_run": idle_seconds(timeline(runs, launched_at)),
-        "timeline": timeline(runs, launched_at),
+        "seconds_without_a_run": idle_seconds(rows),
+        "timeline": rows,
         "evaluation_reports": len(
             list((root / "lake" / "flights" / "evaluation_report").glob("*.json"))
         ),

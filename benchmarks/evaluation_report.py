@@ -94,9 +94,9 @@ def range_run() -> dict[str, object]:
 
     training_assets.loss_curve = timed_loss_curve
 
-    def cpu_per_day(asset: str, start: dt.date, end: dt.date) -> float:
+    def cpu_per_day(asset: str, start: dt.date, end: dt.date, may_fail: bool = False) -> float:
         started = time.process_time()
-        dg.materialize(
+        result = dg.materialize(
             [*(defs.assets or []), *(defs.asset_checks or [])],  # type: ignore[list-item]
             resources=defs.resources,
             instance=instance,
@@ -107,11 +107,14 @@ def range_run() -> dict[str, object]:
             },
             raise_on_error=False,
         )
+        if not (result.success or may_fail):
+            raise RuntimeError(f"{asset} {start}..{end} failed: its time would not be the step's")
         return round((time.process_time() - started) / ((end - start).days + 1), 3)
 
     for asset in ("raw_data", "validated_data", "features"):
         cpu_per_day(asset, first, last)
-    cpu_per_day("model", first, april - dt.timedelta(days=1))
+    # March's first models' windows reach before the landed days: some of them fail.
+    cpu_per_day("model", first, april - dt.timedelta(days=1), may_fail=True)
     march_charts = len(charts)
     model = cpu_per_day("model", april, last)
     evaluation = cpu_per_day("evaluation_report", april, last)

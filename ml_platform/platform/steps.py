@@ -1,16 +1,15 @@
 """How a daily asset's step computes its days: one day, or a range of days in one run.
 
-Sensors and schedules run one day per run. A backfill (the UI's "Materialize" of a partition
-range, or GraphQL) is split by the backfill daemon into runs of at most N days
-(`daily_backfill_policy`: `BackfillPolicy.multi_run(N)`, N from
-`ML_PLATFORM_BACKFILL_DAYS_PER_RUN`), the registry and the champion's monitoring into one run
-(`chained_backfill_policy`), which the instance's run launcher places: processes beside
-the daemon on the embedded instance (as many at once as the queue allows), ECS tasks or
-Kubernetes pods in production (deploy/dagster.yaml). A run of N days pays one process start and
-one import of pandas, scikit-learn and Great Expectations for its N days. Each asset writes its
-days as it computes them, in order: a step holds one day's data (or one window) at a time. The
-assets annotate their inputs `Any`: a one-day step gets the day's value, a range step a
-`DailyInput`.
+Sensors and schedules run one day per run. A backfill (the UI's "Materialize" of a partition range,
+or GraphQL) is split by the backfill daemon into runs of at most N days (`daily_backfill_policy`:
+`BackfillPolicy.multi_run(N)`, N from `ML_PLATFORM_BACKFILL_DAYS_PER_RUN`), the registry and the
+champion's monitoring into a run per daemon loop that finds evaluated days
+(`chained_backfill_policy`), which the instance's run launcher places: processes beside the daemon
+on the embedded instance (as many at once as the queue allows), ECS tasks or Kubernetes pods in
+production (deploy/dagster.yaml). A run of N days pays one process start and one import of pandas,
+scikit-learn and Great Expectations for its N days. Each asset writes its days as it computes them,
+in order: a step holds one day's data (or one window) at a time. The assets annotate their inputs
+`Any`: a one-day step gets the day's value, a range step a `DailyInput`.
 
 Which assets share a run is the choice of Dagster's asset backfill daemon. On each loop (every 30 s)
 the daemon requests the target's partitions whose targeted parents are materialised, or are
@@ -49,9 +48,9 @@ A range of two chunks (days 1-6, N = 3) therefore runs in these waves, one daemo
 6. champion_performance of the days left.
 
 (`ml_platform_tests/test_backfill_daemon.py` runs waves 1 to 5.) A range of C chunks has C waves
-of evaluation_report and, after the last one, one of the registry and one of
-champion_performance, whatever C; the earlier chunks' registrations run beside the later
-evaluations. An evaluation may thus run before or while the registry takes its day before: it
+of evaluation_report; each evaluated chunk's registration (and monitoring) may run beside the
+next chunk's evaluation when that outlasts a loop, and the days left run after the last one,
+whatever C. An evaluation may thus run before or while the registry takes its day before: it
 reads the champion that day left from the registry once the registry reflects that day, else
 from that day's report (`evaluation.assets.champion_before`). Days of independent chunks run
 side by side as far as the run queue's `max_concurrent_runs` and the launcher allow.

@@ -367,9 +367,9 @@ def build_validated_data(
         # `ml_platform.validation.range_gate`); a day the screen passes against the history it
         # then has needs no validation of its own.
         screened: dict[str, HistoryWindow | None] = {}
-        # The days' typed rows the screen made, kept for their own day (which takes its entry
-        # out) up to MAX_SCREEN_ROWS rows in all, so that memory stays bounded by a chunk; a
-        # day beyond that is typed again. Typing costs more than GE's screen of the day.
+        # The days' typed rows the screen made, kept for their own day (which takes its entry out)
+        # up to MAX_SCREEN_ROWS rows in all, so that memory stays bounded by about two screen
+        # chunks; a day beyond that is typed again. Typing costs more than GE's screen of the day.
         screen_typed: dict[str, pd.DataFrame] = {}
         screen_profiles: dict[str, dict[str, float | None]] = {}
 
