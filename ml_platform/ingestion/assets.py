@@ -1,10 +1,10 @@
-"""raw_data: the landed file of each day, kept as it arrived, published once its day passes.
+"""raw_data: the delivery of each day as parsed, kept as it arrived.
 
-Write-audit-publish: raw_data writes a file's parse to the day's staging key (`staged_key`);
-validated_data audits it through the quality gate and, when the day passes, publishes it as the
-day's raw_data partition (`published_key`) next to the validated rows. A day that fails keeps
-its previously published raw_data, validated_data and everything downstream; the rejected
-file's parse is kept in the day's quarantine (`rejected_key`), linked from the failed check.
+Write-audit-publish: raw_data records each delivery that fits the contract's schema as its
+partition; validated_data audits it through the quality gate and publishes the accepted layer
+only when the day passes. A day that fails keeps its previously accepted validated_data and
+everything downstream; a rejected file's parse is kept in the day's quarantine
+(`rejected_key`), linked from the failed check.
 """
 
 import csv
@@ -28,23 +28,19 @@ from ml_platform.ingestion.landing import (
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, op_name
 from ml_platform.platform.observability import record_bytes_read, table_schema
-from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
+from ml_platform.platform.steps import (
+    DataVerdict,
+    Verdict,
+    daily_backfill_policy,
+    daily_check_spec,
+    each_day,
+)
 from ml_platform.platform.storage import FORMAT_KEY, LakeStorage, serialise_into
 from ml_platform.troubleshooting.runbook import check_description
 from ml_platform.validation.schema import raw_schema
 
 RAW_SCHEMA_CHECK = "raw_schema"
 SCHEMA_CHANGE_CHECK = "schema_change"
-
-
-def staged_key(contract: Contract, day: str) -> str:
-    """Where raw_data stages a day's parse until the day passes its gates."""
-    return f"{contract.name}/staging/raw_data/{day}.parquet"
-
-
-def published_key(contract: Contract, day: str) -> str:
-    """The day's published raw_data partition (where the lake IO manager keeps partitions)."""
-    return f"{contract.name}/raw_data/{day}.parquet"
 
 
 def rejected_key(contract: Contract, day: str, run_id: str) -> str:
@@ -223,8 +219,8 @@ def schema_check_result(
             links["rejected_parse"] = keep()
         description = (
             f"{file_name} (partition {partition}) does not match contract '{contract.name}': "
-            f"{report.describe()}. The day's published raw_data and everything after it keep "
-            "their previous version, if any. Fix the upstream export and re-land the file, or "
+            f"{report.describe()}. The day is recorded rejected; an earlier accepted delivery "
+            "of it is kept. Fix the upstream export and re-land the file, or "
             "change the contract if the change is intended."
         )
     return dg.AssetCheckResult(
@@ -240,6 +236,20 @@ def schema_check_result(
             "unreadable_columns": report.unreadable,
             **links,
         },
+    )
+
+
+def delivery_failed_result(file_name: str, reason: str) -> dg.AssetCheckResult:
+    """The failed `raw_schema` check of a day whose file is missing or cannot be read."""
+    return dg.AssetCheckResult(
+        check_name=RAW_SCHEMA_CHECK,
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=(
+            f"{reason}. The day is recorded rejected; an earlier accepted delivery of it is kept. "
+            "Land a readable file for the day (the landing sensor then runs it)."
+        ),
+        metadata={"file": file_name},
     )
 
 
@@ -314,7 +324,6 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 RAW_SCHEMA_CHECK,
                 asset_key(contract.name, "raw_data"),
                 partitions,
-                blocking=True,
                 description=check_description(
                     RAW_SCHEMA_CHECK,
                     "The landed file has the contract's columns, each of a castable type.",
@@ -334,15 +343,15 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
     def raw_data(
         context: dg.AssetExecutionContext, landing: LandingStore, lake: LakeStorage
     ) -> Iterator:
-        """The file that landed for day D, read as-is and stored as parquet once D passes.
+        """The delivery of day D as parsed: the landed file read as-is, stored as parquet.
 
         Its schema is checked against the dataset contract: a mismatch (a missing column, a
-        value that does not fit its column's type) fails the blocking `raw_schema` check and
-        the step, so nothing downstream runs on that day and the published partition keeps its
-        previous version. A file that fits is staged; validated_data publishes it as the day's
-        partition when the day passes the quality gate (write-audit-publish), so a failing day
-        never replaces what was published. `schema_change` warns when the columns differ from
-        the previous day's.
+        value that does not fit its column's type), like a missing or unreadable file, fails
+        the `raw_schema` check and records the day rejected (a verdict, not a run failure): no
+        file is stored, an earlier accepted delivery of the day is kept, and the days after it
+        record "no accepted input". `schema_change` warns when the columns differ from the
+        previous day's. validated_data judges what raw_data stored; only it publishes the
+        accepted layer (write-audit-publish).
         """
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
         # Schemas of the days this step has read: in a range, the previous day's
@@ -356,11 +365,17 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 with landing.open_file(file_name, day) as stream:
                     landed = read_landed_stream(stream, file_name, day, text_columns)
             except (MissingLandingFileError, RefusedLandingFileError, LandingFileError) as exc:
-                # Retrying will not land a file, repair one nor turn a link into a file: fail
-                # now (the landing sensor runs the day when a corrected file lands) instead of
-                # after the retry policy's backoff. A refused entry was never opened, so the
-                # message holds its name and the reason, nothing of what it points at.
-                raise dg.Failure(description=str(exc), allow_retries=False) from exc
+                # Retrying will not land a file, repair one nor turn a link into a file: the day
+                # is recorded rejected (the landing sensor runs it again when a file lands). A
+                # refused entry was never opened, so the message holds its name and the reason,
+                # nothing of what it points at.
+                verdict = (
+                    Verdict.MISSING_FILE
+                    if isinstance(exc, MissingLandingFileError)
+                    else Verdict.UNREADABLE_FILE
+                )
+                yield delivery_failed_result(file_name, str(exc))
+                raise DataVerdict(verdict, str(exc), {"file": file_name}) from exc
             # The landed file is this step's input; the lake IO manager counts the others'.
             record_bytes_read(op_name(contract.name, "raw_data"), landed.size)
             frame = landed.frame
@@ -374,30 +389,24 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             )
             yield check
             if not check.passed:
-                raise dg.Failure(
-                    description=check.description,
-                    metadata={"rejected_parse": dg.MetadataValue.path(lake.uri(rejected))},
-                    allow_retries=False,
+                raise DataVerdict(
+                    Verdict.SCHEMA_MISMATCH,
+                    check.description or "",
+                    {
+                        "rejected_parse": dg.MetadataValue.path(lake.uri(rejected)),
+                        "content_sha256": landed.sha256,
+                    },
                 )
             schemas[day] = schema
-            digest = landed.sha256
-            staged = staged_key(contract, day)
-            size = lake.write_with(staged, lambda handle: serialise_into(frame, "parquet", handle))
-            # No value: the lake IO manager would write the published partition. A range step
-            # (`each_day`) stores a value that is not None, a one-day step one that is given.
-            value = {} if context.has_partition_key else {"value": None}
             yield dg.MaterializeResult(
-                **value,
-                data_version=dg.DataVersion(digest),
+                value=frame,
                 metadata={
-                    "staged": dg.MetadataValue.path(lake.uri(staged)),
-                    "stored_bytes": size,
-                    "rows_out": len(frame),
                     "dagster/row_count": len(frame),
                     "dagster/column_schema": schema,
                     "source_file": dg.MetadataValue.path(str(landing.path_for(file_name))),
                     "source_bytes": landed.size,
-                    "source_sha256": digest,
+                    # What changed between two deliveries of a day, at a glance.
+                    "content_sha256": landed.sha256,
                 },
             )
 

@@ -56,18 +56,29 @@ from that day's report (`evaluation.assets.champion_before`). Days of independen
 side by side as far as the run queue's `max_concurrent_runs` and the launcher allow.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
-results and ends with a `dg.MaterializeResult`, or raises `dg.Failure` when the day must not be
-stored. `each_day` runs it for the step's days and reports each day as its own partition: its
-metadata (with the step metrics of that day), its check evaluations, its stored value.
+results and ends with a `dg.MaterializeResult`. `each_day` runs it for the step's days, one day
+or a range alike (one code path), and reports each day as its own partition: its metadata (with
+the step metrics of that day), its check evaluations, its stored value.
 
-In a range, a failed day does not stop the others: every day is computed, the good ones are
-stored, and the step then fails naming each failed day and its reason. Dagster records a range
-step's partitions all together, so none of the run's days is recorded as materialised until
-every day of it passes; the other runs of the backfill are recorded on their own. Rerun the
-failed days once they are fixed (docs/running.md).
+How a day ends (docs/verdicts.md has the table):
+
+- **accepted**: the day's value is stored; its record says `verdict: accepted`, `accepted: true`
+  and `accepted_rows`.
+- **a data verdict** (`DataVerdict`: a rejected delivery, a window below coverage, no accepted
+  input...): an outcome of the day, never a failure of the step. The day is recorded as a
+  *tombstone*: `verdict`, `reason`, `accepted: false`, `accepted_rows: 0` and no data file. Its
+  checks say why. A day whose earlier version was accepted keeps that version (nothing good is
+  overwritten): the record says `kept_previous_version`, and the assets after it record the day
+  `unchanged` without recomputing it. A day whose input is a tombstone is a tombstone too
+  ("no accepted input"), so a rejected delivery flows down as a recorded verdict, not as a
+  failure Dagster would spread to every later day and window.
+- **a software or infrastructure failure** (any other exception: a bug, storage, memory): the
+  day fails. The other days of a range are still computed; the step then fails naming each
+  failed day, and the retry policy retries it when waiting can help.
 """
 
 import dataclasses
+import enum
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -80,6 +91,7 @@ from ml_platform.platform.observability import (
     row_count,
     take_bytes_read,
 )
+from ml_platform.platform.records import ACCEPTED, UNCHANGED, DayRecord, day_records
 from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import (
     FORMAT_KEY,
@@ -169,53 +181,39 @@ def day_metrics(op_name: str, telemetry: StepTelemetry, inputs: dict[str, Any], 
     }
 
 
-def each_day(context: dg.AssetExecutionContext, compute: Callable[..., Iterator], **inputs: Any):
-    """Run `compute(day, **inputs)` for each day of the step and report each day's results.
+class Verdict(enum.StrEnum):
+    """How a day of a daily asset can end other than accepted: each a data verdict.
 
-    One day: its results pass through unchanged (the IO manager stores the value). A range:
-    its days in order, see the module's docstring.
+    docs/verdicts.md lists them beside the software failures, and a test holds the two together.
     """
-    op_name = context.op_def.name
-    if context.has_partition_key:
-        yield from _one_day(op_name, context.partition_key, compute, inputs)
-        return
-    yield from _range(context, op_name, compute, inputs)
+
+    MISSING_FILE = "missing file"
+    UNREADABLE_FILE = "unreadable file"
+    SCHEMA_MISMATCH = "schema mismatch"
+    QUALITY_GATE = "failed quality gate"
+    NO_ACCEPTED_INPUT = "no accepted input"
+    WINDOW_BELOW_COVERAGE = "window below coverage"
+    TRAINING_DATA = "training data error"
+    NON_FINITE_WEIGHTS = "non-finite weights"
+    BLOCKING_DRIFT = "blocking drift"
 
 
-def _one_day(op_name: str, day: str, compute: Callable[..., Iterator], inputs: dict[str, Any]):
-    telemetry = StepTelemetry(reset_peak=True).start()
-    # A check evaluated before its asset's materialisation targets no materialisation, and the
-    # UI counts its day as "Missing" rather than "Passed": the day's check results travel with
-    # its MaterializeResult, and are reported on their own only when the day fails.
-    checks: list[dg.AssetCheckResult] = []
-    try:
-        for item in compute(day, **inputs):
-            if isinstance(item, dg.AssetCheckResult):
-                checks.append(item)
-                continue
-            if isinstance(item, dg.MaterializeResult):
-                # The result is the day's last item: measure up to it.
-                telemetry.stop()
-                metrics = day_metrics(op_name, telemetry, inputs, item.value)
-                item = dg.MaterializeResult(
-                    asset_key=item.asset_key,
-                    metadata={**metrics, **(item.metadata or {})},
-                    check_results=[*checks, *(item.check_results or [])],
-                    data_version=item.data_version,
-                    tags=item.tags,
-                    value=item.value,
-                )
-                checks = []
-            yield item
-    except Exception:
-        yield from checks
-        raise
-    yield from checks
+class DataVerdict(Exception):
+    """The day's data cannot go on: an outcome of the day, recorded as a tombstone.
+
+    Raised by a day's computation (`each_day`); never a step failure, never retried.
+    """
+
+    def __init__(self, verdict: Verdict, reason: str, metadata: dict[str, Any] | None = None):
+        super().__init__(reason)
+        self.verdict = verdict
+        self.reason = reason
+        self.metadata = metadata or {}
 
 
 @dataclasses.dataclass
 class DayOutcome:
-    """What one day of a range step produced: its checks' fields, its metadata or its failure."""
+    """What one day of a step produced: its checks' fields and its metadata, or its failure."""
 
     day: str
     checks: list[dict[str, Any]]
@@ -234,32 +232,129 @@ def check_fields(result: dg.AssetCheckResult) -> dict[str, Any]:
     }
 
 
-def _range(
+def verdict_fields(check_name: str, day: str, record: DayRecord) -> dict[str, Any]:
+    """An ERROR check that says whether the day was accepted, and why not."""
+    if record.accepted and record.verdict in (ACCEPTED, UNCHANGED):
+        description = f"{day} was accepted ({record.accepted_rows} rows)."
+    elif record.accepted:
+        description = (
+            f"{day}: this delivery was rejected ({record.verdict}): {record.reason} The day keeps "
+            "its earlier accepted version, and everything after it is unchanged."
+        )
+    else:
+        description = f"{day} was rejected ({record.verdict}): {record.reason}"
+    return {
+        "check_name": check_name,
+        "passed": record.verdict in (ACCEPTED, UNCHANGED),
+        "severity": dg.AssetCheckSeverity.ERROR,
+        "description": description,
+        "metadata": {"verdict": record.verdict, "accepted": record.accepted},
+    }
+
+
+def each_day(
     context: dg.AssetExecutionContext,
-    op_name: str,
     compute: Callable[..., Iterator],
-    inputs: dict[str, Any],
+    verdict_check: str | None = None,
+    **inputs: Any,
 ) -> Iterator:
+    """Run `compute(day, **inputs)` for each day of the step and report each day's results.
+
+    One day or a range, one path (see the module's docstring). `verdict_check`, when given, is
+    the name of an ERROR check of the asset that each day passes when accepted and fails with
+    the verdict's reason otherwise.
+    """
+    op_name = context.op_def.name
     asset_key = context.asset_key
     assets_def = context.assets_def
     fmt = assets_def.metadata_by_key[asset_key][FORMAT_KEY]
     store: LakeIOManager = context.resources.io_manager
-    blocking = {spec.key.name: spec.blocking for spec in assets_def.check_specs}
-    days = context.partition_keys
+    instance = context.instance
+    run_id = context.run.run_id
+    days = list(context.partition_keys)
+    daily_inputs = {name: v for name, v in inputs.items() if isinstance(v, DailyInput)}
+    previous = day_records(instance, asset_key, days)
+    # The upstream days this run recorded: a day whose every input is `unchanged` (or kept its
+    # accepted version) in this run is recorded unchanged without recomputing it.
+    upstream = {
+        name: {
+            day: record
+            for day, record in day_records(instance, value.asset_key, days).items()
+            if record.run_id == run_id
+        }
+        for name, value in daily_inputs.items()
+        if value.asset_key is not None
+    }
+
+    def kept(day: str) -> bool:
+        before = previous.get(day)
+        return (
+            before is not None
+            and before.accepted
+            and store.storage.exists(store.key(asset_key, day, fmt))
+        )
+
+    def tombstone(day: str, verdict: str, reason: str, extra: dict[str, Any]) -> dict[str, Any]:
+        if kept(day):
+            before = previous[day]
+            return {
+                **extra,
+                "verdict": verdict,
+                "reason": reason,
+                "accepted": True,
+                "accepted_rows": before.accepted_rows or 0,
+                "kept_previous_version": dg.MetadataValue.path(
+                    store.storage.uri(store.key(asset_key, day, fmt))
+                ),
+            }
+        rejected = {"verdict": verdict, "reason": reason, "accepted": False, "accepted_rows": 0}
+        return {**extra, **rejected}
+
+    def unchanged_inputs(day: str) -> bool:
+        if not upstream or not kept(day):
+            return False
+        records = [by_day.get(day) for by_day in upstream.values()]
+        return all(r is not None and r.accepted and r.verdict != ACCEPTED for r in records) and len(
+            records
+        ) == len(daily_inputs)
+
+    def no_accepted_input(name: str, day: str, exc: MissingPartitionError) -> DataVerdict:
+        key = daily_inputs[name].asset_key
+        record = day_records(instance, key, [day]).get(day) if key is not None else None
+        if record is None or record.accepted:
+            # Never recorded (or recorded with its file gone): not a verdict about the data.
+            raise exc
+        if record.verdict == Verdict.NO_ACCEPTED_INPUT:
+            # Its reason already names the day's first rejected asset and why.
+            return DataVerdict(Verdict.NO_ACCEPTED_INPUT, record.reason)
+        where = key.to_user_string() if key is not None else name
+        return DataVerdict(
+            Verdict.NO_ACCEPTED_INPUT,
+            f"{where} {day} was rejected ({record.verdict}): {record.reason}",
+        )
 
     def compute_day(day: str) -> DayOutcome:
-        try:
-            day_inputs = {
-                name: value.for_day(day) if isinstance(value, DailyInput) else value
-                for name, value in inputs.items()
-            }
-        except MissingPartitionError as exc:
-            # A backfill of a range also targets the later days whose window reaches into it;
-            # a day whose own input was never materialised fails alone, named.
-            return DayOutcome(day, [], failure=str(exc))
+        if unchanged_inputs(day):
+            before = previous[day]
+            return DayOutcome(
+                day,
+                [],
+                metadata={
+                    "verdict": UNCHANGED,
+                    "reason": "its inputs kept their accepted version, so it keeps its own",
+                    "accepted": True,
+                    "accepted_rows": before.accepted_rows or 0,
+                },
+            )
         telemetry = StepTelemetry(reset_peak=True).start()
         checks: list[dict[str, Any]] = []
+        day_inputs: dict[str, Any] = {}
         try:
+            for name, value in inputs.items():
+                try:
+                    day_inputs[name] = value.for_day(day) if name in daily_inputs else value
+                except MissingPartitionError as exc:
+                    raise no_accepted_input(name, day, exc) from exc
             for item in compute(day, **day_inputs):
                 if isinstance(item, dg.AssetCheckResult):
                     checks.append(check_fields(item))
@@ -269,27 +364,45 @@ def _range(
                 metadata.update(item.metadata or {})
                 if item.value is not None:
                     metadata.update(store.store_partition(asset_key, day, fmt, item.value))
+                rows = row_count(item.value)
+                metadata.update(verdict=ACCEPTED, accepted=True, accepted_rows=rows)
                 return DayOutcome(day, checks, metadata=metadata)
+        except DataVerdict as verdict:
+            telemetry.stop()
+            context.log.warning(f"{op_name} {day}: {verdict.verdict}: {verdict.reason}")
+            extra = {**telemetry.metadata(prefix=STEP_PREFIX), **verdict.metadata}
+            return DayOutcome(
+                day, checks, metadata=tombstone(day, verdict.verdict.value, verdict.reason, extra)
+            )
         except dg.Failure as exc:
             return DayOutcome(day, checks, failure=exc.description or str(exc))
         raise dg.DagsterInvariantViolationError(f"{op_name} {day}: no MaterializeResult")
 
     failed: dict[str, str] = {}
-    evaluations: list[dg.AssetCheckEvaluation] = []
+    fields_by_day: dict[str, list[dict[str, Any]]] = {}
     for outcome in map(compute_day, days):
         day = outcome.day
-        for check in outcome.checks:
-            # A failed check of one day (a rejected model, say) must not make Dagster stop
-            # the other days: a day a blocking check stops fails through dg.Failure instead.
-            check_blocks = check["passed"] and blocking.get(check["check_name"], False)
-            evaluations.append(partition_evaluation(check, asset_key, day, blocking=check_blocks))
+        # No check blocks: a day's failed check is its verdict, which must not stop the other
+        # days or the assets after them (each of which records the day's verdict in turn).
+        fields = list(outcome.checks)
+        if outcome.metadata is not None and verdict_check is not None:
+            meta = outcome.metadata
+            record = DayRecord(
+                verdict=meta["verdict"],
+                accepted=meta["accepted"],
+                reason=meta.get("reason", ""),
+                run_id=run_id,
+                accepted_rows=meta["accepted_rows"],
+            )
+            fields.append(verdict_fields(verdict_check, day, record))
+        fields_by_day[day] = fields
         if outcome.metadata is None:
             failed[day] = outcome.failure or "no result"
             context.log.error(f"{op_name} {day} failed: {failed[day]}")
         else:
             context.add_asset_metadata(outcome.metadata, partition_key=day)
     if failed:
-        yield from evaluations
+        yield from evaluations(context, fields_by_day)
         reasons = " ".join(f"{day}: {reason}" for day, reason in failed.items())
         raise dg.Failure(
             description=(
@@ -301,10 +414,34 @@ def _range(
         )
     # The days' materialisations first, so that each day's check evaluations target them.
     yield dg.MaterializeResult()
-    yield from evaluations
-    # Every check of the asset has an output; its per-day evaluations were reported above.
+    reported = set()
+    for item in evaluations(context, fields_by_day):
+        reported.add(item.check_name)
+        yield item
+    # Every check of the asset has an output; a day that reported none of a check (a rejected
+    # day's model has no loss to judge) gives it an empty one.
     for check_key in context.selected_asset_check_keys:
-        yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(check_key))
+        if not context.has_partition_key or check_key.name not in reported:
+            output = assets_def.get_output_name_for_asset_check_key(check_key)
+            yield dg.Output(None, output_name=output)
+
+
+def evaluations(
+    context: dg.AssetExecutionContext, fields_by_day: dict[str, list[dict[str, Any]]]
+) -> Iterator[dg.AssetCheckResult | dg.AssetCheckEvaluation]:
+    """The check results of the step's days, each reported as its day's.
+
+    A one-day step reports `AssetCheckResult`s, which Dagster links to the day's
+    materialisation (the UI then counts the day's check as passed or failed, not "Missing");
+    a range reports each day's as that partition's `AssetCheckEvaluation`, since an
+    `AssetCheckResult` takes its partition from the step.
+    """
+    for day, fields in fields_by_day.items():
+        for field in fields:
+            if context.has_partition_key:
+                yield dg.AssetCheckResult(asset_key=context.asset_key, **field)
+            else:
+                yield partition_evaluation(field, context.asset_key, day, blocking=False)
 
 
 def partition_evaluation(

@@ -27,6 +27,7 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 from ml_platform.platform.observability import record_bytes_read
+from ml_platform.platform.records import day_records
 from ml_platform.platform.settings import Location, Settings, parse_s3_url
 
 FORMAT_KEY = "ml_platform/format"
@@ -472,10 +473,16 @@ class DailyInput(WindowPartitions):
     """
 
     def __init__(
-        self, keys: Sequence[str], load: Callable[[str], Any], window_days: int | None = None
+        self,
+        keys: Sequence[str],
+        load: Callable[[str], Any],
+        window_days: int | None = None,
+        asset_key: dg.AssetKey | None = None,
     ):
         super().__init__(keys, PartitionCache(load, WINDOW_CACHE_BYTES if window_days else 0))
         self.window_days = window_days
+        # The upstream asset, whose record of a missing day says whether it was rejected.
+        self.asset_key = asset_key
 
     def for_day(self, day: str) -> Any:
         """The value a one-day step of `day` gets for this input."""
@@ -491,11 +498,11 @@ class LakeIOManager(dg.ConfigurableIOManager):
     Asset keys start with their dataset (`flights/raw_data`), so one IO manager serves every
     dataset of the code location and a partition lives at `<dataset>/<asset>/<partition>.<ext>`.
 
-    The format comes from the asset's `ml_platform/format` metadata. A window input (declared
-    with `ml_platform/window` metadata) loads as a mapping of partition key to value holding the
-    window's stored partitions only, each loaded when read (`WindowPartitions`): a missing day
-    is a hole in the window, which the asset reading it judges. Any other input whose partition
-    was never materialised raises MissingPartitionError naming it instead of being skipped.
+    The format comes from the asset's `ml_platform/format` metadata. A partitioned input loads
+    as a `DailyInput`, each day read when the step asks for it. A window input (declared with
+    `ml_platform/window` metadata) holds the window's accepted, stored partitions only: a
+    missing or rejected day is a hole in the window, which the asset reading it judges. Any
+    other input whose partition is not stored raises MissingPartitionError naming it when read.
     """
 
     storage: LakeStorage
@@ -522,7 +529,14 @@ class LakeIOManager(dg.ConfigurableIOManager):
         return {"path": dg.MetadataValue.path(self.storage.uri(key)), "stored_bytes": size}
 
     def load_input(self, context: dg.InputContext) -> Any:
-        """Load one upstream partition, or a window of them (`WindowPartitions`, read on access)."""
+        """An upstream partition or window of partitions as a `DailyInput`, read on access.
+
+        One day or a range of days alike: the step (`steps.each_day`) reads each day's input
+        when it computes the day, so a day whose input Dagster records as rejected becomes a
+        verdict of that day, not a failure of the step. A window holds the stored days that
+        Dagster records as accepted: a rejected or missing day is a hole, which the asset
+        reading it judges.
+        """
         upstream = context.upstream_output
         assert upstream is not None, "the lake IO manager only loads asset inputs"
         fmt = _format_of(upstream.definition_metadata, context.asset_key)
@@ -533,23 +547,15 @@ class LakeIOManager(dg.ConfigurableIOManager):
         keys = sorted(context.asset_partition_keys)
         window_days = context.definition_metadata.get(WINDOW_KEY)
         if window_days:
-            keys = self.stored_partitions(context.asset_key, fmt, keys)
-        if not context.has_partition_key:
-            # A step of a range of days: each day loads what it reads when it reads it.
-            return DailyInput(
-                keys, lambda key: self._load(context.asset_key, key, fmt, reader), window_days
-            )
-        if window_days:
-            return WindowPartitions(
-                keys, PartitionCache(lambda key: self._load(context.asset_key, key, fmt, reader))
-            )
-        if len(keys) != 1:
-            raise ValueError(
-                f"input {context.name} spans {len(keys)} partitions of "
-                f"{context.asset_key.to_user_string()}; declare it with metadata "
-                f"{{'{WINDOW_KEY}': <days>}} to receive them as a window"
-            )
-        return self._load(context.asset_key, keys[0], fmt, reader)
+            records = day_records(context.instance, context.asset_key, keys)
+            accepted = [k for k in keys if k in records and records[k].accepted]
+            keys = self.stored_partitions(context.asset_key, fmt, accepted)
+        return DailyInput(
+            keys,
+            lambda key: self._load(context.asset_key, key, fmt, reader),
+            window_days,
+            context.asset_key,
+        )
 
     def stored_partitions(
         self, asset_key: dg.AssetKey, fmt: str, partitions: Sequence[str]

@@ -1,15 +1,16 @@
 """model and full_model: pipelines trained in epochs on the feature window ending each day.
 
 The daily model reads W days; the weekly full retrain reads a longer window. A window may have
-holes: a day whose data failed its gates has no stored features (nor does a day not materialised
-yet). The model trains on the stored days when they cover at least the contract's
+holes: a day whose data was rejected has no accepted features (nor does a day not materialised
+yet). The model trains on the accepted days when they cover at least the contract's
 `training.min_window_coverage` of the window, and lists the missing ones in its metadata; below
-that share it fails as a data failure, without retries, naming every missing day and the
-command that fills them.
+that share the day is recorded with the verdict "window below coverage" (a data verdict, not a
+run failure), naming every missing day and the command that fills them.
 """
 
 import dataclasses
 import datetime as dt
+import json
 import math
 import time
 import warnings
@@ -22,10 +23,17 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.drift.checks import report_key
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
-from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
+from ml_platform.platform.steps import (
+    DataVerdict,
+    Verdict,
+    daily_backfill_policy,
+    daily_check_spec,
+    each_day,
+)
 from ml_platform.platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
 from ml_platform.training.model import (
     Checkpoints,
@@ -97,11 +105,11 @@ def window_input(dataset: str, window_days: int) -> dg.AssetIn:
     )
 
 
-class WindowCoverageError(dg.Failure):
-    """Too few of a model's window days are stored to train on: a data failure, never retried.
+class WindowCoverageError(DataVerdict):
+    """Too few of a model's window days are accepted to train on: a verdict of the day."""
 
-    Its class name is what `automation.classify` reads to class the run as a data failure.
-    """
+    def __init__(self, description: str, metadata: dict[str, Any]):
+        super().__init__(Verdict.WINDOW_BELOW_COVERAGE, description, metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +158,8 @@ def require_coverage(
 ) -> None:
     """Raise WindowCoverageError unless the day's own features and enough of its window exist.
 
+    Days whose features are rejected or not materialised are holes alike.
+
     A model of day D holds out D's latest rows for its evaluation, so D itself must be stored;
     the other days may have holes while they cover at least `min_coverage` of the window.
     """
@@ -188,8 +198,24 @@ def require_coverage(
             "min_window_coverage": min_coverage,
             "fill_command": fill_command(dataset, missing[0], day),
         },
-        allow_retries=False,
     )
+
+
+def blocking_drift(lake: LakeStorage, contract: Contract, day: str) -> list[str]:
+    """The features the contract marks blocking that drifted on `day` (its drift report).
+
+    The drift check is a blocking check, so a model step starts only after its day's report is
+    stored; it fails at WARN severity and the model records the verdict, so that drift stops the
+    day's model without failing the run (Dagster would fail every later window with it).
+    """
+    if not any(spec.blocking for spec in contract.drift.features.values()):
+        return []
+    key = report_key(contract, day, "json")
+    if not lake.exists(key):
+        return []
+    report = json.loads(lake.read_bytes(key))
+    drifting = set(report["drifting_features"])
+    return [f["feature"] for f in report["features"] if f["blocking"] and f["feature"] in drifting]
 
 
 class LakeCheckpoints(Checkpoints):
@@ -373,7 +399,9 @@ def build_model(
             "Warns when the training loss has not improved for 5 epochs or iterations while "
             "the model has not learned, or when a linear solver did not converge."
         ),
-        FINITE_WEIGHTS_CHECK: "Blocks a model with NaN or infinite weights or losses.",
+        FINITE_WEIGHTS_CHECK: (
+            "Fails for a model with NaN or infinite weights or losses, which is not stored."
+        ),
         UTILISATION_CHECK: "Warns when a long training step left the CPU mostly idle.",
     }
 
@@ -393,7 +421,6 @@ def build_model(
                 asset_key(contract.name, name),
                 partitions,
                 description=check_description(check, text),
-                blocking=check == FINITE_WEIGHTS_CHECK,
             )
             for check, text in checks.items()
         ],
@@ -418,6 +445,15 @@ def build_model(
         min_coverage = contract.training.min_window_coverage
 
         def day_of_model(day: str, features: Mapping[str, pd.DataFrame]) -> Iterator:
+            drifted = blocking_drift(lake, contract, day)
+            if drifted:
+                raise DataVerdict(
+                    Verdict.BLOCKING_DRIFT,
+                    f"{name} {day} was not trained: the features of {day} drifted on "
+                    f"{', '.join(drifted)}, which the contract marks blocking (drift.features); "
+                    "read the day's features_drift report.",
+                    {"blocking_drift": drifted},
+                )
             coverage = window_coverage(day, days, first_day, features)
             require_coverage(coverage, min_coverage, name, contract.name)
             if coverage.missing:
@@ -443,14 +479,14 @@ def build_model(
                     watch = every(EPOCH_LOG_SECONDS, log_epoch)
                     trained = train_model(features, contract, checkpoints, on_epoch=watch)
                 except TrainingDataError as exc:
-                    # Waiting cannot add a second class or more rows: fail now, without retries.
-                    raise dg.Failure(description=str(exc), allow_retries=False) from exc
+                    # Waiting cannot add a second class or more rows: a verdict of the day.
+                    raise DataVerdict(Verdict.TRAINING_DATA, str(exc)) from exc
             yield loss_plateau_result(trained)
             weights = finite_weights_result(trained)
             yield weights
             yield utilisation_result(telemetry)
             if not weights.passed:
-                raise dg.Failure(description=weights.description, allow_retries=False)
+                raise DataVerdict(Verdict.NON_FINITE_WEIGHTS, weights.description or "")
             checkpoints.clear()
             last = trained.history[-1]
             unit = trained.unit

@@ -5,8 +5,6 @@ partition together with the validated rows; a failing day publishes neither (see
 `ml_platform.ingestion.assets`).
 """
 
-import io
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,13 +13,18 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.ingestion.assets import keep_rejected, published_key, rejected_key, staged_key
-from ml_platform.platform.datasets import asset_key, dataset_name, op_name
-from ml_platform.platform.observability import record_bytes_read, table_schema
-from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
+from ml_platform.ingestion.assets import keep_rejected, rejected_key
+from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.observability import table_schema
+from ml_platform.platform.steps import (
+    DataVerdict,
+    Verdict,
+    daily_backfill_policy,
+    daily_check_spec,
+    each_day,
+)
 from ml_platform.platform.storage import (
     FORMAT_KEY,
-    DailyInput,
     LakeStorage,
     MissingPartitionError,
     deserialise_from,
@@ -48,6 +51,13 @@ from ml_platform.validation.range_gate import MAX_SCREEN_ROWS, range_screen, scr
 from ml_platform.validation.schema import ContractViolationError, type_rows
 
 QUARANTINE_REASONS = "quarantine_reasons"
+# One ERROR check per day that says whether the day's delivery was accepted: its Partitions tab
+# is the list of rejected days, each with its reason.
+DELIVERY_CHECK = "delivery_accepted"
+DELIVERY_TEXT = (
+    "The day's delivery was accepted: it was landed, readable, of the contract's schema and "
+    "passed the quality gate. Fails with the reason when the day was rejected."
+)
 # From this many rows a day's raw frame is emptied once typed; below, the memory it frees is
 # small beside what deleting its columns one by one costs (milliseconds a day).
 FREE_RAW_ROWS = 100_000
@@ -171,65 +181,30 @@ def check_results(
     return results
 
 
-def audited_key(lake: LakeStorage, contract: Contract, day: str) -> str:
-    """The raw_data parse a day's gate judges: the staged one, else the published one.
-
-    A rerun of validated_data alone (after a contract change, say) judges the file raw_data
-    last read, which stays staged until its day passes.
-    """
-    staged = staged_key(contract, day)
-    if lake.exists(staged):
-        return staged
-    published = published_key(contract, day)
-    if lake.exists(published):
-        return published
-    raise MissingPartitionError(
-        f"raw_data partition {day} is not in storage (expected {lake.uri(staged)} or "
-        f"{lake.uri(published)}): materialise it first."
-    )
+def raw_key(contract: Contract, day: str) -> str:
+    """Where raw_data stores the delivery of `day` (the lake IO manager's key of the partition)."""
+    return f"{contract.name}/raw_data/{day}.parquet"
 
 
-def load_audited(
-    lake: LakeStorage, contract: Contract, day: str, *, count_bytes: bool = True
-) -> pd.DataFrame:
-    """The raw_data parse of `day` that its gate judges (`audited_key`).
-
-    `count_bytes=False` reads it for the range's screen, outside any one day's `bytes_read`.
-    """
-    with lake.open_read(audited_key(lake, contract, day)) as handle:
-        size = handle.seek(0, io.SEEK_END)
-        handle.seek(0)
-        frame = deserialise_from(handle, "parquet")
-    if count_bytes:
-        record_bytes_read(op_name(contract.name, "validated_data"), size)
+def load_raw(lake: LakeStorage, contract: Contract, day: str) -> pd.DataFrame:
+    """The stored delivery of `day`, for the range's screen (outside any day's `bytes_read`)."""
+    key = raw_key(contract, day)
+    if not lake.exists(key):
+        raise MissingPartitionError(f"raw_data partition {day} is not in storage ({lake.uri(key)})")
+    with lake.open_read(key) as handle:
+        frame: pd.DataFrame = deserialise_from(handle, "parquet")
     return frame
 
 
-def audited_rows(lake: LakeStorage, contract: Contract, day: str) -> int:
-    """Rows of the raw_data parse of `day` that its gate judges, from the parquet footer.
-
-    Zero when the parse is missing: the day then fails on its own, naming it.
-    """
+def raw_rows(lake: LakeStorage, contract: Contract, day: str) -> int:
+    """Rows of the stored delivery of `day`, from the parquet footer; 0 when none is stored."""
     import pyarrow.parquet as pq
 
-    try:
-        key = audited_key(lake, contract, day)
-    except MissingPartitionError:
+    key = raw_key(contract, day)
+    if not lake.exists(key):
         return 0
     with lake.open_read(key) as handle:
         return int(pq.ParquetFile(handle).metadata.num_rows)
-
-
-def publish_raw(lake: LakeStorage, contract: Contract, day: str) -> None:
-    """Make the day's staged parse its published raw_data partition, then drop the staging."""
-    staged = staged_key(contract, day)
-    if not lake.exists(staged):
-        return  # the published partition is the one judged: nothing to publish
-    with lake.open_read(staged) as source:
-        lake.write_with(
-            published_key(contract, day), lambda handle: shutil.copyfileobj(source, handle)
-        )
-    lake.delete(staged)
 
 
 def build_validated_data(
@@ -247,19 +222,20 @@ def build_validated_data(
         group_name=dataset_name(contract.name, "validation"),
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
-        deps=[asset_key(contract.name, "raw_data")],
+        ins={"raw_data": dg.AssetIn(asset_key(contract.name, "raw_data"))},
         check_specs=[
             daily_check_spec(
                 name,
                 asset_key(contract.name, "validated_data"),
                 partitions,
-                blocking=True,
                 description=check_description(name, text),
             )
-            for name, text in CHECKS.items()
+            for name, text in {**CHECKS, DELIVERY_CHECK: DELIVERY_TEXT}.items()
         ],
     )
-    def validated_data(context: dg.AssetExecutionContext, lake: LakeStorage) -> Iterator:
+    def validated_data(
+        context: dg.AssetExecutionContext, raw_data: Any, lake: LakeStorage
+    ) -> Iterator:
         """Rows of day D, typed per the contract, that passed the Great Expectations gate.
 
         Each row gets its event time (local; or UTC, beside each row's local time, when the contract
@@ -289,8 +265,8 @@ def build_validated_data(
                 try:
                     typed = type_rows(raw_data, contract, where=where).reset_index(drop=True)
                 except ContractViolationError as exc:
-                    # The file does not fit the contract: no retry makes it fit.
-                    raise dg.Failure(description=str(exc), allow_retries=False) from exc
+                    # The file does not fit the contract: a verdict on the day, not a failure.
+                    raise DataVerdict(Verdict.SCHEMA_MISMATCH, str(exc)) from exc
             rejected = rejected_key(contract, day, context.run.run_id)
             # The raw frame is the step's input, which Dagster and `each_day` keep referenced
             # until the day ends; emptying it here frees its columns (88 MB at 1M rows) before
@@ -325,22 +301,20 @@ def build_validated_data(
             if not all(check_passes(contract, report, name) for name in CHECKS):
                 # Typing emptied the raw frame; the staged (or published) parse is what failed.
                 links["rejected_parse"] = keep_rejected(
-                    lake, rejected, load_audited(lake, contract, day)
+                    lake, rejected, load_raw(lake, contract, day)
                 )
             checks = check_results(contract, report, typed, where, links, history)
             yield from checks
             failed = [c for c in checks if not c.passed]
             if failed:
                 failed_names = ", ".join(str(c.check_name) for c in failed)
-                raise dg.Failure(
-                    description=(
-                        f"{where} failed the quality gate ({failed_names}): "
-                        f"{' '.join(f.sentence for f in report.failures)} The day's published "
-                        "raw_data, validated_data and everything after them keep their previous "
-                        f"version, if any; the file's parse is kept at {lake.uri(rejected)}."
-                    ),
-                    metadata=links,
-                    allow_retries=False,
+                raise DataVerdict(
+                    Verdict.QUALITY_GATE,
+                    f"{where} failed the quality gate ({failed_names}): "
+                    f"{' '.join(f.sentence for f in report.failures)} An earlier accepted "
+                    "version of the day, if any, is kept with everything after it; the file's "
+                    f"parse is kept at {lake.uri(rejected)}.",
+                    links,
                 )
             kept = typed.drop(index=sorted(reasons)).reset_index(drop=True) if reasons else typed
             if history_on:
@@ -350,7 +324,6 @@ def build_validated_data(
                 if profile is None or reasons:
                     profile = day_profile(kept, contract)
                 write_profile(lake, contract, day, profile)
-            publish_raw(lake, contract, day)
             yield dg.MaterializeResult(
                 value=kept,
                 metadata={
@@ -375,18 +348,18 @@ def build_validated_data(
 
         def typed_for_screen(day: str) -> pd.DataFrame:
             typed = type_rows(
-                load_audited(lake, contract, day, count_bytes=False), contract, where=where_of(day)
+                load_raw(lake, contract, day), contract, where=where_of(day)
             ).reset_index(drop=True)
             if sum(map(len, screen_typed.values())) + len(typed) <= MAX_SCREEN_ROWS:
                 screen_typed[day] = typed
             return typed
 
-        if not context.has_partition_key:
+        if len(context.partition_keys) > 1:
             screened = screen_range(
                 lake,
                 contract,
                 context.partition_keys,
-                rows_of=lambda day: audited_rows(lake, contract, day),
+                rows_of=lambda day: raw_rows(lake, contract, day),
                 typed_of=typed_for_screen,
                 history_on=history_on,
                 profiles=screen_profiles,
@@ -395,18 +368,8 @@ def build_validated_data(
                 f"validated_data: {len(screened)} of {len(context.partition_keys)} days passed "
                 "the range's screen; the others are validated one by one"
             )
-        raw_data: Any
-        if context.has_partition_key:
-            try:
-                raw_data = load_audited(lake, contract, context.partition_key)
-            except MissingPartitionError as exc:
-                # Only a raw_data run lands the day: waiting for a retry does not.
-                raise dg.Failure(description=str(exc), allow_retries=False) from exc
-        else:
-            # A range: each day loads its parse when it is judged; a day missing it fails alone.
-            raw_data = DailyInput(
-                context.partition_keys, lambda day: load_audited(lake, contract, day)
-            )
-        yield from each_day(context, day_of_validated_data, raw_data=raw_data)
+        yield from each_day(
+            context, day_of_validated_data, verdict_check=DELIVERY_CHECK, raw_data=raw_data
+        )
 
     return validated_data

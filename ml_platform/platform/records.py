@@ -1,0 +1,68 @@
+"""What Dagster records of each day of a daily asset: its verdict, and whether it was accepted.
+
+Dagster is the record: a day's data file exists only when its latest materialisation says
+`accepted`, and every reader (a window, a history reference, a streak) asks the record.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+ACCEPTED = "accepted"
+# The verdict of a day recorded again as it was: its inputs kept their accepted version.
+UNCHANGED = "unchanged"
+
+
+@dataclasses.dataclass(frozen=True)
+class DayRecord:
+    """What Dagster records of one partition: its verdict, whether accepted, and by which run."""
+
+    verdict: str
+    accepted: bool
+    reason: str
+    run_id: str
+    accepted_rows: int | None = None
+
+    @classmethod
+    def of(cls, record: Any) -> "DayRecord":
+        """The day record of an `EventLogRecord` of a materialisation."""
+        metadata = record.asset_materialization.metadata if record.asset_materialization else {}
+
+        def value(name: str, default: Any) -> Any:
+            entry = metadata.get(name)
+            return entry.value if entry is not None else default
+
+        rows = value("accepted_rows", None)
+        return cls(
+            # Records made before verdicts were recorded are accepted days.
+            verdict=str(value("verdict", ACCEPTED)),
+            accepted=bool(value("accepted", True)),
+            reason=str(value("reason", "")),
+            run_id=record.run_id,
+            accepted_rows=int(rows) if rows is not None else None,
+        )
+
+
+def day_records(
+    instance: dg.DagsterInstance, key: dg.AssetKey, days: Sequence[str]
+) -> dict[str, DayRecord]:
+    """The latest record of each of `days` of asset `key` that Dagster holds."""
+    found: dict[str, DayRecord] = {}
+    wanted = set(days)
+    cursor = None
+    while wanted - set(found):
+        result = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=sorted(wanted - set(found))),
+            limit=max(len(wanted), 100),
+            cursor=cursor,
+        )
+        for record in result.records:
+            day = record.partition_key
+            if day is not None and day not in found:
+                found[day] = DayRecord.of(record)
+        if not result.has_more:
+            break
+        cursor = result.cursor
+    return found
