@@ -27,6 +27,8 @@ from ml_platform.platform.settings import Location, Settings
 if TYPE_CHECKING:
     import dagster as dg
 
+# The exit code of a command whose days' data was rejected (a data verdict), no run failing.
+REJECTED_EXIT = 3
 # Step events go to the instance (and the UI); the terminal shows one line a day and errors.
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 R = TypeVar("R")
@@ -145,18 +147,31 @@ def landing_status(args: argparse.Namespace) -> int:
     return 1 if scan.problems or refused else 0
 
 
-def day_outcome(result: "dg.ExecuteInProcessResult", dataset: str) -> str:
-    """What a successful day's run did to the registry, as registered_model recorded it.
+def day_outcome(result: "dg.ExecuteInProcessResult", dataset: str) -> tuple[str, bool]:
+    """What a successful day's run did, and whether the day's data was rejected.
 
-    `promoted`, `kept champion (challenger)` or `rejected: <reason>`.
+    `promoted`, `kept champion (challenger)` or `rejected: <reason>` (a rejected candidate,
+    an outcome of an accepted day) as registered_model recorded it; or, for a day an asset
+    rejected, `REJECTED by <asset>: <verdict>: <reason>`.
     """
     from ml_platform.platform.datasets import op_name
+    from ml_platform.platform.records import ACCEPTED, UNCHANGED
+    from ml_platform.troubleshooting.rejected import DAY_ASSETS, first_sentence
 
+    for name in DAY_ASSETS:
+        for event in result.asset_materializations_for_node(op_name(dataset, name)):
+            verdict = event.metadata.get("verdict")
+            if verdict is not None and verdict.value not in (ACCEPTED, UNCHANGED):
+                reason = event.metadata.get("reason")
+                text = first_sentence(str(reason.value) if reason else "")
+                kept = event.metadata.get("kept_previous_version") is not None
+                where = f"{name} (earlier accepted version kept)" if kept else name
+                return f"REJECTED by {where}: {verdict.value}: {text}", True
     for event in result.asset_materializations_for_node(op_name(dataset, "registered_model")):
         outcome = event.metadata.get("outcome")
         if outcome is not None:
-            return str(outcome.value)
-    return "materialised"
+            return str(outcome.value), False
+    return "materialised", False
 
 
 def run_errors(result: "dg.ExecuteInProcessResult") -> list[str]:
@@ -229,8 +244,11 @@ def materialize(args: argparse.Namespace) -> int:
     """Run the daily job for each day in this process, recording runs in the Dagster instance.
 
     One line a day says what the day did to the registry: `promoted`, `kept champion
-    (challenger)` or `rejected: <reason>` (a rejected candidate is an outcome, not a failure).
-    A day whose run failed prints its error and makes the exit code 1. Ctrl-C (SIGINT) or
+    (challenger)` or `rejected: <reason>` (a rejected candidate is an outcome, not a failure),
+    or that the day's data was rejected (`REJECTED by <asset>: <verdict>: <reason>`). Days
+    already accepted are skipped unless `--force`; a rejected day is not done, so it runs again.
+    Exit codes: 0 every day accepted; 3 some day's data rejected (a data verdict) and no run
+    failed; 1 some day's run failed (a software or infrastructure failure). Ctrl-C (SIGINT) or
     SIGTERM stops the command: the day running is recorded failed in the instance, no later day
     runs, and the exit code is 130 or 143 (128 + the signal's number), as shells expect.
     """
@@ -238,6 +256,8 @@ def materialize(args: argparse.Namespace) -> int:
 
     from ml_platform.definitions import DAILY_JOB, build_definitions
     from ml_platform.platform.datasets import asset_key, dataset_name
+    from ml_platform.platform.records import done_days
+    from ml_platform.troubleshooting.rejected import rerun_command
 
     settings = Settings()
     contract = dataset_of(args, settings)
@@ -246,14 +266,16 @@ def materialize(args: argparse.Namespace) -> int:
     )
     days = [d.isoformat() for d in _days(args.start, args.days)]
     failed = []
+    rejected = []
     finished: str | None = None  # the last day whose run ended
     with stop_signals() as stop_signal, dg.DagsterInstance.get() as instance:
         try:
-            # A day is done once its last stages are: a multi-run backfill materialises the
-            # evaluation, the registry and the champion's monitoring in separate runs.
+            # A day is done once its last stages accepted it: a multi-run backfill materialises
+            # the evaluation, the registry and the champion's monitoring in separate runs, and
+            # a rejected day (recorded, but not accepted) is not done.
             done = set.intersection(
                 *(
-                    set(instance.get_materialized_partitions(asset_key(contract.name, name)))
+                    done_days(instance, asset_key(contract.name, name), days)
                     for name in ("evaluation_report", "registered_model", "champion_performance")
                 )
             )
@@ -292,7 +314,9 @@ def materialize(args: argparse.Namespace) -> int:
                         flush=True,
                     )
                     continue
-                outcome = day_outcome(result, contract.name)
+                outcome, was_rejected = day_outcome(result, contract.name)
+                if was_rejected:
+                    rejected.append(day)
                 print(
                     f"{prefix} {outcome} ({seconds:.1f}s, run {result.run_id[:8]})",
                     flush=True,
@@ -305,9 +329,44 @@ def materialize(args: argparse.Namespace) -> int:
                 f"stopped by {stop} between runs ({after}); no run was cut short", file=sys.stderr
             )
             return 128 + stop.signum
+    if rejected:
+        print(
+            f"{len(rejected)} of {len(days)} day(s) rejected: {', '.join(rejected)}; once their "
+            f"files are corrected: {rerun_command(contract.name, rejected)}",
+            file=sys.stderr,
+        )
     if failed:
         print(f"{len(failed)} of {len(days)} day(s) failed: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+        return 1
+    return REJECTED_EXIT if rejected else 0
+
+
+def rejected(args: argparse.Namespace) -> int:
+    """List the dataset's rejected days (where, verdict, reason) and the command to rerun them.
+
+    Exit code 0 when no day is rejected, 3 otherwise (as `materialize`).
+    """
+    import dagster as dg
+
+    from ml_platform.platform.partitions import daily_partitions
+    from ml_platform.troubleshooting.rejected import rejected_days, rerun_command
+
+    settings = Settings()
+    contract = dataset_of(args, settings)
+    if args.start is not None:
+        days = [d.isoformat() for d in _days(args.start, args.days)]
+    else:
+        days = list(daily_partitions(contract).get_partition_keys())
+    with dg.DagsterInstance.get() as instance:
+        found = rejected_days(instance, contract.name, days)
+    if not found:
+        print(f"{contract.name}: no rejected day among {len(days)} day(s)")
+        return 0
+    print(f"{contract.name}: {len(found)} rejected day(s)")
+    for day in found:
+        print(f"  {day.line()}")
+    print(f"once their files are corrected: {rerun_command(contract.name, [d.day for d in found])}")
+    return REJECTED_EXIT
 
 
 def score(args: argparse.Namespace) -> int:
@@ -499,9 +558,15 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("materialize", help="materialise days of the whole graph in-process")
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
     p.add_argument("--days", type=int, default=1, help="number of consecutive days")
-    p.add_argument("--force", action="store_true", help="rerun days already materialised")
+    p.add_argument("--force", action="store_true", help="rerun days already accepted")
     p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=materialize)
+
+    p = sub.add_parser("rejected", help="list rejected days and the command that reruns them")
+    p.add_argument("--dataset", help=DATASET_HELP)
+    p.add_argument("--start", type=_date, help="first day, YYYY-MM-DD (default: every day)")
+    p.add_argument("--days", type=int, default=1, help="number of consecutive days")
+    p.set_defaults(func=rejected)
 
     p = sub.add_parser("score", help="score a file with a registered model")
     p.add_argument("file", type=Path, help="a file in the dataset's landed format (CSV)")

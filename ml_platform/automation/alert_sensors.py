@@ -9,6 +9,9 @@
   tag `ml_platform/failure_class`, which the Runs page filters on. A successful run raises
   alerts too: a failed WARN check (drift, rejection_streak, champion_decay...) and the end of
   a failure streak.
+- A run of a backfill leaves its rejected days to `backfill_summary_sensor`, which sends one
+  summary per dataset when the backfill ends (its days, the rejected ones with where and why,
+  its failed runs and the rerun command), delivering it itself (its cursor keeps what it told).
 - `alert_delivery_sensor` sends the pending alerts through the notifier each tick. Its cursor
   keeps what was sent (deduplication) and what a failed sink still has to send, so a webhook
   that is down is tried again on the next ticks although no further run finishes.
@@ -19,6 +22,7 @@ once per root run, until a success; so nothing is lost when a sensor is reset, a
 what the Runs page shows.
 """
 
+import datetime as dt
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -27,20 +31,40 @@ from typing import Any
 import dagster as dg
 
 from ml_platform.automation.alerts import (
+    INFO,
+    REJECTED_DAY_SECTION,
+    WARNING,
     Alert,
     DeliveryState,
     Notifier,
+    dataset_of_asset,
     evaluate_run,
     recovery_keys,
     streak_keys,
 )
+from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.records import ACCEPTED, UNCHANGED, day_records
 from ml_platform.troubleshooting.classify import FAILURE_CLASS_TAG
+from ml_platform.troubleshooting.rejected import rejected_days, rerun_command
 from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome, run_outcome
+from ml_platform.validation.assets import DELIVERY_CHECK
 
 RUN_FAILURE_ALERTS_SENSOR = "run_failure_alerts_sensor"
 RUN_SUCCESS_ALERTS_SENSOR = "run_success_alerts_sensor"
 ALERT_DELIVERY_SENSOR = "alert_delivery_sensor"
-ALERT_SENSORS = (RUN_FAILURE_ALERTS_SENSOR, RUN_SUCCESS_ALERTS_SENSOR, ALERT_DELIVERY_SENSOR)
+BACKFILL_SUMMARY_SENSOR = "backfill_summary_sensor"
+ALERT_SENSORS = (
+    RUN_FAILURE_ALERTS_SENSOR,
+    RUN_SUCCESS_ALERTS_SENSOR,
+    ALERT_DELIVERY_SENSOR,
+    BACKFILL_SUMMARY_SENSOR,
+)
+# Dagster's tag on the runs a backfill launched: the backfill's id.
+BACKFILL_TAG = "dagster/backfill"
+# A backfill in one of these states launches no more runs (Dagster's BulkActionStatus values).
+BACKFILL_ENDED = frozenset(
+    {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+)
 # The alerts a run raised (a JSON list), and whether they still have to be handed to the notifier.
 ALERTS_TAG = "ml_platform/alerts"
 ALERT_DELIVERY_TAG = "ml_platform/alert_delivery"
@@ -122,6 +146,32 @@ def failure_streaks(
     return counts
 
 
+def rejected_in_a_row(
+    instance: dg.DagsterInstance, outcome: RunOutcome, limit: int
+) -> dict[tuple[str, str], int]:
+    """For each day the run rejected, the rejected days in a row ending it (at most `limit`).
+
+    Counted by day from Dagster's records of the dataset's validated_data, whichever runs
+    judged them: a backfill's chunk and a day of the landing sensor alike.
+    """
+    counts = {}
+    for check in outcome.failed_checks:
+        if check.check != DELIVERY_CHECK or check.partition is None:
+            continue
+        dataset, day = dataset_of_asset(check.asset), check.partition
+        end = dt.date.fromisoformat(day)
+        before = [(end - dt.timedelta(days=n)).isoformat() for n in range(1, limit)]
+        records = day_records(instance, asset_key(dataset, "validated_data"), before)
+        count = 1
+        for earlier in before:
+            record = records.get(earlier)
+            if record is None or record.verdict in (ACCEPTED, UNCHANGED):
+                break
+            count += 1
+        counts[(dataset, day)] = count
+    return counts
+
+
 def raise_alerts(context: dg.RunStatusSensorContext, notifier: Notifier, succeeded: bool) -> None:
     """Write the alerts of the run the context is about (and a failure's class) to its tags."""
     now = time.time()
@@ -131,7 +181,9 @@ def raise_alerts(context: dg.RunStatusSensorContext, notifier: Notifier, succeed
         context.log.warning(f"run {run_id} is no longer in the instance: no alerts for it")
         return
     streaks = failure_streaks(context.instance, outcome, notifier.failure_streak)
-    alerts = evaluate_run(outcome, streaks, notifier, now)
+    rejected = rejected_in_a_row(context.instance, outcome, notifier.failure_streak)
+    in_backfill = BACKFILL_TAG in context.dagster_run.tags
+    alerts = evaluate_run(outcome, streaks, notifier, now, rejected, in_backfill)
     tags = {}
     if not succeeded:
         tags[FAILURE_CLASS_TAG] = classify_outcome(outcome).failure_class
@@ -210,7 +262,121 @@ def build_alert_sensors(
         )
         return dg.SensorResult(cursor=json.dumps(state.to_json()), skip_reason=summary)
 
-    return [run_failure_alerts_sensor, run_success_alerts_sensor, alert_delivery_sensor]
+    @dg.sensor(
+        name=BACKFILL_SUMMARY_SENSOR,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            "Sends one summary when a backfill ends: its days, the rejected ones with where "
+            "and why, its failed runs, and the command that reruns the rejected days; see "
+            "docs/runbook.md#rejected-day."
+        ),
+    )
+    def backfill_summary_sensor(
+        context: dg.SensorEvaluationContext, notifier: Notifier
+    ) -> dg.SensorResult:
+        now = time.time()
+        ended = [
+            b
+            for b in context.instance.get_backfills(limit=batch)
+            if b.status.value in BACKFILL_ENDED
+        ]
+        if context.cursor is None:
+            # Backfills that ended before the sensor first ran are not news.
+            state = {"told": [b.backfill_id for b in ended], "delivery": DeliveryState().to_json()}
+            return dg.SensorResult(
+                cursor=json.dumps(state), skip_reason=f"{len(ended)} earlier backfill(s) noted"
+            )
+        cursor = json.loads(context.cursor)
+        told = set(cursor["told"])
+        new = [b for b in ended if b.backfill_id not in told]
+        alerts = [
+            alert
+            for backfill in reversed(new)  # oldest first
+            for alert in backfill_summaries(context.instance, backfill.backfill_id, notifier, now)
+        ]
+        delivery = notifier.deliver(
+            alerts, DeliveryState.from_json(cursor["delivery"]), context.log, now=now
+        )
+        # Only the backfills still listed can come back: the others need not be remembered.
+        listed = {b.backfill_id for b in ended}
+        state = {
+            "told": sorted((told & listed) | {b.backfill_id for b in new}),
+            "delivery": delivery.to_json(),
+        }
+        return dg.SensorResult(
+            cursor=json.dumps(state),
+            skip_reason=f"{len(new)} ended backfill(s) summarised in {len(alerts)} alert(s)",
+        )
+
+    return [
+        run_failure_alerts_sensor,
+        run_success_alerts_sensor,
+        alert_delivery_sensor,
+        backfill_summary_sensor,
+    ]
+
+
+def run_days(run: dg.DagsterRun) -> list[str]:
+    """The days a run materialised: its partition, or each day of its partition range."""
+    tags = run.tags
+    if "dagster/partition" in tags:
+        return [tags["dagster/partition"]]
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    if not (start and end):
+        return []
+    first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
+    return [(first + dt.timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def backfill_summaries(
+    instance: dg.DagsterInstance, backfill_id: str, notifier: Notifier, now: float
+) -> list[Alert]:
+    """One alert per dataset a backfill worked on: its days, rejected days and failed runs."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
+    days: dict[str, set[str]] = {}
+    failed: dict[str, list[str]] = {}
+    for run in runs:
+        datasets = {key.path[0] for key in run.asset_selection or ()}
+        for dataset in datasets:
+            days.setdefault(dataset, set()).update(run_days(run))
+            if run.status == dg.DagsterRunStatus.FAILURE:
+                failed.setdefault(dataset, []).append(run.run_id)
+    alerts = []
+    for dataset, covered in sorted(days.items()):
+        ordered = sorted(covered)
+        rejected = rejected_days(instance, dataset, ordered)
+        runs_failed = failed.get(dataset, [])
+        told = [f"{r.day} ({r.asset}: {r.verdict})" for r in rejected]
+        cause = (
+            f"rejected: {', '.join(told)}; once their files are corrected: "
+            f"{rerun_command(dataset, [r.day for r in rejected])}"
+            if rejected
+            else "every day accepted"
+        )
+        if runs_failed:
+            cause += f"; {len(runs_failed)} run(s) failed: {', '.join(runs_failed)}"
+        alerts.append(
+            Alert(
+                severity=WARNING if rejected or runs_failed else INFO,
+                rule="backfill_summary",
+                title=(
+                    f"backfill {backfill_id} of {dataset} ended: {len(ordered)} day(s), "
+                    f"{len(rejected)} rejected, {len(runs_failed)} failed run(s)"
+                ),
+                cause=cause,
+                subject=f"backfill {backfill_id}",
+                failure_class=None,
+                run_id=None,
+                partition=f"{ordered[0]}...{ordered[-1]}" if ordered else None,
+                run_url=f"{notifier.ui_url.rstrip('/')}/runs/b/{backfill_id}",
+                runbook=notifier.runbook(REJECTED_DAY_SECTION),
+                page=bool(rejected or runs_failed),
+                occurred_at=now,
+            )
+        )
+    return alerts
 
 
 def pending_alerts(run: dg.DagsterRun) -> list[dict[str, Any]]:

@@ -6,8 +6,15 @@ Rules (see docs/runbook.md for what to do about each):
   success. Retries of a run (same root run) count once. The success that ends such a streak
   is announced (RESOLVED, sent where the CRITICAL alert went). Streaks are counted from the
   instance's runs, not remembered by a sensor.
+- A rejected day (its `delivery_accepted` check failed: a data verdict, the run succeeded) ->
+  one WARNING naming the dataset, the day, the check and the reason; the day's other failed
+  gate checks are its reasons, not alerts of their own. N rejected days in a row of one dataset
+  (by day, not by run; N = `failure_streak`) -> CRITICAL. Days rejected by a backfill's runs
+  are told once, in the backfill's summary (`backfill_summary_sensor`), not a day at a time.
+  A green run never announces RESOLVED for rejected days: a data streak ends with an accepted
+  day, which the rejected-days listing shows.
 - A failed check of WARN severity (drift, loss plateau, low utilisation, schema change...) ->
-  WARNING. A failed ERROR check in a run that still succeeded (non-blocking) -> ERROR.
+  WARNING. A failed ERROR check in a run that still succeeded -> ERROR.
 - A rejected candidate (`promotion_verdict`) is logged but pages nobody: one rejection is an
   outcome of the day. `rejection_streak` (N rejected candidates in a row) pages.
 - A landed file that fits no partition -> WARNING.
@@ -38,17 +45,21 @@ from pydantic import Field
 
 from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome
 from ml_platform.troubleshooting.runbook import check_anchor
+from ml_platform.validation.assets import DELIVERY_CHECK
 
 CRITICAL = "CRITICAL"
 ERROR = "ERROR"
 WARNING = "WARNING"
 RESOLVED = "RESOLVED"
+INFO = "INFO"
 LEVELS = {
     CRITICAL: logging.CRITICAL,
     ERROR: logging.ERROR,
     WARNING: logging.WARNING,
     RESOLVED: logging.INFO,
+    INFO: logging.INFO,
 }
+REJECTED_DAY_SECTION = "rejected-day"
 # After this many failed attempts (one per sensor tick) a sink gives up on an alert.
 MAX_DELIVERY_ATTEMPTS = 5
 
@@ -62,8 +73,10 @@ LOGGED_ONLY_CHECKS = frozenset({"promotion_verdict"})
 class Alert:
     """One alert: what happened, why, where to look and what to do."""
 
-    severity: str  # CRITICAL | ERROR | WARNING | RESOLVED
-    rule: str  # failure_streak | recovered | run_failed | check_failed | landing_misfit
+    severity: str  # CRITICAL | ERROR | WARNING | RESOLVED | INFO
+    # failure_streak | recovered | run_failed | check_failed | day_rejected | rejected_streak |
+    # backfill_summary | landing_misfit
+    rule: str
     title: str  # what happened, one line
     cause: str  # why, one line
     subject: str  # what failed: a job, an asset, a check or a file
@@ -284,31 +297,82 @@ def recovery_keys(outcome: RunOutcome) -> list[str]:
     ]
 
 
+def dataset_of_asset(asset: str) -> str:
+    """The dataset of an asset key as the UI writes it (`flights/validated_data`)."""
+    return asset.split("/", 1)[0]
+
+
 def evaluate_run(
-    outcome: RunOutcome, streaks: Mapping[str, int], notifier: Notifier, now: float
+    outcome: RunOutcome,
+    streaks: Mapping[str, int],
+    notifier: Notifier,
+    now: float,
+    rejected_streaks: Mapping[tuple[str, str], int] | None = None,
+    in_backfill: bool = False,
 ) -> list[Alert]:
     """The alerts a finished run raises.
 
     `streaks` counts failed runs in a row per key ("job daily_pipeline_job", "asset raw_data"),
     a retried run once, as the instance's runs tell: for a key this run fails (`streak_keys`),
     the count this run brings it to, absent when the run retries one already counted; for a key
-    this run succeeds (`recovery_keys`), the count of the streak it ends.
+    this run succeeds (`recovery_keys`), the count of the streak it ends. `rejected_streaks`
+    counts, for each (dataset, day) this run rejected, the rejected days in a row ending that
+    day. A run of a backfill (`in_backfill`) leaves its rejected days to the backfill's summary.
     """
     alerts: list[Alert] = []
     run_url = notifier.run_url(outcome.run_id)
+    threshold = notifier.failure_streak
+    rejected_streaks = rejected_streaks or {}
 
     def alert(**fields: Any) -> Alert:
-        return Alert(
-            run_id=outcome.run_id,
-            partition=outcome.partition,
-            run_url=run_url,
-            occurred_at=now,
-            **fields,
-        )
+        fields.setdefault("partition", outcome.partition)
+        return Alert(run_id=outcome.run_id, run_url=run_url, occurred_at=now, **fields)
 
+    rejected = [c for c in outcome.failed_checks if c.check == DELIVERY_CHECK]
+    # A rejected day's failed ERROR checks (the gates, the schema) are the reasons its one
+    # alert gives; they raise none of their own.
+    reasons = {(dataset_of_asset(c.asset), c.partition) for c in rejected}
+    for check in rejected:
+        dataset, day = dataset_of_asset(check.asset), check.partition or "?"
+        if in_backfill:
+            continue
+        alerts.append(
+            alert(
+                severity=WARNING,
+                rule="day_rejected",
+                title=f"{dataset}: the delivery of {day} was rejected",
+                cause=one_line(check.description) or "no reason recorded",
+                subject=f"{check.asset}:{check.check}",
+                partition=day,
+                failure_class=None,
+                runbook=notifier.runbook(REJECTED_DAY_SECTION),
+                page=True,
+            )
+        )
+        in_a_row = rejected_streaks.get((dataset, day), 1)
+        if in_a_row == threshold:
+            alerts.append(
+                alert(
+                    severity=CRITICAL,
+                    rule="rejected_streak",
+                    title=f"{dataset}: {in_a_row} days in a row rejected, the last {day}",
+                    cause=one_line(check.description) or "no reason recorded",
+                    subject=f"{dataset} deliveries",
+                    partition=day,
+                    failure_class=None,
+                    runbook=notifier.runbook(REJECTED_DAY_SECTION),
+                    page=True,
+                )
+            )
     for check in outcome.failed_checks:
+        if check.check == DELIVERY_CHECK:
+            continue
         if check.severity == "ERROR" and not outcome.succeeded:
-            continue  # a blocking gate: reported as the cause of the run failure below
+            continue  # reported as the cause of the run failure below
+        if check.severity == "ERROR" and (dataset_of_asset(check.asset), check.partition) in (
+            reasons
+        ):
+            continue
         alerts.append(
             alert(
                 severity=WARNING if check.severity == "WARN" else ERROR,
@@ -316,13 +380,13 @@ def evaluate_run(
                 title=f"check {check.check} on {check.asset} failed",
                 cause=one_line(check.description) or f"{check.check} did not pass",
                 subject=f"{check.asset}:{check.check}",
+                partition=check.partition or outcome.partition,
                 failure_class=None,
                 runbook=notifier.runbook(check_anchor(check.check)),
                 page=check.check not in LOGGED_ONLY_CHECKS,
             )
         )
 
-    threshold = notifier.failure_streak
     # Only a streak that paged is news when it ends.
     recovered = [k for k in recovery_keys(outcome) if streaks.get(k, 0) >= threshold]
     if recovered:

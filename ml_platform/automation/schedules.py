@@ -12,6 +12,7 @@ import dagster as dg
 
 from ml_platform.automation.jobs import day_run_tags
 from ml_platform.platform.datasets import dataset_name
+from ml_platform.platform.records import done_days
 
 DAILY_SCHEDULE = "daily_pipeline_schedule"
 WEEKLY_RETRAIN_SCHEDULE = "weekly_retrain_schedule"
@@ -43,22 +44,22 @@ def build_daily_schedule(
         execution_timezone=partitions.timezone,
         description=(
             "At 02:00 (dataset timezone), runs the day that just ended, unless every asset of "
-            "the job already has that day (the landing sensor ran it when its file landed)."
+            "the job already accepted that day (the landing sensor ran it when its file landed); "
+            "a rejected day runs again."
         ),
     )
     def daily_pipeline_schedule(context: dg.ScheduleEvaluationContext):
         day = previous_day(partitions, context)
         if day is None:
             return dg.SkipReason("no complete day yet: the first partition has not ended")
+        # A rejected day (a tombstone) is not done: its run may meet a corrected file.
         missing = [
             key.to_user_string()
             for key in keys
-            if not context.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
-            ).records
+            if day not in done_days(context.instance, key, [day])
         ]
         if not missing:
-            return dg.SkipReason(f"{day} is already materialised for every asset of {job_name}")
+            return dg.SkipReason(f"{day} is already accepted for every asset of {job_name}")
         return dg.RunRequest(
             run_key=f"{name}:{day}", partition_key=day, tags=day_run_tags(dataset, day)
         )

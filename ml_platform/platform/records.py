@@ -66,3 +66,13 @@ def day_records(
             break
         cursor = result.cursor
     return found
+
+
+def done_days(instance: dg.DagsterInstance, key: dg.AssetKey, days: Sequence[str]) -> set[str]:
+    """Those of `days` whose latest record of asset `key` accepted the day's delivery.
+
+    A rejected day is not done, a tombstone or a day that kept an earlier accepted version
+    alike: a corrected file reruns it without `--force`.
+    """
+    records = day_records(instance, key, days)
+    return {day for day, record in records.items() if record.verdict in (ACCEPTED, UNCHANGED)}

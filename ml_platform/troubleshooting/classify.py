@@ -114,6 +114,7 @@ class FailedCheck:
     check: str
     severity: str  # "ERROR" or "WARN"
     description: str
+    partition: str | None = None  # the day the evaluation judged (a range's runs judge many)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,6 +106,7 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
                         check=data.check_name,
                         severity=data.severity.value,
                         description=data.description or "",
+                        partition=data.partition,
                     )
                 )
         elif event.event_type == dg.DagsterEventType.RUN_FAILURE:

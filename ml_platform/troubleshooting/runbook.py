@@ -10,6 +10,7 @@ CHECK_SECTIONS = frozenset(
         "raw_schema",
         "schema_change",
         *GATE_CHECKS,
+        "delivery_accepted",
         "features_drift",
         "loss_plateau",
         "finite_weights",
