@@ -7,6 +7,7 @@ network, as in production; nothing is mocked in-process.
 import contextlib
 import dataclasses
 import glob
+import http.server
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,6 +35,54 @@ FAKE_AWS = {
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+class WebhookReceiver(http.server.BaseHTTPRequestHandler):
+    """A Slack-compatible webhook: records POSTed JSON bodies; answers 500 while `fail_next`."""
+
+    server: "WebhookServer"
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.server.fail_next > 0:
+            self.server.fail_next -= 1
+            self.server.refused += 1
+            self.send_response(500)
+            self.end_headers()
+            return
+        self.server.received.append(json.loads(body))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+class WebhookServer(http.server.ThreadingHTTPServer):
+    """The receiver's server: what it received, and how many posts it should still refuse."""
+
+    received: list[dict]
+    fail_next: int
+    refused: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+
+@contextlib.contextmanager
+def webhook_server() -> Iterator[WebhookServer]:
+    """A webhook receiver on 127.0.0.1, served from a thread while the block runs."""
+    server = WebhookServer(("127.0.0.1", 0), WebhookReceiver)
+    server.received, server.fail_next, server.refused = [], 0, 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextlib.contextmanager

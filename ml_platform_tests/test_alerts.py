@@ -455,20 +455,43 @@ def test_critical_alert_by_email(tmp_path, smtp_server):
     assert "Partition: 2024-01-05" in body
 
 
-def test_a_missing_landed_file_fails_at_once_as_a_data_failure(platform_for):
+def test_a_missing_landed_file_is_a_recorded_verdict_alerted_as_its_failed_check(platform_for):
     platform = platform_for("synthetic")
     result = platform.materialize("2024-01-05")
-    assert not result.success
+    # A data verdict is an outcome of the day, not a failure of the run.
+    assert result.success
     types = {e.event_type_value for e in result.all_events}
     assert "STEP_UP_FOR_RETRY" not in types  # not retried: waiting will not land the file
+    assert "STEP_FAILURE" not in types
 
-    outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
-    assert outcome is not None
-    [failure] = outcome.step_failures
-    assert failure.step == platform.node("raw_data") and failure.user_failure
-    assert failure.message.startswith("No landed file for partition 2024-01-05: expected ")
-    verdict = classify_failure(outcome.step_failures, outcome.failed_checks)
-    assert verdict.failure_class == DATA
+    [record] = result.asset_materializations_for_node(platform.node("raw_data"))
+    metadata = {name: entry.value for name, entry in record.metadata.items()}
+    assert metadata["verdict"] == "missing file"
+    assert metadata["accepted"] is False and metadata["accepted_rows"] == 0
+    assert metadata["reason"].startswith("No landed file for partition 2024-01-05: expected ")
+    assert not platform.stored("raw_data", "2024-01-05", "parquet").exists()
+    [validated] = result.asset_materializations_for_node(platform.node("validated_data"))
+    assert validated.metadata["verdict"].value == "no accepted input"
+    assert "synthetic/raw_data 2024-01-05 was rejected (missing file)" in (
+        validated.metadata["reason"].value
+    )
+
+    outcome = run_outcome(platform.instance, result.run_id, succeeded=True)
+    assert outcome is not None and outcome.step_failures == []
+    schema = next(c for c in outcome.failed_checks if c.check == "raw_schema")
+    assert (schema.asset, schema.severity) == ("synthetic/raw_data", "ERROR")
+    assert schema.description.startswith("No landed file for partition 2024-01-05: expected ")
+    assert schema.partition == "2024-01-05" and "synthetic_2024-01-05.csv" in schema.description
+    # The rejected day is one alert, its delivery check's, which names the file, the day and
+    # why; the failed raw_schema check is its reason, not an alert of its own. No run failed.
+    [alert] = evaluate_run(outcome, {}, Notifier(), now=0.0)
+    assert (alert.rule, alert.severity, alert.page) == ("day_rejected", "WARNING", True)
+    assert alert.subject == "synthetic/validated_data:delivery_accepted"
+    assert (alert.partition, alert.failure_class) == ("2024-01-05", None)
+    assert alert.title == "synthetic: the delivery of 2024-01-05 was rejected"
+    assert "(missing file): No landed file for partition 2024-01-05: expected " in alert.cause
+    assert "synthetic_2024-01-05.csv" in alert.cause
+    assert alert.runbook == "docs/runbook.md#rejected-day"
 
 
 def test_classifier_tells_the_five_classes_apart():

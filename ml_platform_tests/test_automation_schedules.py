@@ -65,19 +65,44 @@ def test_daily_schedule_runs_the_day_that_just_ended_in_the_dataset_timezone(fli
     assert request.tags[DATASET_PARTITION_TAG] == "flights:2013-03-04"
 
 
-def test_daily_schedule_skips_a_day_that_is_already_done(flights):
+def test_daily_schedule_skips_a_day_that_is_already_accepted_and_reruns_a_rejected_one(flights):
     defs, repository = flights
     job_assets = defs.resolve_job_def(FLIGHTS_DAILY_JOB).asset_layer.executable_asset_keys
+    at = dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
     with dg.instance_for_test() as instance:
         for key in job_assets:
             instance.report_runless_asset_event(
-                dg.AssetMaterialization(asset_key=key, partition="2013-03-04")
+                dg.AssetMaterialization(
+                    asset_key=key,
+                    partition="2013-03-04",
+                    metadata={"verdict": "accepted", "accepted": True, "accepted_rows": 10},
+                )
             )
-        at = dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
-        result = evaluate(defs, repository, FLIGHTS_DAILY_SCHEDULE, at, instance)
+        accepted = evaluate(defs, repository, FLIGHTS_DAILY_SCHEDULE, at, instance)
+        # The day is delivered again and rejected (a tombstone of validated_data, and the days
+        # after it without accepted input): it is not done, and a corrected file may come.
+        for key in job_assets:
+            if key.path[-1] == "raw_data":
+                continue
+            gate = key.path[-1] == "validated_data"
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    asset_key=key,
+                    partition="2013-03-04",
+                    metadata={
+                        "verdict": "failed quality gate" if gate else "no accepted input",
+                        "reason": "the file holds 200 rows, expected between 300 and 2000",
+                        "accepted": False,
+                        "accepted_rows": 0,
+                    },
+                )
+            )
+        rejected = evaluate(defs, repository, FLIGHTS_DAILY_SCHEDULE, at, instance)
 
-    assert result.run_requests == []
-    assert "2013-03-04 is already materialised" in (result.skip_message or "")
+    assert accepted.run_requests == []
+    assert "2013-03-04 is already accepted" in (accepted.skip_message or "")
+    [request] = rejected.run_requests
+    assert request.partition_key == "2013-03-04"
 
 
 def test_weekly_retrain_runs_on_monday_for_sunday(flights):

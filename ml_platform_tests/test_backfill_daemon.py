@@ -1,17 +1,16 @@
-"""Backfills through a real webserver and daemon: chunks of N days, the registry in one run or two.
+"""A backfill through a real webserver and daemon finishes on days it rejects.
 
-A range of two chunks runs raw_data to evaluation_report in runs of at most N days, the
-evaluation chunk after chunk, then registered_model over the range: in one run, or in two when
-the second evaluation outlasts a daemon loop (the first chunk is then registered beside it). It
-ends with the verdicts (decision and champion per day, the registry's alias moves) that
-materialising the same days one by one reaches. In a second backfill, running beside the first
-on the same daemon, a malformed file in the second chunk fails that chunk only: the first
-chunk's days are stored and recorded, the failed chunk's days are neither published nor
-recorded.
+Two weeks of synthetic days, launched as the UI's "Materialize" of a range (GraphQL
+`launchPartitionBackfill`) over every daily asset, in runs of 7 days. Two deliveries are bad:
+one inside the first chunk (a quality gate rejects it) and one on the second chunk's first day
+(its schema is wrong). No run fails: the two days are recorded rejected (tombstones) with
+failed ERROR checks naming the reason, every other day is registered and monitored, the models
+whose window holds a rejected day are trained without it and list it missing, and one summary
+alert names the rejected days. Materialising the same days one by one reaches the same verdicts
+and the same data files.
 """
 
 import datetime as dt
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -21,21 +20,23 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform.platform.records import day_records
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV
-from ml_platform_tests.conftest import ALL_ASSETS, REPO, Platform, days_from, free_port
-from ml_platform_tests.services import BACKFILL_QUERY, LAUNCH_BACKFILL, DagsterProcesses
+from ml_platform_tests.conftest import DAILY_ASSETS, REPO, Platform, days_from, free_port
+from ml_platform_tests.services import (
+    BACKFILL_QUERY,
+    LAUNCH_BACKFILL,
+    DagsterProcesses,
+    webhook_server,
+)
 
 pytestmark = pytest.mark.integration
 SYNTHETIC = load_contract("synthetic")
-DAYS_PER_RUN = 3
-DAYS = days_from("2024-01-01", 6)
-# The second backfill's days: their model windows do not reach the first backfill's days.
-FAILING = days_from("2024-03-01", 6)
-BAD_DAY = FAILING[4]
-# The daily graph up to the registry (champion_performance would add a daemon loop).
-TARGET = [*ALL_ASSETS, "registered_model"]
-# The second backfill stops before the registry, which the first one's verdicts depend on.
-INGESTION = TARGET[:3]
+DAYS_PER_RUN = 7
+DAYS = days_from("2024-01-01", 14)
+# Inside the first chunk, and the first day of the second one.
+GATE_REJECTED, SCHEMA_REJECTED = DAYS[3], DAYS[7]
+FAULTS = {GATE_REJECTED: "null_burst", SCHEMA_REJECTED: "missing_column"}
 RUNS = """
 query Runs($filter: RunsFilter) {
   runsOrError(filter: $filter) {
@@ -44,12 +45,13 @@ query Runs($filter: RunsFilter) {
 }
 """
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+EXTENSIONS = {"raw_data": "parquet", "validated_data": "parquet", "features": "parquet"}
 
 
 class BackfillStack(DagsterProcesses):
     """Webserver and daemon over a fresh instance (the repository's dagster.yaml), local files."""
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, webhook_url: str):
         home = tmp_path / "dagster_home"
         home.mkdir()
         (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
@@ -63,6 +65,9 @@ class BackfillStack(DagsterProcesses):
             "ML_PLATFORM_LANDING_DIR": str(self.landing),
             "ML_PLATFORM_LAKE_DIR": str(self.lake),
             BACKFILL_DAYS_PER_RUN_ENV: str(DAYS_PER_RUN),
+            "ML_PLATFORM_ALERT_WEBHOOK_URL": webhook_url,
+            # The alert sensors tick every 5 s, so the summary comes soon after the backfill.
+            "ML_PLATFORM_SENSOR_INTERVAL_SECONDS": "5",
         }
         for variable in (
             "ML_PLATFORM_LANDING_URL",
@@ -122,30 +127,52 @@ def run_days(run: dict) -> list[str]:
     return [d for d in days_from(first, 366) if d <= last]
 
 
-def verdicts(lake: Path, days: list[str]) -> dict[str, tuple]:
-    """Each day's decision and the champion it competed with and left, from its report."""
+def records(instance: dg.DagsterInstance, days: list[str]) -> dict[tuple[str, str], tuple]:
+    """Each (asset, day)'s recorded verdict and whether it was accepted."""
     found = {}
-    for day in days:
-        report = json.loads((lake / "synthetic" / "evaluation_report" / f"{day}.json").read_text())
-        found[day] = (report["decision"], report["champion_version"], report["champion_after"])
+    for asset in DAILY_ASSETS:
+        by_day = day_records(instance, dg.AssetKey(["synthetic", asset]), days)
+        for day in days:
+            record = by_day.get(day)
+            found[(asset, day)] = (record.verdict, record.accepted) if record else None
     return found
 
 
-def alias_moves(lake: Path) -> list[tuple]:
-    history = json.loads((lake / "synthetic" / "registry" / "alias_history.json").read_text())
-    return [(move["alias"], move["version"], move["previous"]) for move in history]
+def data_files(lake: Path) -> dict[str, bytes]:
+    """The lake's data files of raw_data, validated_data and features, by relative path."""
+    return {
+        f"{asset}/{path.name}": path.read_bytes()
+        for asset, ext in EXTENSIONS.items()
+        for path in sorted((lake / "synthetic" / asset).glob(f"*.{ext}"))
+    }
 
 
-def recorded(instance: dg.DagsterInstance, asset: str) -> set[str]:
-    return set(instance.get_materialized_partitions(dg.AssetKey(["synthetic", asset])))
+def check_failures(instance: dg.DagsterInstance, asset: str, check: str) -> dict[str, str]:
+    """The failed evaluations of a check, by day: their descriptions."""
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey(["synthetic", asset]), check), limit=100
+    )
+    failed = {}
+    for record in history:
+        evaluation = record.event.dagster_event.event_specific_data if record.event else None
+        if evaluation is not None and not evaluation.passed:
+            failed[evaluation.partition] = evaluation.description
+    return failed
 
 
 @pytest.fixture
-def stack(tmp_path):
-    stack = BackfillStack(tmp_path)
+def webhook():
+    with webhook_server() as server:
+        yield server
+
+
+@pytest.fixture
+def stack(tmp_path, webhook):
+    stack = BackfillStack(tmp_path, webhook.url)
     zone = LandingZone(base_dir=str(stack.landing))
-    list(land_days(SYNTHETIC, zone, [dt.date.fromisoformat(d) for d in [*DAYS, *FAILING]]))
-    list(land_days(SYNTHETIC, zone, [dt.date.fromisoformat(BAD_DAY)], fault="wrong_delimiter"))
+    list(land_days(SYNTHETIC, zone, [dt.date.fromisoformat(d) for d in DAYS]))
+    for day, fault in FAULTS.items():
+        list(land_days(SYNTHETIC, zone, [dt.date.fromisoformat(day)], fault=fault))
     stack.start()
     try:
         yield stack
@@ -153,65 +180,80 @@ def stack(tmp_path):
         stack.stop()
 
 
-def test_runs_of_n_days_reach_the_one_by_one_verdicts_and_a_failed_chunk_spoils_only_itself(
-    stack, tmp_path, monkeypatch
+def test_a_backfill_with_rejected_days_finishes_and_matches_the_days_one_by_one(
+    stack, tmp_path, webhook, monkeypatch
 ):
     stack.wait_for(lambda: stack.graphql("{ version }"), 180, "the webserver")
-    good = stack.backfill(DAYS, TARGET)
-    failing = stack.backfill(FAILING, INGESTION)
+    backfill = stack.backfill(DAYS, DAILY_ASSETS)
 
     # Meanwhile, the same days one by one in this process, on a lake and instance of their own.
     by_day = Platform(SYNTHETIC, tmp_path / "by_day")
     by_day.land(DAYS[0], len(DAYS))
+    for day, fault in FAULTS.items():
+        by_day.land(day, 1, fault=fault)
     for day in DAYS:
-        assert by_day.materialize(day, selection=TARGET).success, day
+        assert by_day.materialize(day).success, day
 
-    statuses = {
-        name: stack.wait_for(lambda i=backfill_id: stack.status(i), 600, f"the {name} backfill")
-        for name, backfill_id in {"good": good, "failing": failing}.items()
-    }
-    assert statuses == {"good": "COMPLETED_SUCCESS", "failing": "COMPLETED_FAILED"}
-
-    # raw_data to evaluation_report ran in runs of at most N days, each chunk on its own and
-    # raw_data to features together; the registry took the range in one run, or in two in day
-    # order when it registered the first chunk while the second was being evaluated.
-    runs = {name: stack.runs(i) for name, i in {"good": good, "failing": failing}.items()}
-    registry = sorted(
-        (r for r in runs["good"] if r["assets"] == ("registered_model",)),
-        key=lambda r: r["startTime"],
-    )
-    for run in [*runs["good"], *runs["failing"]]:
-        if run not in registry:
+    status = stack.wait_for(lambda: stack.status(backfill), 900, "the backfill")
+    assert status == "COMPLETED_SUCCESS"
+    runs = stack.runs(backfill)
+    assert runs and all(r["status"] == "SUCCESS" for r in runs), [
+        (r["assets"], r["status"]) for r in runs
+    ]
+    # Up to the model, runs of at most 7 days: the rejected days did not change the chunks.
+    for run in runs:
+        if {"raw_data", "validated_data", "features", "model"} & set(run["assets"]):
             assert len(run_days(run)) <= DAYS_PER_RUN, run["tags"]
-    upstream = tuple(sorted(TARGET[:3]))
-    chunks = [tuple(DAYS[:3]), tuple(DAYS[3:])]
-    chunked = sorted((r["assets"], tuple(run_days(r))) for r in runs["good"] if r not in registry)
-    assert chunked == sorted(
-        (assets, chunk)
-        for assets in (upstream, ("model",), ("evaluation_report",))
-        for chunk in chunks
-    )
-    assert len(registry) in (1, 2), [run_days(r) for r in registry]
-    assert [day for run in registry for day in run_days(run)] == DAYS
-    assert all(r["status"] == "SUCCESS" for r in runs["good"])
 
-    # The verdicts of the one-by-one run: decisions, champions, and the registry's history.
-    assert verdicts(stack.lake, DAYS) == verdicts(by_day.lake_dir, DAYS)
-    assert alias_moves(stack.lake) == alias_moves(by_day.lake_dir)
-
-    # The failed chunk spoiled only itself: the first chunk's days are stored and recorded.
     monkeypatch.setenv("DAGSTER_HOME", stack.env["DAGSTER_HOME"])
     with dg.DagsterInstance.get() as instance:
-        for asset in INGESTION:
-            assert recorded(instance, asset) >= set(FAILING[:3]), asset
-            assert recorded(instance, asset).isdisjoint(FAILING[3:]), asset
-    lake = stack.lake / "synthetic"
-    for day in FAILING[:3]:
-        for asset in INGESTION:
-            assert (lake / asset / f"{day}.parquet").is_file(), (asset, day)
-    # None of the failed chunk's days was published, its good days included.
-    for day in FAILING[3:]:
-        for asset in ("raw_data", "validated_data", "features"):
-            assert not (lake / asset / f"{day}.parquet").exists(), (asset, day)
-    [failed_run] = [r for r in runs["failing"] if r["status"] == "FAILURE"]
-    assert run_days(failed_run) == FAILING[3:]
+        recorded = records(instance, DAYS)
+        good = [d for d in DAYS if d not in FAULTS]
+        for day in good:
+            for asset in ("registered_model", "champion_performance"):
+                assert recorded[(asset, day)] == ("accepted", True), (asset, day)
+        assert recorded[("validated_data", GATE_REJECTED)] == ("failed quality gate", False)
+        assert recorded[("raw_data", SCHEMA_REJECTED)] == ("schema mismatch", False)
+        for day in FAULTS:
+            for asset in ("features", "model", "evaluation_report", "registered_model"):
+                assert recorded[(asset, day)] == ("no accepted input", False), (asset, day)
+        # The rejected days' ERROR checks fail, naming the reason.
+        delivery = check_failures(instance, "validated_data", "delivery_accepted")
+        assert set(delivery) == set(FAULTS)
+        assert "failed quality gate" in delivery[GATE_REJECTED]
+        assert "x2" in check_failures(instance, "validated_data", "gx_completeness")[GATE_REJECTED]
+        assert (
+            "does not match contract"
+            in check_failures(instance, "raw_data", "raw_schema")[SCHEMA_REJECTED]
+        )
+        # The models whose window holds a rejected day trained without it and list it missing.
+        [model] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(["synthetic", "model"]), asset_partitions=[DAYS[-1]]
+            ),
+            limit=1,
+        ).records
+        missing = model.asset_materialization.metadata["missing_window_days"].value
+        assert missing == sorted(FAULTS)
+
+    # The same verdicts and data files as the days one by one.
+    assert recorded == records(by_day.instance, DAYS)
+    assert data_files(stack.lake) == data_files(by_day.lake_dir)
+    for day in FAULTS:
+        for asset, ext in EXTENSIONS.items():
+            assert not (stack.lake / "synthetic" / asset / f"{day}.{ext}").exists()
+
+    # One summary names the rejected days; no alert a day for them.
+    def summaries() -> list[dict]:
+        return [
+            body["ml_platform_alert"]
+            for body in webhook.received
+            if body["ml_platform_alert"]["rule"] == "backfill_summary"
+        ]
+
+    [summary] = stack.wait_for(summaries, 120, "the backfill's summary alert")
+    assert f"{len(DAYS)} day(s), 2 rejected, 0 failed run(s)" in summary["title"]
+    assert GATE_REJECTED in summary["cause"] and SCHEMA_REJECTED in summary["cause"]
+    assert "ml-platform materialize --dataset synthetic" in summary["cause"]
+    rules = [body["ml_platform_alert"]["rule"] for body in webhook.received]
+    assert "day_rejected" not in rules and "rejected_streak" not in rules, rules

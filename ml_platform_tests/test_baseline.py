@@ -265,9 +265,8 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
     # The registry records the day as not registered with that reason, as the CLI prints it.
     registered = json.loads(noise.stored("registered_model", days[1], "json").read_text())
     assert registered["registered"] is False and registered["reason"] == stored["cause"]
-    assert (
-        cli.day_outcome(result, "synthetic")
-        == registered["outcome"]
-        == f"rejected: {stored['cause']}"
-    )
+    # A rejected candidate is an outcome of an accepted day, not a rejected day.
+    outcome, day_rejected = cli.day_outcome(result, "synthetic")
+    assert outcome == registered["outcome"] == f"rejected: {stored['cause']}"
+    assert day_rejected is False
     assert champion_state(noise) == before

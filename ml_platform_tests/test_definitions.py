@@ -114,13 +114,26 @@ def test_two_contracts_of_one_dataset_name_fail_naming_both_files(monkeypatch, t
         defs()
 
 
-def test_quality_gates_block_downstream_assets_and_schema_change_only_warns():
-    graph = defs().resolve_asset_graph()
-    checks = {key.name: graph.get_check_spec(key) for key in graph.asset_check_keys}
-    gates = {"raw_schema", *CHECKS}
-    assert gates <= set(checks)
-    assert all(checks[name].blocking for name in gates)
-    assert not checks["schema_change"].blocking
+def test_quality_gates_reject_days_as_verdicts_without_blocking_the_steps_after_them():
+    loaded = defs()
+    graph = loaded.resolve_asset_graph()
+    specs = [graph.get_check_spec(key) for key in graph.asset_check_keys]
+    gates = {"raw_schema", "delivery_accepted", "finite_weights", *CHECKS}
+    assert gates <= {spec.name for spec in specs}
+    # A gate that fails records the day's verdict, which the assets after it record in turn
+    # ("no accepted input"); a blocking check would fail their steps instead. Only the drift
+    # check of a contract that marks a feature blocking is one (to order the day's model).
+    assert [s.name for s in specs if s.blocking and s.name != "features_drift"] == []
+    assert not any(s.blocking for s in specs if s.name in gates | {"schema_change"})
+    datasets = {key.path[0] for key in graph.get_all_asset_keys()}
+    assert datasets
+    for dataset in datasets:
+        if not any(f.blocking for f in load_contract(dataset).drift.features.values()):
+            assert not any(s.blocking for s in specs if s.asset_key.path[0] == dataset)
+        # validated_data reads the day's delivery as an input, so a rejected delivery reaches
+        # it as a day without accepted input rather than as a missing file.
+        validated = loaded.get_assets_def(asset_key(dataset, "validated_data"))
+        assert validated.keys_by_input_name["raw_data"] == asset_key(dataset, "raw_data")
 
 
 @pytest.mark.parametrize("dataset", ["flights", "synthetic"])

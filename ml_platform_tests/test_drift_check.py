@@ -1,6 +1,7 @@
-"""The drift check in the graph: per partition, report stored, WARN by default, ERROR blocking,
-each feature calibrated by its day-to-day movement in the stored reference days; and the
-feature profile recorded on every features partition."""
+"""The drift check in the graph: per partition, report stored, failing at WARN; drift of a
+blocking feature recorded as the day's model verdict; each feature calibrated by its day-to-day
+movement in the stored reference days; and the feature profile recorded on every features
+partition."""
 
 import datetime as dt
 import json
@@ -124,16 +125,48 @@ def test_drift_check_runs_per_day_stores_its_report_and_warns_or_blocks(tmp_path
     )
     assert warned.asset_materializations_for_node(platform.node("model"))
 
-    # The day is redone with x2 shifted: x2 is blocking, so the check fails at ERROR and the
-    # day's model does not run.
+    [trained] = warned.asset_materializations_for_node(platform.node("model"))
+    assert trained.metadata["verdict"].value == "accepted"
+    model_file = Path(trained.metadata["path"].value)
+    model_bytes = model_file.read_bytes()
+
+    # The day is redone with x2 shifted: x2 is blocking, so the check fails (at WARN: it is a
+    # blocking check only so that the day's model waits for its report) and the day's model
+    # records the verdict "blocking drift" instead of training. The run succeeds, and the
+    # model the day had before is kept as it was.
     store_validated(platform, DAYS[3], Drift("x2", 1.0, dt.date.fromisoformat(DAYS[3])))
     blocked = run(platform, DAYS[3], ["features", "model"])
     check = drift_check(blocked)
-    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
-    assert "x2 is blocking" in check.description
-    assert not blocked.asset_materializations_for_node(platform.node("model"))
+    assert blocked.success
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.blocking and "x2 is blocking" in check.description
     report = json.loads(Path(check.metadata["report_json"].value).read_text())
     assert report["drifting_features"] == ["x2"]  # the rerun replaced the day's report
+    [model] = blocked.asset_materializations_for_node(platform.node("model"))
+    record = {name: entry.value for name, entry in model.metadata.items()}
+    assert record["verdict"] == "blocking drift"
+    assert record["blocking_drift"] == ["x2"]
+    assert "drifted on x2" in record["reason"] and "features_drift report" in record["reason"]
+    assert record["accepted"] is True  # the earlier model of the day is kept
+    assert record["kept_previous_version"] == str(model_file)
+    assert model_file.read_bytes() == model_bytes
+    assert not any(c.check_name == "finite_weights" for c in blocked.get_asset_check_evaluations())
+
+    # A day with no model before records the verdict as a tombstone: no model file at all.
+    fifth = days_from(DAYS[3], 2)[1]
+    # (x2 moved on DAYS[3], which the reference now holds: a larger shift is drift.)
+    store_validated(platform, fifth, Drift("x2", 4.0, dt.date.fromisoformat(fifth)))
+    first_blocked = run(platform, fifth, ["features", "model"])
+    assert first_blocked.success and not drift_check(first_blocked).passed
+    [model] = first_blocked.asset_materializations_for_node(platform.node("model"))
+    record = {name: entry.value for name, entry in model.metadata.items()}
+    assert (record["verdict"], record["accepted"], record["accepted_rows"]) == (
+        "blocking drift",
+        False,
+        0,
+    )
+    assert record["blocking_drift"] == ["x2"]
+    assert not platform.stored("model", fifth, "joblib").exists()
 
 
 def test_a_feature_that_moves_every_day_is_judged_by_its_usual_movement(tmp_path):

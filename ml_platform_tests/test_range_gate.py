@@ -151,18 +151,35 @@ def test_a_range_reaches_each_days_one_by_one_verdict_failures_and_ge_result(
     assert "flights_gate" in page and str(report.rows) in page
 
 
-def check_verdicts(result: dg.ExecuteInProcessResult) -> dict:
-    """Day -> check -> (passed, description, metadata but the run's own file links)."""
+def check_verdicts(result: dg.ExecuteInProcessResult, platform: Platform) -> dict:
+    """Day -> check -> (passed, description, metadata but the run's own file links).
+
+    A description's link to the run's quarantined parse names the lake and the run; both are
+    written as placeholders, so that two platforms' runs of a day compare equal.
+    """
     links = {"validation_result", "data_docs", "rejected_parse", "quarantine"}
     verdicts: dict[str, dict] = {}
     for check in result.get_asset_check_evaluations():
         metadata = {k: v for k, v in check.metadata.items() if k not in links}
+        description = (check.description or "").replace(str(platform.lake_dir), "<lake>")
         verdicts.setdefault(check.partition, {})[check.check_name] = (
             check.passed,
-            check.description,
+            description.replace(result.run_id, "<run>"),
             metadata,
         )
     return verdicts
+
+
+def recorded_days(result: dg.ExecuteInProcessResult, platform: Platform, asset: str) -> dict:
+    """Day -> what the run recorded of the day of `asset`: verdict, accepted, accepted rows."""
+    return {
+        m.partition: (
+            m.metadata["verdict"].value,
+            m.metadata["accepted"].value,
+            m.metadata["accepted_rows"].value,
+        )
+        for m in result.asset_materializations_for_node(platform.node(asset))
+    }
 
 
 def stored_results(platform: Platform, day: str) -> list[dict]:
@@ -194,16 +211,20 @@ def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(cont
     alone = Platform(contract, tmp_path / "alone")
     break_days(alone)
     one_by_one: dict[str, dict] = {}
+    records: dict[str, tuple] = {}
     for day in days:
         result = alone.materialize(day, selection=["raw_data", "validated_data"])
-        one_by_one.update(check_verdicts(result))
+        one_by_one.update(check_verdicts(result, alone))
+        records.update(recorded_days(result, alone, "validated_data"))
 
     together = Platform(contract, tmp_path / "together")
     break_days(together)
     result = materialize_range(together, days)
 
-    assert not result.success
-    in_range = check_verdicts(result)
+    # The rejected days are verdicts of their own, not failures: the range's run succeeds.
+    assert result.success
+    assert not any(e.event_type_value == "STEP_FAILURE" for e in result.all_events)
+    in_range = check_verdicts(result, together)
     failed = {d for d, checks in in_range.items() if not all(p for p, _, _ in checks.values())}
     assert failed == {days[1], days[3], days[5]}
     assert not in_range[days[1]][VALIDITY][0] and not in_range[days[3]][VOLUME][0]
@@ -213,8 +234,22 @@ def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(cont
         days[2],
         days[4],
     ]
+    # Each day's delivery check says whether it was accepted, and a rejected day's reason.
+    for day in days:
+        passed, description, _ = in_range[day]["delivery_accepted"]
+        assert passed == (day not in failed), day
+        if day in failed:
+            assert description.startswith(f"{day} was rejected (failed quality gate): ")
+            assert contract.landing.file_name(day) in description
+    assert "(gx_volume): the file holds 200 rows" in in_range[days[3]]["delivery_accepted"][1]
     assert in_range == one_by_one
-    # The good days are stored (a range is recorded once all its days pass), the others not.
+    # Every day is recorded with its verdict, the same as a run of that day alone.
+    in_range_records = recorded_days(result, together, "validated_data")
+    assert in_range_records == records
+    assert {d for d, (verdict, _, _) in in_range_records.items() if verdict != "accepted"} == failed
+    for day in failed:
+        assert in_range_records[day] == ("failed quality gate", False, 0)
+    # The good days are stored, the rejected ones not.
     for day in days:
         assert stored_results(together, day) == stored_results(alone, day), day
         assert together.stored("validated_data", day, "parquet").exists() == (day not in failed)

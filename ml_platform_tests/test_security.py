@@ -162,18 +162,31 @@ def test_raw_data_refuses_a_link_naming_file_partition_and_reason_and_reads_noth
     for day in ["2024-01-01", "2024-01-02"]:
         result = platform.materialize(day, selection=["raw_data"])
 
-        assert not result.success
-        [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-        message = failure.step_failure_data.user_failure_data.description
+        # A refused entry is the day's verdict, not a failure of the run.
+        assert result.success
         path = platform.landing_dir / f"synthetic_{day}.csv"
-        assert f"{path} (partition {day}) is refused: it is a symbolic link" in message
+        refused = f"{path} (partition {day}) is refused: it is a symbolic link"
+        [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "raw_schema"]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+        assert (check.partition, check.metadata["file"].value) == (day, f"synthetic_{day}.csv")
+        assert refused in (check.description or "")
+        [record] = result.asset_materializations_for_node(platform.node("raw_data"))
+        assert record.metadata["verdict"].value == "unreadable file"
+        assert record.metadata["accepted"].value is False
+        assert refused in record.metadata["reason"].value
         # Waiting does not turn a link into a file: no retry.
         logs = platform.instance.all_logs(result.run_id)
         assert not [
-            e for e in logs if e.dagster_event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY
+            e
+            for e in logs
+            if e.dagster_event_type
+            in (dg.DagsterEventType.STEP_UP_FOR_RETRY, dg.DagsterEventType.STEP_FAILURE)
         ]
         everything = "\n".join([*(str(e) for e in result.all_events), *(str(e) for e in logs)])
         assert str(path) in everything
         assert not [s for s in secrets if s in everything]
-    assert platform.materialized("raw_data") == set()
-    assert not platform.stored("raw_data", "2024-01-02", "parquet").exists()
+    # Both days are recorded as rejected, and nothing of the links' targets is stored.
+    assert platform.materialized("raw_data") == {"2024-01-01", "2024-01-02"}
+    assert not list((platform.lake_dir / "synthetic" / "raw_data").glob("*"))
+    stored = [p.read_bytes() for p in platform.lake_dir.rglob("*") if p.is_file()]
+    assert not [s for s in secrets for data in stored if s.encode() in data]

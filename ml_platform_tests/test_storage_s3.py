@@ -5,6 +5,8 @@ variable when its value is wrong, and the IO manager stores partitions through S
 directory.
 """
 
+from typing import Any
+
 import dagster as dg
 import pandas as pd
 import pytest
@@ -12,6 +14,7 @@ from dagster_aws.s3 import S3Resource
 
 from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import (
+    DailyInput,
     LakeIOManager,
     LakeStorage,
     LocalStorage,
@@ -148,8 +151,10 @@ def test_the_io_manager_stores_partitions_in_s3(s3_server, aws_env):
         metadata={"ml_platform/format": "json"},
         ins={"numbers": dg.AssetIn(["d", "numbers"])},
     )
-    def total(numbers: pd.DataFrame) -> dict:
-        return {"n": int(numbers["n"].sum())}
+    def total(context: dg.AssetExecutionContext, numbers: Any) -> dict:
+        # As the platform's assets do: a partitioned input is a `DailyInput`, read per day.
+        assert isinstance(numbers, DailyInput)
+        return {"n": int(numbers.for_day(context.partition_key)["n"].sum())}
 
     result = dg.materialize(
         [numbers, total],

@@ -280,8 +280,8 @@ def describe(report: DriftReport, contract: Contract) -> str:
         )
     blocking = [v.feature for v in report.drifting if v.blocking]
     stops = (
-        f" {', '.join(blocking)} {'is' if len(blocking) == 1 else 'are'} blocking: the model "
-        "and evaluation of this day do not run."
+        f" {', '.join(blocking)} {'is' if len(blocking) == 1 else 'are'} blocking: the day's "
+        "model is not trained (its day is recorded with the verdict 'blocking drift')."
         if blocking
         else ""
     )

@@ -262,7 +262,7 @@ def schema_change_result(
             check_name=SCHEMA_CHANGE_CHECK,
             passed=True,
             severity=dg.AssetCheckSeverity.WARN,
-            description=f"{where}: no materialised {previous_day} to compare with.",
+            description=f"{where}: no accepted delivery of {previous_day} to compare with.",
         )
     before = {c.name: c.type for c in previous.columns}
     now = {c.name: c.type for c in current.columns}

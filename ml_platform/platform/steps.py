@@ -233,8 +233,12 @@ def check_fields(result: dg.AssetCheckResult) -> dict[str, Any]:
 
 
 def verdict_fields(check_name: str, day: str, record: DayRecord) -> dict[str, Any]:
-    """An ERROR check that says whether the day was accepted, and why not."""
-    if record.accepted and record.verdict in (ACCEPTED, UNCHANGED):
+    """An ERROR check that says whether the day's delivery was accepted, and why not.
+
+    It passes only for an accepted day: a day that kept its earlier accepted version (its own
+    verdict, or `unchanged` after a rejection before it) fails it with the reason.
+    """
+    if record.verdict == ACCEPTED:
         description = f"{day} was accepted ({record.accepted_rows} rows)."
     elif record.accepted:
         description = (
@@ -245,7 +249,7 @@ def verdict_fields(check_name: str, day: str, record: DayRecord) -> dict[str, An
         description = f"{day} was rejected ({record.verdict}): {record.reason}"
     return {
         "check_name": check_name,
-        "passed": record.verdict in (ACCEPTED, UNCHANGED),
+        "passed": record.verdict == ACCEPTED,
         "severity": dg.AssetCheckSeverity.ERROR,
         "description": description,
         "metadata": {"verdict": record.verdict, "accepted": record.accepted},
@@ -310,13 +314,26 @@ def each_day(
         rejected = {"verdict": verdict, "reason": reason, "accepted": False, "accepted_rows": 0}
         return {**extra, **rejected}
 
-    def unchanged_inputs(day: str) -> bool:
+    def unchanged_because(day: str) -> str | None:
+        """Why the day is recorded unchanged, or None when it must be computed.
+
+        Unchanged when the day keeps an accepted version and every input's day kept its own in
+        this run (a rejected re-delivery upstream): the reason names that rejection.
+        """
         if not upstream or not kept(day):
-            return False
-        records = [by_day.get(day) for by_day in upstream.values()]
-        return all(r is not None and r.accepted and r.verdict != ACCEPTED for r in records) and len(
-            records
-        ) == len(daily_inputs)
+            return None
+        records = {name: by_day.get(day) for name, by_day in upstream.items()}
+        if len(records) != len(daily_inputs) or not all(
+            r is not None and r.accepted and r.verdict != ACCEPTED for r in records.values()
+        ):
+            return None
+        for name, record in records.items():
+            assert record is not None
+            if record.verdict != UNCHANGED:
+                key = daily_inputs[name].asset_key
+                where = key.to_user_string() if key is not None else name
+                return f"{where} {day} rejected a re-delivery ({record.verdict}): {record.reason}"
+        return next(r.reason for r in records.values() if r is not None)
 
     def no_accepted_input(name: str, day: str, exc: MissingPartitionError) -> DataVerdict:
         key = daily_inputs[name].asset_key
@@ -334,14 +351,15 @@ def each_day(
         )
 
     def compute_day(day: str) -> DayOutcome:
-        if unchanged_inputs(day):
+        because = unchanged_because(day)
+        if because is not None:
             before = previous[day]
             return DayOutcome(
                 day,
                 [],
                 metadata={
                     "verdict": UNCHANGED,
-                    "reason": "its inputs kept their accepted version, so it keeps its own",
+                    "reason": because,
                     "accepted": True,
                     "accepted_rows": before.accepted_rows or 0,
                 },

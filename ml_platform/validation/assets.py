@@ -22,6 +22,7 @@ from ml_platform.platform.steps import (
     daily_backfill_policy,
     daily_check_spec,
     each_day,
+    previous_day_input,
 )
 from ml_platform.platform.storage import (
     FORMAT_KEY,
@@ -222,7 +223,13 @@ def build_validated_data(
         group_name=dataset_name(contract.name, "validation"),
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
-        ins={"raw_data": dg.AssetIn(asset_key(contract.name, "raw_data"))},
+        ins={
+            "raw_data": dg.AssetIn(asset_key(contract.name, "raw_data")),
+            # A day is judged against the accepted days before it (the history gate): the day
+            # before must be judged first, so a backfill's chunks run in day order, whatever
+            # their size, and a day's verdict does not depend on how the range was split.
+            "prev": previous_day_input(asset_key(contract.name, "validated_data")),
+        },
         check_specs=[
             daily_check_spec(
                 name,
