@@ -38,9 +38,7 @@ def test_the_table_lists_every_data_verdict_and_nothing_else_as_one():
     kinds = {row[2] for row in table_rows()}
     assert {"data verdict", "software failure"} <= kinds
     # Software failures record nothing: the step fails.
-    assert all(
-        row[3].startswith("none") for row in table_rows() if row[2].startswith("software")
-    )
+    assert all(row[3].startswith("none") for row in table_rows() if row[2].startswith("software"))
 
 
 def latest(platform: Platform, asset: str, day: str) -> dict:
@@ -87,9 +85,7 @@ def test_a_rejected_delivery_is_recorded_and_flows_down_as_no_accepted_input(tmp
     spoil(platform)
     result = platform.materialize(DAY)
     assert result.success, "a data verdict never fails a run"
-    assert not any(
-        e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY for e in result.all_events
-    )
+    assert not any(e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY for e in result.all_events)
     record = assert_rejected(platform, asset, DAY, verdict, "parquet")
     assert f"synthetic_{DAY}.csv" in record["reason"]
     # Every asset after it records the day as having no accepted input, naming where and why.
