@@ -64,7 +64,9 @@ def dataset_definitions(
         )
     ]
     full_days = contract.training.full_window_days
-    # The weekly full retrain: a longer window, judged against the champion by the same rules.
+    # The weekly full retrain: a longer window, its candidate judged alone like the daily one.
+    # It registers nothing itself: registered_model, the one step that moves the champion,
+    # takes it on the next day's registration, before that day's own candidate.
     full_retrain = [
         build_model(contract, partitions, name="full_model", window_days=full_days),
         build_evaluation_report(
@@ -73,15 +75,6 @@ def dataset_definitions(
             name="full_evaluation_report",
             model_name="full_model",
             window_days=full_days,
-            kind="full",
-            registered_name="registered_full_model",
-        ),
-        build_registered_model(
-            contract,
-            partitions,
-            name="registered_full_model",
-            model_name="full_model",
-            evaluation_name="full_evaluation_report",
             kind="full",
         ),
     ]

@@ -86,8 +86,14 @@ def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path):
             json.loads(p.stored("evaluation_report", day, "json").read_text())
             for p in (in_range, by_day)
         ]
-        for key in ("decision", "champion_version", "metrics", "window"):
+        for key in ("decision", "metrics", "window"):
             assert reports[0][key] == reports[1][key], (day, key)
+        registered = [
+            json.loads(p.stored("registered_model", day, "json").read_text())
+            for p in (in_range, by_day)
+        ]
+        for key in ("decision", "champion_met", "champion_after", "improvements"):
+            assert registered[0].get(key) == registered[1].get(key), (day, key)
         # The range reads its earlier days once as references of its later ones and counts
         # their categories once: each day's drift report is still that of its own run.
         drift = [
@@ -116,7 +122,7 @@ def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path):
     assert set(evaluations(in_range, "features", "features_drift")) == set(DAYS)
 
 
-def test_a_bad_day_fails_the_range_naming_it_and_keeps_its_good_version(tmp_path):
+def test_a_bad_delivery_is_the_days_verdict_and_keeps_its_good_version(tmp_path):
     contract = contract_with(tmp_path, "synthetic")
     platform = Platform(contract, tmp_path / "platform")
     platform.land(DAYS[0], len(DAYS))
@@ -126,21 +132,24 @@ def test_a_bad_day_fails_the_range_naming_it_and_keeps_its_good_version(tmp_path
 
     result = materialize_range(platform, DAYS[0], DAYS[-1])
 
-    assert not result.success
-    message = result.get_step_failure_events()[0].event_specific_data.error.to_string()
-    assert "validated_data: 1 of 3 days failed" in message
-    assert f"synthetic_{DAYS[1]}.csv (partition {DAYS[1]}) failed the quality gate" in message
-    # The bad day keeps its good version; the other days were computed and stored.
-    assert platform.stored("validated_data", DAYS[1], "parquet").read_bytes() == good
-    for day in (DAYS[0], *DAYS[2:]):
-        assert platform.stored("validated_data", day, "parquet").is_file()
+    # A rejected delivery is an outcome of its day: the range succeeds, the day's gate fails.
+    assert result.success
     assert evaluations(platform, "validated_data", "gx_validity") == {
         DAYS[0]: True,
         DAYS[1]: False,
         DAYS[2]: True,
     }
-    # Nothing downstream ran on a range that holds a bad day.
-    assert platform.materialized("features") == set()
+    # The bad day keeps its good version, and every asset after it went on with it.
+    assert platform.stored("validated_data", DAYS[1], "parquet").read_bytes() == good
+    [record] = [
+        m
+        for m in result.asset_materializations_for_node(platform.node("validated_data"))
+        if m.partition == DAYS[1]
+    ]
+    assert record.metadata["accepted"].value is True
+    assert "kept_previous_version" in record.metadata
+    for asset in DAILY_ASSETS:
+        assert platform.materialized(asset) == set(DAYS), asset
 
 
 def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(tmp_path):
@@ -171,25 +180,26 @@ def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(
 def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):
     contract = contract_with(tmp_path, "synthetic")
     platform = Platform(contract, tmp_path / "platform")
-    platform.land(DAYS[0], 2)
+    platform.land(DAYS[0], 3)
     ingestion = ["raw_data", "validated_data", "features"]
-    assert materialize_range(platform, DAYS[0], DAYS[1], ingestion).success
+    assert materialize_range(platform, DAYS[0], DAYS[2], ingestion).success
+    assert materialize_range(platform, DAYS[0], DAYS[1], ["model"]).success
 
-    # The models of the three days: the third day's features do not exist.
-    result = materialize_range(platform, DAYS[0], DAYS[2], ["model"])
+    # The evaluations of the three days: the third day's model was never materialised, which
+    # is no verdict about the data but a failure of that day.
+    result = materialize_range(platform, DAYS[0], DAYS[2], ["evaluation_report"])
 
     assert not result.success
     message = result.get_step_failure_events()[0].event_specific_data.error.to_string()
-    assert "model: 1 of 3 days failed" in message
-    assert f"features partition {DAYS[2]} is not in storage" in message
+    assert "evaluation_report: 1 of 3 days failed" in message
+    assert f"model partition {DAYS[2]} is not in storage" in message
     for day in DAYS[:2]:
-        assert platform.stored("model", day, "joblib").is_file()
+        assert platform.stored("evaluation_report", day, "json").is_file()
 
 
-def test_a_day_evaluated_before_the_day_before_is_registered_meets_the_champion_it_left(tmp_path):
-    # A backfill's runs: the evaluation runs chunk after chunk, then the registry and the
-    # champion's monitoring take the evaluated range, here in one run of both
-    # (ml_platform/platform/steps.py lists the waves).
+def test_evaluations_in_any_order_then_the_chain_reach_the_one_by_one_verdicts(tmp_path):
+    # A backfill's runs: the evaluation's chunks run side by side in any order (here the later
+    # chunk first), then the registry and the champion's monitoring take the evaluated range.
     contract = contract_with(tmp_path, "synthetic")
     by_day = Platform(contract, tmp_path / "by_day")
     chunked = Platform(contract, tmp_path / "chunked")
@@ -199,29 +209,30 @@ def test_a_day_evaluated_before_the_day_before_is_registered_meets_the_champion_
         assert by_day.materialize(day, selection=DAILY_ASSETS).success
     upstream = ALL_ASSETS
 
-    assert materialize_range(chunked, DAYS[0], DAYS[1], upstream).success
+    assert materialize_range(chunked, DAYS[0], DAYS[1], upstream[:4]).success
     assert materialize_range(chunked, DAYS[2], DAYS[2], upstream).success
+    assert materialize_range(chunked, DAYS[0], DAYS[1], upstream[4:]).success
     assert not (chunked.lake_dir / "synthetic/registry").exists()
     chain = ["registered_model", "champion_performance"]
     assert materialize_range(chunked, DAYS[0], DAYS[2], chain).success
 
-    reports = {
-        p: [json.loads(p.stored("evaluation_report", day, "json").read_text()) for day in DAYS]
+    fields = ("decision", "champion_met", "champion_before", "champion_after", "improvements")
+    registered = {
+        p: [json.loads(p.stored("registered_model", day, "json").read_text()) for day in DAYS]
         for p in (by_day, chunked)
     }
-    fields = ("decision", "champion_version", "champion_after", "champion_metrics")
-    assert [[r[f] for f in fields] for r in reports[chunked]] == [
-        [r[f] for f in fields] for r in reports[by_day]
+    assert [[r[f] for f in fields] for r in registered[chunked]] == [
+        [r[f] for f in fields] for r in registered[by_day]
     ]
-    # The third day met a champion promoted by the second day, before it was registered.
-    assert reports[chunked][2]["champion_version"] == reports[chunked][1]["champion_after"]
-    assert reports[chunked][1]["decision"] == "promote"
+    # Each day met the champion the day before left.
+    for before, after in zip(registered[chunked], registered[chunked][1:], strict=False):
+        assert after["champion_met"] == before["champion_after"]
     history = [
         json.loads((p.lake_dir / "synthetic/registry/alias_history.json").read_text())
         for p in (chunked, by_day)
     ]
-    assert [(h["alias"], h["version"]) for h in history[0]] == [
-        (h["alias"], h["version"]) for h in history[1]
+    assert [(h["alias"], h["version"], h["partition"]) for h in history[0]] == [
+        (h["alias"], h["version"], h["partition"]) for h in history[1]
     ]
     # The monitoring of each day scored the same serving champion as one by one.
     monitoring = [

@@ -32,7 +32,10 @@ from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 pytestmark = pytest.mark.slow
 
 GOOD = days_from("2024-01-01", 2)
-CHANGED = days_from("2024-01-03", 3)
+# The changed days, and a day between them whose delivery fails the quality gate.
+CHANGED_AND_REJECTED = days_from("2024-01-03", 4)
+REJECTED = CHANGED_AND_REJECTED[1]
+CHANGED = [day for day in CHANGED_AND_REJECTED if day != REJECTED]
 
 
 def land_changed_relation(platform: Platform, days: list[str]) -> None:
@@ -53,28 +56,41 @@ def record(platform: Platform, day: str) -> dict:
     return json.loads(platform.stored(CHAMPION_PERFORMANCE, day, "json").read_text())
 
 
+def serving(platform: Platform, day: str) -> str | None:
+    """The champion the registrations before `day` left, from registered_model's records."""
+    registered = sorted(
+        path
+        for path in (platform.lake_dir / "synthetic" / "registered_model").glob("*.json")
+        if path.stem < day
+    )
+    return json.loads(registered[-1].read_text())["champion_after"] if registered else None
+
+
 def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tmp_path):
     contract = contract_with(tmp_path, "synthetic", window_days=7)
     platform = Platform(contract, tmp_path / "platform")
     platform.land(GOOD[0], len(GOOD))
     land_changed_relation(platform, CHANGED)
+    platform.land(REJECTED, 1, fault="out_of_range")
 
     # Good days, one run per day as the sensor runs them.
     for day in GOOD:
         assert platform.materialize(day).success, day
     # The changed days in one run, as a backfill runs them.
-    result = materialize_range(platform, CHANGED[0], CHANGED[-1])
+    result = materialize_range(platform, CHANGED_AND_REJECTED[0], CHANGED_AND_REJECTED[-1])
     assert result.success
 
     days = GOOD + CHANGED
-    assert platform.materialized(CHAMPION_PERFORMANCE) == set(days)
+    assert platform.materialized(CHAMPION_PERFORMANCE) == set(days) | {REJECTED}
+    # The rejected day is a tombstone down to the monitoring: no record in the lake.
+    assert not platform.stored(CHAMPION_PERFORMANCE, REJECTED, "json").exists()
     first = record(platform, GOOD[0])
     assert first["status"] == NO_CHAMPION and first["champion_version"] is None
     for day in days[1:]:
-        report = json.loads(platform.stored("evaluation_report", day, "json").read_text())
         scored = record(platform, day)
         assert scored["status"] == SCORED, day
-        assert scored["champion_version"] == report["champion_version"], day
+        # The serving champion: what the registrations of the days before left.
+        assert scored["champion_version"] == serving(platform, day), day
         assert scored["champion_version"] is not None, day
         assert scored["labelled_rows"] == 1000, day
         assert set(scored["metrics"]) == {"mae", "rmse", "r2"}, day
@@ -99,7 +115,7 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
         ).records
         if r.asset_materialization is not None
     }
-    assert set(plotted) == set(days)
+    assert set(plotted) == set(days) | {REJECTED}
     assert "champion_rmse" not in plotted[GOOD[0]]
     for day in days[1:]:
         for metric in ("mae", "rmse", "r2"):
@@ -108,6 +124,7 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
             ), (day, metric)
         assert plotted[day]["champion_version"].value == record(platform, day)["champion_version"]
 
+    # The tombstoned day neither counts nor breaks the streak: the third scored bad day warns.
     decay = evaluations(platform, CHAMPION_PERFORMANCE, DECAY_CHECK)
     assert decay == {
         GOOD[0]: True,
@@ -184,8 +201,18 @@ def test_decay_needs_decay_days_missed_in_a_row_and_a_gap_breaks_the_streak(synt
     # Two days in a row are not decay yet.
     two = decay_check(synthetic, today, {**missed, "2024-01-08": scored_record("2024-01-08", 0.5)})
     assert two.passed and two.metadata["streak_days"].value == 2
-    # A day never stored, or without a champion, breaks the streak.
+    # A day without a record (a tombstone: its data was rejected) is skipped, not a break.
+    gap = {"2024-01-09": missed["2024-01-09"], "2024-01-06": scored_record("2024-01-06", 2.5)}
+    skipped = decay_check(synthetic, today, gap)
+    assert not skipped.passed
+    assert (skipped.metadata["days"].value) == "2024-01-06, 2024-01-09, 2024-01-10"
     assert decay_check(synthetic, today, {"2024-01-09": missed["2024-01-09"]}).passed
+    # ...within a bounded look-back: 4 times decay_days.
+    far = {"2024-01-09": missed["2024-01-09"], "2023-12-28": scored_record("2023-12-28", 2.5)}
+    assert decay_check(synthetic, today, far).passed
+    nearer = {"2024-01-09": missed["2024-01-09"], "2023-12-29": scored_record("2023-12-29", 2.5)}
+    assert not decay_check(synthetic, today, nearer).passed
+    # A day without a champion breaks the streak.
     no_champion = {**scored_record("2024-01-08", 2.5), "status": NO_CHAMPION}
     assert decay_check(synthetic, today, {**missed, "2024-01-08": no_champion}).passed
     # A good day today passes whatever came before.

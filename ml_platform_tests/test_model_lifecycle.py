@@ -52,6 +52,9 @@ from pathlib import Path
 from ml_platform.contracts import load_contract
 from ml_platform_tests.conftest import Platform
 platform = Platform(load_contract(sys.argv[1]), Path(sys.argv[2]))
+# This process's instance records the window's days first: a model reads accepted days only.
+for day in sys.argv[4:]:
+    assert platform.materialize(day, selection=["raw_data", "validated_data", "features"]).success
 result = platform.materialize(sys.argv[3], selection=["model"])
 sys.exit(0 if result.success else 1)
 """
@@ -91,7 +94,7 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
 
     checkpoint = killed.lake_dir / "synthetic" / "checkpoints" / "model" / f"{DAYS[2]}.joblib"
     proc = subprocess.Popen(
-        [sys.executable, "-c", KILL_SCRIPT, str(path), str(tmp_path / "killed"), DAYS[2]],
+        [sys.executable, "-c", KILL_SCRIPT, str(path), str(tmp_path / "killed"), DAYS[2], *DAYS],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
@@ -178,6 +181,8 @@ def test_a_worse_candidate_stays_challenger_and_a_better_one_is_promoted(tmp_pat
         ),
         tmp_path / "lake",
     )
+    # One lake, one instance: each trainer's runs read the records of the other's days.
+    weak.instance = good.instance
     good.land(DAYS[0], 3)
     registry = registry_of(good)
 
@@ -187,9 +192,16 @@ def test_a_worse_candidate_stays_challenger_and_a_better_one_is_promoted(tmp_pat
     assert registry.alias("champion") == f"daily-{DAYS[1]}"
     worse = weak.materialize(DAYS[2])
     assert worse.success
+    # The evaluation finds the weak candidate eligible; the registry, scoring the champion on
+    # the same held-out rows, keeps the champion.
     report = worse.asset_materializations_for_node(weak.node("evaluation_report"))[0].metadata
-    assert report["decision"].value == "challenger"
-    assert report["rmse"].value > report["champion_rmse"].value
+    assert report["decision"].value == "eligible"
+    registered = worse.asset_materializations_for_node(weak.node("registered_model"))[0].metadata
+    assert registered["decision"].value == "challenger"
+    assert registered["outcome"].value == "kept champion (challenger)"
+    assert registered["champion_met"].value == f"daily-{DAYS[1]}"
+    assert report["rmse"].value > registered["champion_rmse"].value
+    assert registered["improvement_rmse_high"].value < 0
     assert registry.alias("champion") == f"daily-{DAYS[1]}"
     assert registry.alias("challenger") == f"daily-{DAYS[2]}"
     moves = [(h["alias"], h["version"]) for h in registry.history()]
@@ -257,11 +269,12 @@ def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch,
     platform.land(DAYS[0], 2)
     for day in DAYS[:2]:
         assert platform.materialize(day).success
-    # The second day's candidate was judged against the first day's champion and the trivial
-    # baseline on the same held-out rows.
+    # The second day's candidate was judged against the trivial baseline by its evaluation,
+    # then against the first day's champion on the same held-out rows by the registry.
     report = json.loads(platform.stored("evaluation_report", DAYS[1], "json").read_text())
-    assert report["champion_version"] == f"daily-{DAYS[0]}"
-    assert "rmse" in report["improvements"]
+    registered = json.loads(platform.stored("registered_model", DAYS[1], "json").read_text())
+    assert registered["champion_met"] == f"daily-{DAYS[0]}"
+    assert "rmse" in registered["improvements"]
     assert report["baseline"]["strategy"] == "mean" and report["baseline"]["beats"]
     assert report["baseline"]["metrics"]["rmse"] > report["metrics"]["rmse"]
     registry = registry_of(platform)

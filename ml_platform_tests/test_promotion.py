@@ -23,8 +23,8 @@ from ml_platform.evaluation.metrics import (
     score_predictions,
 )
 from ml_platform.ingestion.flights import flights_for_day
-from ml_platform.platform.storage import LakeIOManager, LocalStorage
-from ml_platform.registry.assets import rejected_in_a_row
+from ml_platform.platform.storage import LocalStorage
+from ml_platform.registry.assets import outcome_line, rejected_in_a_row
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.model import TrainedModel, train_model
 from ml_platform_tests.conftest import Platform, days_from
@@ -217,6 +217,8 @@ def champion_state(platform: Platform) -> tuple[str | None, bytes, bytes]:
 def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_path):
     normal = Platform(synthetic_contract(tmp_path, "normal"), tmp_path / "root")
     strict = Platform(synthetic_contract(tmp_path, "strict", **UNREACHABLE), tmp_path / "root")
+    # One lake, one instance: the strict run reads the records of the normal one's days.
+    strict.instance = normal.instance
     normal.land(DAYS[0], 2)
     first = normal.materialize(DAYS[0])
     assert first.success
@@ -230,31 +232,67 @@ def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_pat
     assert not checks["promotion_verdict"].passed
     assert checks["promotion_verdict"].severity == dg.AssetCheckSeverity.WARN
     assert checks["rejection_streak"].passed  # one rejection in a row
-    # The report carries the improvement over the champion and its paired interval.
-    report = result.asset_materializations_for_node(strict.node("evaluation_report"))[0].metadata
-    gain, low, high = (report[f"improvement_rmse{end}"].value for end in ("", "_low", "_high"))
-    assert gain == pytest.approx(report["champion_rmse"].value - report["rmse"].value)
-    assert low <= gain <= high
+    # The evaluation judged the candidate alone: no champion, no registry read.
     stored = json.loads(strict.stored("evaluation_report", DAYS[1], "json").read_text())
-    assert stored["improvements"]["rmse"] == {
+    assert stored["decision"] == "reject" and stored["version"] == f"daily-{DAYS[1]}"
+    assert not {"champion_version", "champion_metrics", "improvements"} & set(stored)
+    assert "champion" not in stored["report_markdown"]
+    registered = json.loads(strict.stored("registered_model", DAYS[1], "json").read_text())
+    assert registered["registered"] is False and registered["version"] is None
+    assert re.fullmatch(r"r2 0\.\d{4} misses the bound \(at least 0\.9999\)", registered["reason"])
+    assert registered["outcome"] == f"rejected: {registered['reason']}"
+    # The registry met the champion and left it in place, without scoring a rejected model.
+    assert registered["champion_met"] == registered["champion_after"] == before[0]
+    assert "improvements" not in registered
+    assert strict.materialized("registered_model") == {DAYS[0], DAYS[1]}
+    assert champion_state(strict) == before
+
+
+def test_an_eligible_day_is_judged_against_the_champion_by_the_registry(tmp_path):
+    platform = Platform(synthetic_contract(tmp_path, "normal"), tmp_path / "root")
+    platform.land(DAYS[0], 2)
+    assert platform.materialize(DAYS[0]).success
+
+    result = platform.materialize(DAYS[1])
+
+    assert result.success
+    report = json.loads(platform.stored("evaluation_report", DAYS[1], "json").read_text())
+    assert report["decision"] == "eligible"
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert checks["promotion_verdict"].passed
+    assert (checks["promotion_verdict"].description or "").startswith(
+        "eligible: meets the value thresholds and beats the trivial baseline."
+    )
+    # registered_model scored the champion on the candidate's held-out rows, paired.
+    metadata = result.asset_materializations_for_node(platform.node("registered_model"))[0].metadata
+    gain, low, high = (metadata[f"improvement_rmse{end}"].value for end in ("", "_low", "_high"))
+    assert gain == pytest.approx(metadata["champion_rmse"].value - report["metrics"]["rmse"])
+    assert low <= gain <= high
+    assert metadata["champion_met"].value == f"daily-{DAYS[0]}"
+    registered = json.loads(platform.stored("registered_model", DAYS[1], "json").read_text())
+    assert registered["improvements"]["rmse"] == {
         "improvement": gain,
         "low": low,
         "high": high,
         "threshold": 0.0,
     }
-    assert "| rmse | " in stored["report_markdown"]
-    assert f"{gain:+.4f} ({low:+.4f} – {high:+.4f}) |" in stored["report_markdown"]
-    registered = json.loads(strict.stored("registered_model", DAYS[1], "json").read_text())
-    assert registered["registered"] is False and registered["version"] is None
-    assert re.fullmatch(r"r2 0\.\d{4} misses the bound \(at least 0\.9999\)", registered["reason"])
-    assert registered["outcome"] == f"rejected: {registered['reason']}"
-    assert strict.materialized("registered_model") == {DAYS[1]}
-    assert champion_state(strict) == before
+    assert registered["metrics"] == report["metrics"]
+    assert registered["decision"] == ("promote" if low > 0.0 else "challenger")
+    assert registered["outcome"] == outcome_line(registered["decision"], registered["reason"])
+    assert registered["champion_before"] == f"daily-{DAYS[0]}"
+    assert registered["champion_after"] == (
+        f"daily-{DAYS[1]}" if registered["decision"] == "promote" else f"daily-{DAYS[0]}"
+    )
+    markdown = registered["comparison_markdown"]
+    assert f"| rmse | {report['metrics']['rmse']:.4f} " in markdown
+    assert f"{gain:+.4f} ({low:+.4f} – {high:+.4f}) |" in markdown
 
 
 def test_a_rejected_range_succeeds_keeps_the_champion_and_warns_on_the_third_day(tmp_path):
     normal = Platform(synthetic_contract(tmp_path, "normal"), tmp_path / "root")
     strict = Platform(synthetic_contract(tmp_path, "strict", **UNREACHABLE), tmp_path / "root")
+    # One lake, one instance: the strict run reads the records of the normal one's days.
+    strict.instance = normal.instance
     normal.land(DAYS[0], 4)
     assert normal.materialize(DAYS[0]).success
     before = champion_state(normal)
@@ -262,11 +300,16 @@ def test_a_rejected_range_succeeds_keeps_the_champion_and_warns_on_the_third_day
     result = materialize_range(strict, DAYS[1], DAYS[3])
 
     assert result.success
-    assert evaluations(strict, "evaluation_report", "promotion_verdict") == {
-        day: False for day in DAYS[1:]
-    }
+    assert (
+        evaluations(strict, "evaluation_report", "promotion_verdict")
+        == {
+            DAYS[0]: True,  # the normal contract's first day
+            **{day: False for day in DAYS[1:]},
+        }
+    )
     # The third rejection in a row (the contract's default rejection_streak) warns.
     assert evaluations(strict, "registered_model", "rejection_streak") == {
+        DAYS[0]: True,
         DAYS[1]: True,
         DAYS[2]: True,
         DAYS[3]: False,
@@ -301,40 +344,35 @@ def test_the_rejection_streak_fails_on_the_nth_rejected_day_of_one_day_runs(tmp_
     assert streaks[1].metadata["rejected_in_a_row"].value == 2
 
 
-def test_a_day_whose_evaluation_is_missing_or_accepted_ends_the_streak(tmp_path):
-    store = LakeIOManager(storage=LocalStorage(base_dir=str(tmp_path)))
-    key = dg.AssetKey(["synthetic", "evaluation_report"])
+def test_a_tombstoned_day_neither_counts_nor_ends_the_streak_and_an_accepted_one_ends_it():
     decisions = {
         "2024-01-01": "reject",
         "2024-01-02": "reject",
-        # 2024-01-03 never evaluated
+        # 2024-01-03 a tombstone: its data was rejected, nothing registered
         "2024-01-04": "reject",
         "2024-01-05": "challenger",
         "2024-01-06": "reject",
         "2024-01-07": "reject",
+        "2024-01-09": "promote",
     }
-    for day, decision in decisions.items():
-        store.store_partition(key, day, "json", {"decision": decision})
 
-    assert rejected_in_a_row(store, key, "2024-01-02", "reject", 3) == ["2024-01-01", "2024-01-02"]
-    assert rejected_in_a_row(store, key, "2024-01-04", "reject", 3) == ["2024-01-04"]
-    assert rejected_in_a_row(store, key, "2024-01-07", "reject", 3) == ["2024-01-06", "2024-01-07"]
-    assert rejected_in_a_row(store, key, "2024-01-08", "reject", 3) == [
-        "2024-01-06",
-        "2024-01-07",
-        "2024-01-08",
-    ]
-    assert rejected_in_a_row(store, key, "2024-01-08", "challenger", 3) == []
-    # The weekly retrain's previous evaluation is a week before.
-    assert rejected_in_a_row(store, key, "2024-01-08", "reject", 3, cadence_days=7) == [
-        "2024-01-01",
-        "2024-01-08",
-    ]
+    def streak(day: str, decision: str = "reject", limit: int = 3) -> list[str]:
+        return rejected_in_a_row(decisions.get, day, decision, limit)
+
+    assert streak("2024-01-02") == ["2024-01-01", "2024-01-02"]
+    assert streak("2024-01-04") == ["2024-01-01", "2024-01-02", "2024-01-04"]
+    assert streak("2024-01-04", limit=5) == ["2024-01-01", "2024-01-02", "2024-01-04"]
+    assert streak("2024-01-07") == ["2024-01-06", "2024-01-07"]
+    assert streak("2024-01-08") == ["2024-01-06", "2024-01-07", "2024-01-08"]
+    assert streak("2024-01-08", "challenger") == []
+    assert streak("2024-01-10") == ["2024-01-10"]
+    # The look-back is bounded: 4 times the limit in days, tombstones included.
+    far = {"2024-01-01": "reject"}
+    assert rejected_in_a_row(far.get, "2024-01-13", "reject", 3) == ["2024-01-01", "2024-01-13"]
+    assert rejected_in_a_row(far.get, "2024-01-14", "reject", 3) == ["2024-01-14"]
 
 
-def test_materialize_prints_what_each_day_did_and_fails_only_on_a_real_failure(
-    tmp_path, monkeypatch, capsys
-):
+def test_materialize_prints_what_each_day_did_to_the_registry(tmp_path, monkeypatch, capsys):
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -372,16 +410,44 @@ def test_materialize_prints_what_each_day_did_and_fails_only_on_a_real_failure(
         rf"\[1/1\] {DAYS[1]} kept champion \(challenger\) \(\d+\.\ds, run \w{{8}}\)\n", out
     )
 
-    # A rejection, then a day with no landed file: a real failure, with its error and exit 1.
-    code, out, err = materialize("strict", DAYS[2], days=2)
-    assert code == 1
+    # A rejected candidate is an outcome of an accepted day: the run succeeds, exit 0.
+    code, out, err = materialize("strict", DAYS[2])
+    assert (code, err) == (0, "")
     assert re.fullmatch(
-        rf"\[1/2\] {DAYS[2]} rejected: r2 0\.\d{{4}} misses the bound \(at least 0\.9999\) "
+        rf"\[1/1\] {DAYS[2]} rejected: r2 0\.\d{{4}} misses the bound \(at least 0\.9999\) "
         r"\(\d+\.\ds, run \w{8}\)\n",
         out,
     )
-    expected = tmp_path / "landing" / f"synthetic_{DAYS[3]}.csv"
-    assert f"[2/2] {DAYS[3]} FAILED in " in err
-    assert f"raw_data: No landed file for partition {DAYS[3]}: expected {expected}" in err
-    assert err.endswith(f"1 of 2 day(s) failed: {DAYS[3]}\n")
-    assert "Traceback" not in out + err
+
+
+def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
+    # Any eligible candidate clears a change threshold this tolerant: each day promotes.
+    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
+    platform = Platform(tolerant, tmp_path / "root")
+    platform.land(DAYS[0], 2)
+    for day in DAYS[:2]:
+        assert platform.materialize(day).success
+    registry = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "synthetic")
+    assert registry.alias("champion") == f"daily-{DAYS[1]}"
+    history = registry.history()
+
+    # The first day re-landed (here: run again) is retrained after a later day's promotion.
+    result = platform.materialize(DAYS[0])
+
+    assert result.success
+    registered = json.loads(platform.stored("registered_model", DAYS[0], "json").read_text())
+    assert registered["decision"] == "superseded" and registered["registered"] is False
+    assert registered["outcome"] == (
+        f"not promoted: the champion daily-{DAYS[1]} is a later day's model than "
+        f"daily-{DAYS[0]}, and an alias never moves back to an older day's model"
+    )
+    metadata = result.asset_materializations_for_node(platform.node("registered_model"))[0].metadata
+    assert metadata["outcome"].value == registered["outcome"]
+    assert metadata["version"].value == "none: not promoted, a later day's model is champion"
+    assert registry.alias("champion") == registered["champion_after"] == f"daily-{DAYS[1]}"
+    assert registry.history() == history
+    # The serving champion of the second day is still the one the first day left.
+    monitored = json.loads(platform.stored("champion_performance", DAYS[1], "json").read_text())
+    assert monitored["champion_version"] == f"daily-{DAYS[0]}"
+    assert registry.champion_before(DAYS[1]) == f"daily-{DAYS[0]}"
+    assert registry.champion_before(DAYS[0]) is None

@@ -13,7 +13,7 @@ from pydantic import PrivateAttr
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
 from ml_platform.platform.storage import LakeStorage, LocalStorage, S3Storage
-from ml_platform.registry.store import ModelRegistry, RegistryError
+from ml_platform.registry.store import ModelRegistry, RegistryError, version_day
 from ml_platform_tests.conftest import Platform
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 
@@ -196,3 +196,25 @@ def test_replacing_a_version_that_fails_midway_keeps_the_previous_one_whole(fail
     assert registry.load(NEW) == {"coef": [2.0]}
     assert registry.manifest(NEW)["run_id"] == "rerun"
     assert len(failing_storage.list_keys(folder)) == 2  # the replaced model object is gone
+
+
+def test_champion_before_a_day_is_what_the_registrations_of_the_days_before_left(tmp_path):
+    registry = ModelRegistry(LocalStorage(base_dir=str(tmp_path)), "synthetic")
+    for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
+        registry.upsert(f"daily-{day}", {"coef": [day]}, {"partition": day})
+    # A weekly candidate is registered on the next day's registration.
+    registry.upsert("full-2024-01-02", {"coef": ["full"]}, {"partition": "2024-01-02"})
+    moves = [
+        ("champion", "daily-2024-01-01", "2024-01-01"),
+        ("challenger", "daily-2024-01-02", "2024-01-02"),
+        ("champion", "full-2024-01-02", "2024-01-03"),
+        ("champion", "daily-2024-01-03", "2024-01-03"),
+    ]
+    for alias, version, day in moves:
+        registry.set_alias(alias, version, partition=day, run_id="r", reason="test")
+
+    assert registry.champion_before("2024-01-01") is None
+    assert registry.champion_before("2024-01-02") == "daily-2024-01-01"
+    assert registry.champion_before("2024-01-03") == "daily-2024-01-01"
+    assert registry.champion_before("2024-01-04") == "daily-2024-01-03"
+    assert version_day("full-2024-01-02") == "2024-01-02"

@@ -34,10 +34,13 @@ def test_a_backfill_runs_at_most_the_configured_days_a_run_and_chains_the_regist
         load_contract("flights"), landing_dir=str(tmp_path), lake_dir=str(tmp_path)
     )
     daily = [a for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition)]
-    assert len(daily) == 10
+    names = {asset.key.path[-1] for asset in daily}
+    # The weekly retrain trains and evaluates; registered_model alone registers its candidate.
+    assert "registered_full_model" not in names
+    assert {"full_model", "full_evaluation_report", "registered_model"} <= names
     # Up to the evaluation, runs of at most N days; the registry and the champion's monitoring
     # take the days a daemon loop can give them in one run.
-    single = {"registered_model", "registered_full_model", "champion_performance"}
+    single = {"registered_model", "champion_performance"}
     for asset in daily:
         expected = (
             dg.BackfillPolicy.single_run()
@@ -45,18 +48,37 @@ def test_a_backfill_runs_at_most_the_configured_days_a_run_and_chains_the_regist
             else dg.BackfillPolicy.multi_run(3)
         )
         assert asset.backfill_policy == expected, asset.key
-    # Each day's champion is the one the previous evaluation day left: those assets wait for
-    # their own day before (a week before for the weekly full retrain), the others do not.
     chained = {
         asset.key.path[-1]: asset.get_partition_mapping(asset.key)
         for asset in daily
         if asset.key in asset.dependency_keys
     }
-    assert {name: m.start_offset for name, m in chained.items()} == {
-        "evaluation_report": -1,
+    # The chain: registered_model walks the days in order, each after its day before, and
+    # champion_performance's decay streak reads the records of its days before. The evaluations
+    # judge their candidate alone, so their chunks run side by side.
+    assert {name: chained[name].start_offset for name in single} == {
         "registered_model": -1,
         "champion_performance": -1,
-        "full_evaluation_report": -7,
-        "registered_full_model": -7,
     }
-    assert all(m.end_offset == m.start_offset for m in chained.values())
+    assert all(chained[name].end_offset == -1 for name in single)
+    assert not {"evaluation_report", "full_evaluation_report"} & set(chained)
+    # The registry reads no evaluation but its day's and the weekly one of the day before;
+    # champion_performance reads the champion the registrations before its day left.
+    graph = defs.resolve_asset_graph()
+    key = {name: asset.key for asset in daily for name in [asset.key.path[-1]]}
+    assert graph.get(key["evaluation_report"]).parent_keys == {key["model"], key["features"]}
+    assert graph.get(key["registered_model"]).parent_keys == {
+        key["model"],
+        key["evaluation_report"],
+        key["features"],
+        key["full_model"],
+        key["full_evaluation_report"],
+        key["registered_model"],
+    }
+    monitoring = next(a for a in daily if a.key == key["champion_performance"])
+    registry = monitoring.get_partition_mapping(key["registered_model"])
+    assert (registry.start_offset, registry.end_offset) == (-1, -1)
+    # Nothing but the registry depends on the registry.
+    for asset in daily:
+        if asset.key not in (key["registered_model"], key["champion_performance"]):
+            assert key["registered_model"] not in asset.dependency_keys, asset.key

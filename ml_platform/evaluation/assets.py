@@ -1,14 +1,14 @@
-"""evaluation_report: each day's candidate and the current champion on the same unseen rows.
+"""evaluation_report: each day's candidate judged alone on the rows it never trained on.
 
-The champion a day's candidate competes with is the one the previous evaluation day left
-(`CADENCE_DAYS` before: the day before for the daily model). A backfill orders the days of the
-asset through a dependency on that day, in runs of at most N days, and registers them after
-(registered_model takes the evaluated days in a run of its own, see `platform.steps`), so each
-report also stores the champion after its verdict (`champion_after`), and `champion_before`
-reads it when the registry does not reflect the previous day yet.
+The report holds the candidate's hold-out metrics with bootstrap intervals, the trivial
+baseline and the candidate's lift over it, and the verdict of the contract's value thresholds:
+`reject`, or `eligible` for registration. It reads no champion and no registry: whether an
+eligible candidate becomes champion is registered_model's decision, the one step that walks the
+days in date order and moves the registry's aliases. A day's report therefore depends on its
+model and feature window only, so a backfill evaluates its chunks of days side by side, in any
+order (`daily_backfill_policy`, no dependency on the day before).
 """
 
-import datetime as dt
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -19,9 +19,10 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     BASELINE_STRATEGY,
+    ELIGIBLE,
     Verdict,
     improvement,
-    judge,
+    judge_candidate,
     plots,
     primary_metric,
     render_report,
@@ -30,91 +31,13 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.steps import (
-    daily_backfill_policy,
-    daily_check_spec,
-    each_day,
-    previous_day_input,
-)
-from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
-from ml_platform.registry.assets import CADENCE_DAYS, MODEL_OF_KIND
-from ml_platform.registry.store import ModelRegistry, RegistryError
+from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
+from ml_platform.platform.storage import FORMAT_KEY
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
 from ml_platform.troubleshooting.runbook import check_description
 
 VERDICT_CHECK = "promotion_verdict"
-Champion = tuple[str | None, TrainedModel | None]
-
-
-def champion_after(report: dict[str, Any], kind: str) -> str | None:
-    """The champion a stored report left: its own version when promoted, else the one it met.
-
-    Reports stored before `champion_after` was recorded give it through their decision.
-    """
-    if "champion_after" in report:
-        return report["champion_after"]
-    if report["decision"] == "promote":
-        return f"{kind}-{report['partition']}"
-    return report.get("champion_version")
-
-
-def latest_record(instance: dg.DagsterInstance, key: dg.AssetKey, day: str) -> int | None:
-    """The storage id of the latest recorded materialisation of `key` for `day`, if any."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=1
-    ).records
-    return records[0].storage_id if records else None
-
-
-def champion_before(
-    context: dg.AssetExecutionContext,
-    registry: ModelRegistry,
-    store: LakeIOManager,
-    dataset: str,
-    evaluation_name: str,
-    registered_name: str,
-    kind: str,
-    day: str,
-) -> Champion:
-    """The champion `kind-day` competes with: what the previous evaluation day left.
-
-    When registered_model of that day is recorded after its evaluation, the registry reflects
-    it and everything since (alias moves by a person included): `champion_to_beat`. Otherwise
-    (a backfill evaluates day D before registering the day before) the previous report's
-    `champion_after`, loaded from the registry when registered, else from the model asset's
-    partition of its day in the lake; with no previous report, the registry's.
-    """
-    previous = (dt.date.fromisoformat(day) - dt.timedelta(days=CADENCE_DAYS[kind])).isoformat()
-    evaluation = asset_key(dataset, evaluation_name)
-    registered = latest_record(context.instance, asset_key(dataset, registered_name), previous)
-    evaluated = latest_record(context.instance, evaluation, previous)
-    reflected = registered is not None and (evaluated is None or registered > evaluated)
-    stored = store.storage.exists(store.key(evaluation, previous, "json"))
-    if reflected or not stored:
-        version = registry.champion_to_beat(f"{kind}-{day}")
-        return version, registry.load(version) if version is not None else None
-    version = champion_after(store.load_partition(evaluation, previous, "json"), kind)
-    if version is None:
-        return None, None
-    try:
-        if version in registry.versions():
-            return version, registry.load(version)
-        # Promoted by a day whose registered_model has not run yet: its model is in the lake.
-        version_kind, version_day = version.split("-", 1)
-        model_key = asset_key(dataset, MODEL_OF_KIND[version_kind])
-    except (RegistryError, KeyError, ValueError) as exc:
-        raise dg.Failure(
-            description=(
-                f"{evaluation_name} {day}: the champion {version} that the report of {previous} "
-                f"left cannot be loaded ({exc!r}); rematerialise {evaluation_name} {previous} "
-                "or fix the registry (docs/runbook.md)"
-            ),
-            allow_retries=False,
-        ) from exc
-    # A missing partition raises MissingPartitionError, a failure that names it.
-    model: TrainedModel = store.load_partition(model_key, version_day, "joblib")
-    return version, model
 
 
 def build_evaluation_report(
@@ -124,12 +47,8 @@ def build_evaluation_report(
     model_name: str = "model",
     window_days: int | None = None,
     kind: str = "daily",
-    registered_name: str = "registered_model",
 ) -> dg.AssetsDefinition:
-    """An evaluation asset of a dataset for the model asset `model_name` (versions `kind-D`).
-
-    `registered_name` is the registry asset that registers its days.
-    """
+    """An evaluation asset of a dataset for the model asset `model_name` (versions `kind-D`)."""
     days = window_days or contract.training.window_days
 
     @dg.asset(
@@ -144,7 +63,6 @@ def build_evaluation_report(
         ins={
             "model": dg.AssetIn(key=asset_key(contract.name, model_name)),
             "features": window_input(contract.name, days),
-            "prev": previous_day_input(asset_key(contract.name, name), CADENCE_DAYS[kind]),
         },
         check_specs=[
             # A rejected candidate is an outcome, not a failure: the run goes on, registered_model
@@ -164,40 +82,30 @@ def build_evaluation_report(
         ],
     )
     def _evaluation_report(
-        context: dg.AssetExecutionContext, model: Any, features: Any, lake: LakeStorage
+        context: dg.AssetExecutionContext, model: Any, features: Any
     ) -> Iterator:
-        """Metrics of the model of day D and of the current champion on the same held-out rows.
+        """The model of day D judged alone on the held-out rows of its window: eligible or not.
 
         The rows are the latest of the model's window, never trained on. Each metric has a
         bootstrap 95 % interval; ROC and precision-recall curves and the confusion matrix (or
         residuals) are embedded in the report. Next to them is a trivial baseline fitted on the
         labels of the model's training rows (the class prior, or the training mean), with the
-        candidate's lift over it. The verdict applies the contract's value thresholds and the
-        baseline, then its change thresholds to the improvement over the champion; each 95 %
-        interval of a difference comes from scoring both models on the same bootstrap samples:
-        `promote` only when the interval's lower bound clears the threshold, `challenger` when
-        the candidate is good but not shown better, `reject` when it misses a value threshold or
-        its lift over the baseline on the primary metric is not shown above 0 (a WARN outcome:
-        the run succeeds and the champion stays). Classification: precision, recall, F1,
-        accuracy, ROC AUC. Regression: MAE, RMSE, R².
+        candidate's lift over it on the same bootstrap samples. The verdict: `reject` when the
+        candidate misses one of the contract's value thresholds or its lift over the baseline on
+        the primary metric is not shown above 0 (a WARN outcome: the run succeeds, the day is not
+        registered and the champion stays), else `eligible`. Classification: precision, recall,
+        F1, accuracy, ROC AUC. Regression: MAE, RMSE, R².
 
-        The champion is the one the previous evaluation day left (`champion_before`); in a run
-        of several days, the one the run's latest earlier day left (registered_model registers
-        them after), so a backfill reaches the verdicts that running its days one by one would.
-        The report stores the champion after its verdict (`champion_after`).
+        No champion is read here: registered_model, which takes the days in date order, scores
+        an eligible candidate against the serving champion on these held-out rows and decides
+        promote or challenger.
         """
         spec = contract.evaluation
         seed = contract.training.random_seed
-        registry = ModelRegistry(lake, contract.name)
-        store: LakeIOManager = context.resources.io_manager
-        # The champion the run's latest earlier day left, as the registry would hold it had
-        # that day been run and registered on its own; None before the run's first day.
-        left: Champion | None = None
 
         def day_of_evaluation_report(
             day: str, model: TrainedModel, features: Mapping[str, pd.DataFrame]
         ) -> Iterator:
-            nonlocal left
             try:
                 train, holdout = split_of(model, features, contract)
             except ValueError as exc:
@@ -205,53 +113,22 @@ def build_evaluation_report(
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
             baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
-            champion_version, champion_model = left or champion_before(
-                context, registry, store, contract.name, name, registered_name, kind, day
-            )
-            champion = (
-                score_model(champion_model, holdout, spec.bootstrap_samples, seed)
-                if champion_model is not None
-                else None
-            )
-            verdict = judge(contract, candidate, champion, baseline)
-            left = (
-                (f"{kind}-{day}", model)
-                if verdict.decision == "promote"
-                else (champion_version, champion_model)
-            )
+            verdict = judge_candidate(contract, candidate, baseline)
+            version = f"{kind}-{day}"
             report = render_report(
-                day,
-                model,
-                candidate,
-                champion,
-                champion_version,
-                verdict,
-                plots(model, candidate),
-                baseline,
+                day, model, candidate, None, None, verdict, plots(model, candidate), baseline
             )
-            yield verdict_check(verdict, champion_version)
-            improvements = {
-                metric: {
-                    "improvement": gain,
-                    "low": low,
-                    "high": high,
-                    "threshold": spec.change_thresholds[metric],
-                }
-                for metric, (gain, low, high) in verdict.improvements.items()
-            }
+            yield verdict_check(verdict, version)
             lifts = {}
             for metric in candidate.values:
                 gain, low, high = improvement(metric, candidate, baseline)
                 lifts[metric] = {"lift": gain, "low": low, "high": high}
             value = {
                 "partition": day,
+                "version": version,
                 "task": model.task,
                 "metrics": candidate.values,
                 "intervals": candidate.intervals,
-                "champion_version": champion_version,
-                "champion_metrics": champion.values if champion is not None else None,
-                "champion_after": left[0],
-                "improvements": improvements,
                 "baseline": {
                     "strategy": BASELINE_STRATEGY[model.task],
                     "metrics": baseline.values,
@@ -270,19 +147,11 @@ def build_evaluation_report(
             metadata: dict[str, dg.MetadataValue] = {
                 name: dg.MetadataValue.float(v) for name, v in candidate.values.items()
             }
-            if champion is not None:
-                metadata.update(
-                    {f"champion_{n}": dg.MetadataValue.float(v) for n, v in champion.values.items()}
-                )
             for metric, lift in lifts.items():
                 metadata[f"baseline_{metric}"] = dg.MetadataValue.float(baseline.values[metric])
                 metadata[f"lift_{metric}"] = dg.MetadataValue.float(lift["lift"])
                 metadata[f"lift_{metric}_low"] = dg.MetadataValue.float(lift["low"])
                 metadata[f"lift_{metric}_high"] = dg.MetadataValue.float(lift["high"])
-            for metric, (gain, low, high) in verdict.improvements.items():
-                metadata[f"improvement_{metric}"] = dg.MetadataValue.float(gain)
-                metadata[f"improvement_{metric}_low"] = dg.MetadataValue.float(low)
-                metadata[f"improvement_{metric}_high"] = dg.MetadataValue.float(high)
             yield dg.MaterializeResult(
                 value=value,
                 metadata={
@@ -300,8 +169,11 @@ def build_evaluation_report(
     return _evaluation_report
 
 
-def verdict_check(verdict: Verdict, champion_version: str | None) -> dg.AssetCheckResult:
-    """The day's verdict as a WARN check: it fails only when the candidate is rejected."""
+def verdict_check(verdict: Verdict, version: str | None = None) -> dg.AssetCheckResult:
+    """The candidate's verdict as a WARN check: it fails only when the candidate is rejected.
+
+    `version` names the candidate (`daily-D`) in the check's metadata.
+    """
     decision = verdict.decision
     if not verdict.beats_baseline:
         advice = (
@@ -314,6 +186,11 @@ def verdict_check(verdict: Verdict, champion_version: str | None) -> dg.AssetChe
             " Not registered; the champion stays. Read the day's evaluation report and its data "
             "checks: a bad window or a real decline; several days in a row raise rejection_streak."
         )
+    elif decision == ELIGIBLE:
+        advice = (
+            " registered_model compares it with the serving champion on the same held-out rows "
+            "and promotes it, or registers it as challenger."
+        )
     elif decision == "challenger":
         advice = " Registered as challenger; the champion stays."
     else:
@@ -325,7 +202,7 @@ def verdict_check(verdict: Verdict, champion_version: str | None) -> dg.AssetChe
         description=f"{decision}: {verdict.cause}.{advice}",
         metadata={
             "decision": decision,
-            "champion": champion_version or "none",
+            "candidate": version or "unnamed",
             "reasons": "; ".join(verdict.reasons),
         },
     )

@@ -1,14 +1,16 @@
-"""Metrics of a candidate and the champion on the same held-out rows, and the verdict.
+"""Metrics of a candidate and the champion on the same held-out rows, and the verdicts.
 
 Every metric has a bootstrap 95 % interval (resampling the held-out rows with a fixed seed), so
-a reader sees whether a difference between two models is more than noise. The verdict applies
-value thresholds (absolute bounds) to the candidate alone, then compares it with the champion by
-a paired bootstrap: both models are scored on the same resampled rows (same seed, same hold-out),
+a reader sees whether a difference between two models is more than noise. A candidate is judged
+in two steps. Alone (`judge_candidate`, in evaluation_report): the contract's value thresholds
+(absolute bounds) and a trivial baseline; it is `reject`ed or `eligible`. Against the serving
+champion (`compare_with_champion`, in registered_model, which takes the days in date order):
+a paired bootstrap, both models scored on the same resampled rows (same seed, same hold-out),
 so each sample gives one improvement of the candidate over the champion, and the spread of those
 improvements is the noise of the comparison. The candidate is promoted only when the lower bound
 of the improvement's 95 % interval is above the contract's change threshold: a tie, or a gain the
-resampling cannot tell from zero, keeps the champion. A first model, with no champion, is judged
-on values alone.
+resampling cannot tell from zero, keeps the champion and makes the candidate challenger. A first
+model, with no champion, is promoted when eligible. `judge` applies both at once.
 
 Every candidate, first or not, must also beat a trivial baseline fitted on the labels of its
 training rows: the class prior (`DummyClassifier(strategy="prior")`, whose ROC AUC is exactly
@@ -430,6 +432,11 @@ def score_baseline(
     return score_predictions(model.task, holdout_labels, predicted, score, samples, seed)
 
 
+# The decision of a candidate judged alone (evaluation_report) that may be registered: the
+# registry then compares it with the serving champion (`compare_with_champion`).
+ELIGIBLE = "eligible"
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     """Whether the candidate may be registered, and whether it becomes champion.
@@ -437,7 +444,8 @@ class Verdict:
     `improvements[metric]` is (improvement, 95 % low, 95 % high) over the champion for each
     change-threshold metric (empty without a champion); `lift` is the same over the trivial
     baseline for the primary metric (empty when judged without a baseline); `cause` is the reason
-    for the decision in one line, for the run's summary and the registry.
+    for the decision in one line, for the run's summary and the registry. `compared` is False for
+    a candidate judged alone (`judge_candidate`), whose decision is then `eligible` or `reject`.
     """
 
     passes_values: bool
@@ -447,12 +455,23 @@ class Verdict:
     cause: str = ""
     beats_baseline: bool = True
     lift: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
+    compared: bool = True
+
+    @property
+    def eligible(self) -> bool:
+        """Whether the candidate meets the value thresholds and beats the trivial baseline."""
+        return self.passes_values and self.beats_baseline
 
     @property
     def decision(self) -> str:
-        """'promote', 'challenger' (good, but not better than the champion) or 'reject'."""
-        if not (self.passes_values and self.beats_baseline):
+        """'promote', 'challenger' (good, but not better than the champion) or 'reject'.
+
+        'eligible' instead of 'promote' or 'challenger' for a candidate judged alone.
+        """
+        if not self.eligible:
             return "reject"
+        if not self.compared:
+            return ELIGIBLE
         return "promote" if self.beats_champion else "challenger"
 
 
@@ -480,19 +499,15 @@ def judge_baseline(
     return beats, (lift, low, high), reason
 
 
-def judge(
-    contract: Contract,
-    candidate: Scores,
-    champion: Scores | None,
-    baseline: Scores | None = None,
+def judge_candidate(
+    contract: Contract, candidate: Scores, baseline: Scores | None = None
 ) -> Verdict:
-    """Apply the contract's value thresholds, the trivial baseline, then its change thresholds.
+    """The candidate alone: the contract's value thresholds, then the trivial baseline.
 
-    A change-threshold metric clears its threshold when the lower bound of the improvement's
-    95 % interval is strictly above it; the candidate beats the champion when every one does.
-    The candidate beats the baseline (`score_baseline`) when the lower bound of its lift on the
-    primary metric is above 0; one that does not is rejected, first model or not. Without a
-    baseline only the thresholds apply.
+    Its decision is `reject` when it misses a value threshold or its lift over the baseline
+    (`score_baseline`) on the primary metric is not shown above 0, else `eligible`: whether it
+    becomes champion is the registry's comparison with the serving champion
+    (`compare_with_champion`). Without a baseline only the thresholds apply.
     """
     spec = contract.evaluation
     reasons = []
@@ -517,16 +532,53 @@ def judge(
         if not beats_baseline:
             # Said first: with no lift over the baseline, the thresholds' misses follow.
             misses.insert(0, reason)
+    if misses:
+        cause = "; ".join(misses)
+    elif baseline is not None:
+        cause = "meets the value thresholds and beats the trivial baseline"
+    else:
+        cause = "meets the value thresholds"
+    return Verdict(passes_values, False, reasons, {}, cause, beats_baseline, lift, compared=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """An eligible candidate against the champion, both scored on the candidate's hold-out.
+
+    `improvements[metric]` is (improvement, 95 % low, 95 % high) for each change-threshold
+    metric, from the paired bootstrap; `reasons` say, per metric, whether it clears the
+    contract's change threshold; `cause` is the decision's reason in one line.
+    """
+
+    beats_champion: bool
+    improvements: dict[str, tuple[float, float, float]]
+    reasons: list[str]
+    cause: str
+
+    @property
+    def decision(self) -> str:
+        """'promote' when the improvement is shown on every change-threshold metric."""
+        return "promote" if self.beats_champion else "challenger"
+
+
+def compare_with_champion(
+    contract: Contract, candidate: Scores, champion: Scores | None
+) -> Comparison:
+    """The contract's change thresholds applied to the candidate's improvement over the champion.
+
+    A change-threshold metric clears its threshold when the lower bound of the improvement's
+    95 % interval (`improvement`, paired: both models scored on the same bootstrap samples of
+    the same held-out rows) is strictly above it; the candidate beats the champion when every
+    one does. With no champion (the first model) it is promoted.
+    """
     if champion is None:
-        judged_on = "value thresholds" if baseline is None else "value thresholds and baseline"
-        reasons.append(f"there is no champion yet: judged on {judged_on} only")
-        cause = "; ".join(misses) if misses else "first model, no champion to beat"
-        return Verdict(passes_values, True, reasons, {}, cause, beats_baseline, lift)
+        return Comparison(True, {}, [], "first model, no champion to beat")
     beats = True
     improvements = {}
+    reasons: list[str] = []
     short_of: list[str] = []
     cleared: list[str] = []
-    for metric, least in spec.change_thresholds.items():
+    for metric, least in contract.evaluation.change_thresholds.items():
         gain, low, high = improvement(metric, candidate, champion)
         improvements[metric] = (gain, low, high)
         ok = low > least  # False for a NaN bound
@@ -538,13 +590,44 @@ def judge(
         )
         reasons.append(reason)
         (cleared if ok else short_of).append(reason)
-    if misses:
-        cause = "; ".join(misses)
-    elif not beats:
+    if not beats:
         cause = "; ".join(short_of)
     else:
         cause = "; ".join(cleared) or "no change thresholds: a good candidate is promoted"
-    return Verdict(passes_values, beats, reasons, improvements, cause, beats_baseline, lift)
+    return Comparison(beats, improvements, reasons, cause)
+
+
+def judge(
+    contract: Contract,
+    candidate: Scores,
+    champion: Scores | None,
+    baseline: Scores | None = None,
+) -> Verdict:
+    """The whole verdict: the candidate alone (`judge_candidate`), then against the champion.
+
+    The value thresholds and the trivial baseline first: a candidate that misses them is
+    rejected, first model or not. Then `compare_with_champion`: `promote` when every
+    change-threshold metric's improvement clears its threshold, else `challenger`. The platform
+    splits the two (evaluation_report judges the candidate alone, registered_model compares it
+    with the serving champion in date order); benchmarks and tests judge both at once.
+    """
+    alone = judge_candidate(contract, candidate, baseline)
+    reasons = list(alone.reasons)
+    if champion is None:
+        judged_on = "value thresholds" if baseline is None else "value thresholds and baseline"
+        reasons.append(f"there is no champion yet: judged on {judged_on} only")
+    comparison = compare_with_champion(contract, candidate, champion)
+    reasons += comparison.reasons
+    cause = comparison.cause if alone.eligible else alone.cause
+    return Verdict(
+        alone.passes_values,
+        comparison.beats_champion,
+        reasons,
+        comparison.improvements,
+        cause,
+        alone.beats_baseline,
+        alone.lift,
+    )
 
 
 def plots(model: TrainedModel, scores: Scores) -> list[str]:
@@ -664,6 +747,15 @@ def render_report(
             f"bound of the lift's interval on {metric} must be above 0, or it is rejected.",
             "",
         ]
+    if verdict.decision == ELIGIBLE:
+        explained += [
+            "Eligible: the candidate may be registered. Whether it becomes champion is "
+            "registered_model's decision, which takes the days in date order: it scores the "
+            "serving champion on these held-out rows with the same bootstrap samples and promotes "
+            "the candidate only when the improvement's interval clears the contract's change "
+            "thresholds; otherwise the candidate becomes challenger.",
+            "",
+        ]
     lines = [
         f"# Evaluation of the model of {partition}",
         "",
@@ -680,5 +772,41 @@ def render_report(
         *rows,
         "",
         *images,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_comparison(
+    version: str,
+    candidate: Scores,
+    champion: Scores,
+    champion_version: str,
+    comparison: Comparison,
+) -> str:
+    """Markdown of the registry's comparison of a candidate with the champion it met."""
+    rows = []
+    for name, value in candidate.values.items():
+        low, high = candidate.intervals.get(name, (math.nan, math.nan))
+        c_low, c_high = champion.intervals.get(name, (math.nan, math.nan))
+        gain, g_low, g_high = improvement(name, candidate, champion)
+        rows.append(
+            f"| {name} | {value:.4f} ({low:.4f} – {high:.4f}) "
+            f"| {champion.values[name]:.4f} ({c_low:.4f} – {c_high:.4f}) "
+            f"| {gain:+.4f} ({g_low:+.4f} – {g_high:+.4f}) |"
+        )
+    lines = [
+        f"# {version} against champion {champion_version}",
+        "",
+        f"**{comparison.decision}.** " + ("; ".join(comparison.reasons) or comparison.cause) + ".",
+        "",
+        "Both models scored on the candidate's held-out rows, which neither trained on, with the "
+        "same bootstrap samples. Improvement: candidate minus champion (champion minus candidate "
+        "for errors), sample by sample. The candidate is promoted only when the lower bound of "
+        "that interval is above the contract's change threshold for every change-threshold metric.",
+        "",
+        f"| metric | {version} (95 % interval) | champion {champion_version} (95 % interval) "
+        "| improvement (paired 95 % interval) |",
+        "|---|---|---|---|",
+        *rows,
     ]
     return "\n".join(lines) + "\n"

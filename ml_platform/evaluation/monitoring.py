@@ -1,20 +1,24 @@
 """champion_performance: the serving champion scored on each day's labelled rows, and its decay.
 
-The evaluation report compares a candidate with the champion on the candidate's held-out rows;
-it says nothing about how the model users are served does on the days it serves them. This
-asset answers that: the serving champion of day D is the champion D's candidate competed with
-(`evaluation_report(D)["champion_version"]`), trained before D's rows came in, so its metrics on
-D's labelled rows are its performance on data it never saw. Plotted across partitions in the UI,
-they show when to retrain.
+registered_model compares a candidate with the champion on the candidate's held-out rows; that
+says nothing about how the model users are served does on the days it serves them. This asset
+answers that: the serving champion of day D is the champion the registrations of the days before
+D left, as the registry's record of alias moves holds it (`ModelRegistry.champion_before`,
+written by registered_model, on whose day before this asset depends). It was trained before D's
+rows came in, so its metrics on D's labelled rows are its performance on data it never saw.
+Plotted across partitions in the UI, they show when to retrain.
 
 The `champion_decay` check fails (WARN) when the champion misses the contract's value
 thresholds on `evaluation.decay_days` days in a row: one bad day is noise, a streak is decay.
-A day with no champion yet, or no labelled rows, or never stored, breaks a streak; a contract
-without value thresholds has nothing to decay from.
+The streak reads accepted days only: a day without a stored record (a tombstone: its features
+were rejected) neither counts nor breaks it, and the look-back stops after `DECAY_LOOKBACK`
+times `decay_days` days. A day with no champion yet, or no labelled rows, breaks a streak; a
+contract without value thresholds has nothing to decay from.
 """
 
 import datetime as dt
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +41,8 @@ from ml_platform.training.model import TrainedModel, labelled
 from ml_platform.troubleshooting.runbook import check_description
 
 CHAMPION_PERFORMANCE = "champion_performance"
+# A decay streak looks back at most this many times its length in days (tombstones are skipped).
+DECAY_LOOKBACK = 4
 DECAY_CHECK = "champion_decay"
 # What a day's record says about its champion.
 SCORED = "scored"
@@ -150,17 +156,21 @@ def decay_check(
 ) -> dg.AssetCheckResult:
     """`champion_decay` of a day: fails when the champion missed on `decay_days` days in a row.
 
-    `earlier` holds the stored records of the `decay_days - 1` days before (None: not stored).
+    `earlier` holds the stored records of the days before (None or absent: no accepted record,
+    a tombstone, skipped); the streak looks back `DECAY_LOOKBACK * decay_days` days at most.
     """
     needed = contract.evaluation.decay_days
     day = record["partition"]
     streak = [record] if missed_thresholds(record) else []
     if streak:
-        for previous in previous_days(day, needed - 1):
+        for previous in previous_days(day, DECAY_LOOKBACK * needed):
+            if len(streak) >= needed:
+                break
             found = earlier.get(previous)
+            if found is None:
+                continue
             if not missed_thresholds(found):
                 break
-            assert found is not None
             streak.append(found)
     days = [r["partition"] for r in reversed(streak)]
     metadata: dict[str, Any] = {
@@ -207,11 +217,23 @@ def decay_check(
     )
 
 
+def registered_day_before(dataset: str) -> dg.AssetDep:
+    """The dependency on registered_model of the day before, whose alias moves say who served D."""
+    # Dropping the day before the first partition is what the flag does; it is marked beta.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        mapping = dg.TimeWindowPartitionMapping(
+            start_offset=-1, end_offset=-1, allow_nonexistent_upstream_partitions=True
+        )
+    return dg.AssetDep(asset_key(dataset, "registered_model"), partition_mapping=mapping)
+
+
 def build_champion_performance(
     contract: Contract, partitions: dg.PartitionsDefinition
 ) -> dg.AssetsDefinition:
     """The champion_performance asset of a dataset, with its `champion_decay` check."""
     key = asset_key(contract.name, CHAMPION_PERFORMANCE)
+    lookback = DECAY_LOOKBACK * contract.evaluation.decay_days
 
     @dg.asset(
         name=CHAMPION_PERFORMANCE,
@@ -223,17 +245,18 @@ def build_champion_performance(
         metadata={FORMAT_KEY: "json"},
         retry_policy=STORAGE_RETRY_POLICY,
         ins={
-            "evaluation_report": dg.AssetIn(asset_key(contract.name, "evaluation_report")),
             "features": dg.AssetIn(asset_key(contract.name, "features")),
-            # The decay streak reads the records of the days before: they must be stored first.
-            # Without this dependency Dagster would put the days in registered_model's runs,
-            # and when it registers a range in two runs (the second while the first one's
-            # champion_performance still computes) a day could read its days before too early.
+            # Kept for the decay streak only: a day's check reads the records of the days
+            # before, which must be stored first. The registry's dependency below does not order
+            # this asset's own runs: when registered_model takes a range in two runs, the second
+            # range's monitoring could otherwise run beside the first's and read its days before
+            # too early.
             "prev": previous_day_input(key),
         },
-        # The champion of day D may be the model an earlier day promoted: it is in the registry
-        # once registered_model has run for D (and, in order, for the days before).
-        deps=[asset_key(contract.name, "registered_model")],
+        # The serving champion of D is what the registrations of the days before left: in the
+        # registry once registered_model has run for the day before (and, in order, for the
+        # days before it).
+        deps=[registered_day_before(contract.name)],
         check_specs=[
             daily_check_spec(
                 DECAY_CHECK,
@@ -250,23 +273,25 @@ def build_champion_performance(
     )
     def _champion_performance(
         context: dg.AssetExecutionContext,
-        evaluation_report: Any,
         features: Any,
         lake: LakeStorage,
         io_manager: dg.ResourceParam[LakeIOManager],
     ) -> Iterator:
         """The serving champion of day D scored on D's labelled rows: metrics and intervals.
 
-        The serving champion is the one D's candidate competed with (the evaluation report's
-        `champion_version`), trained before D. Each metric has a bootstrap 95 % interval; the
-        record says which value thresholds it meets. The `champion_<metric>` metadata plot the
-        champion's performance across days. The first day (no champion yet) and a day without
-        labelled rows are recorded as such. `champion_decay` warns when the champion misses
-        the value thresholds on `evaluation.decay_days` days in a row.
+        The serving champion is the one the registrations of the days before D left, as the
+        registry's alias history records it (registered_model, the one writer of the aliases,
+        records each move with the day it registered), trained before D. Each metric has a
+        bootstrap 95 % interval; the record says which value thresholds it meets. The
+        `champion_<metric>` metadata plot the champion's performance across days. The first day
+        (no champion yet) and a day without labelled rows are recorded as such.
+        `champion_decay` warns when the champion misses the value thresholds on
+        `evaluation.decay_days` accepted days in a row.
         """
         registry = ModelRegistry(lake, contract.name)
 
         def stored(day: str) -> dict[str, Any] | None:
+            # Only an accepted day has a file: a tombstone reads as None and is skipped.
             if not io_manager.storage.exists(io_manager.key(key, day, "json")):
                 return None
             value: dict[str, Any] = io_manager.load_partition(key, day, "json")
@@ -278,19 +303,22 @@ def build_champion_performance(
             except RegistryError as exc:
                 raise dg.Failure(
                     description=(
-                        f"champion_performance: the champion {version} named by the evaluation "
-                        f"report is not in the registry ({exc}); rematerialise evaluation_report "
-                        "for the day"
+                        f"champion_performance: the serving champion {version} that the "
+                        f"registry's alias history names is not in the registry ({exc}); rerun "
+                        "registered_model for its day or fix the registry (docs/runbook.md)"
                     ),
                     allow_retries=False,
                 ) from exc
 
-        def day_of_champion_performance(
-            day: str, evaluation_report: dict[str, Any], features: pd.DataFrame
-        ) -> Iterator:
-            version = evaluation_report.get("champion_version")
+        def day_of_champion_performance(day: str, features: pd.DataFrame) -> Iterator:
+            version = registry.champion_before(day)
             record = champion_record(contract, day, version, features, load)
-            earlier = {d: stored(d) for d in previous_days(day, contract.evaluation.decay_days - 1)}
+            # The days before matter only to a day that missed.
+            earlier = (
+                {d: stored(d) for d in previous_days(day, lookback)}
+                if missed_thresholds(record)
+                else {}
+            )
             yield decay_check(contract, record, earlier)
             metadata: dict[str, Any] = {
                 f"champion_{metric}": dg.MetadataValue.float(float(value))
@@ -311,11 +339,6 @@ def build_champion_performance(
                 },
             )
 
-        yield from each_day(
-            context,
-            day_of_champion_performance,
-            evaluation_report=evaluation_report,
-            features=features,
-        )
+        yield from each_day(context, day_of_champion_performance, features=features)
 
     return _champion_performance

@@ -1,70 +1,124 @@
-"""registered_model: the day's model in the registry, or the day recorded as not registered.
+"""registered_model: the one ordered step that decides the champion and moves the aliases.
 
-A rejected candidate is an outcome of the day, not a failure of the run: the day is stored as
-not registered with the reason, the champion stays, and the check `rejection_streak` warns once
-several candidates in a row were rejected.
+evaluation_report judges each day's candidate alone (value thresholds, trivial baseline):
+`reject` or `eligible`. registered_model takes the days in date order, in one step (a range of
+days is one run, `chained_backfill_policy`; each day depends on its own day before, so a range
+registered in two runs is registered in order). For each day it:
+
+1. takes the weekly full retrain of the day before, when `full_evaluation_report` recorded one
+   (the weekly job trains and evaluates it; the chain judges it on the next day, before that
+   day's own candidate, the same way);
+2. takes the day's daily candidate;
+
+and for each candidate: a rejected one is recorded as not registered (the champion stays); an
+eligible one is scored, with the champion it meets, on the candidate's held-out rows with the
+same bootstrap samples (a paired bootstrap, `evaluation.metrics.compare_with_champion`), and is
+promoted or registered as challenger. The champion a day meets is the one the registrations of
+the days before left (`ModelRegistry.champion_before`), so a day's decision is the same whether
+the days ran one by one or in ranges of any split, and a re-run of a day meets what its first run
+met. An alias never moves back to an older day's model: when the champion is a later day's
+version (a past day re-landed and retrained), the candidate is recorded as not promoted.
+
+Nothing upstream reads the registry. A rejected candidate is an outcome of the day, not a failure
+of the run; the check `rejection_streak` warns once several candidates in a row were rejected.
 """
 
 import datetime as dt
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
+import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.evaluation.metrics import (
+    Comparison,
+    compare_with_champion,
+    render_comparison,
+    score_model,
+    split_of,
+)
 from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.records import day_records
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,
     each_day,
     previous_day_input,
 )
-from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
-from ml_platform.registry.store import ModelRegistry, environment_manifest
+from ml_platform.platform.storage import (
+    FORMAT_KEY,
+    WINDOW_KEY,
+    DailyInput,
+    LakeIOManager,
+    LakeStorage,
+    WindowPartitions,
+)
+from ml_platform.registry.store import (
+    ModelRegistry,
+    RegistryError,
+    environment_manifest,
+    version_day,
+)
 from ml_platform.training.model import TrainedModel
 from ml_platform.troubleshooting.runbook import check_description
 
+REGISTERED_MODEL = "registered_model"
 REJECTION_STREAK_CHECK = "rejection_streak"
-# Days between two evaluations of a model kind: the daily model, and the weekly full retrain
-# (every Monday), whose previous evaluation is a week before.
-CADENCE_DAYS = {"daily": 1, "full": 7}
-# The model asset whose partition `<kind>-<day>` registers.
-MODEL_OF_KIND = {"daily": "model", "full": "full_model"}
+# The candidates the chain judges: the daily model, and the weekly full retrain.
+DAILY = "daily"
+FULL = "full"
+MODEL_OF_KIND = {DAILY: "model", FULL: "full_model"}
+EVALUATION_OF_KIND = {DAILY: "evaluation_report", FULL: "full_evaluation_report"}
+# The decisions of a candidate, beside the evaluation's `reject`.
+PROMOTE = "promote"
+CHALLENGER = "challenger"
+REJECT = "reject"
+SUPERSEDED = "superseded"
+# A streak looks back at most this many times its length in days: a day without an accepted
+# record (a tombstone) neither counts nor ends it, so the look-back needs a bound.
+STREAK_LOOKBACK = 4
 
 
 def outcome_line(decision: str, cause: str) -> str:
     """What a day's verdict did to the registry, in the words `ml-platform materialize` prints."""
-    if decision == "promote":
+    if decision == PROMOTE:
         return "promoted"
-    if decision == "challenger":
+    if decision == CHALLENGER:
         return "kept champion (challenger)"
+    if decision == SUPERSEDED:
+        return f"not promoted: {cause}"
     return f"rejected: {cause}"
 
 
-def rejected_in_a_row(
-    store: LakeIOManager,
-    evaluation: dg.AssetKey,
-    day: str,
-    decision: str,
-    limit: int,
-    cadence_days: int = 1,
-) -> list[str]:
-    """The evaluations ending `day` that rejected their candidate in a row, at most `limit`.
+def day_before(day: str, days: int = 1) -> str:
+    """The day `days` days before `day`."""
+    return (dt.date.fromisoformat(day) - dt.timedelta(days=days)).isoformat()
 
-    Earlier evaluations are read from the lake, `cadence_days` apart; an evaluation that was
-    never stored ends the run of rejections, as an accepted one does.
+
+def rejected_in_a_row(
+    decision_of: Callable[[str], str | None], day: str, decision: str, limit: int
+) -> list[str]:
+    """The days ending `day` whose candidates were rejected in a row, at most `limit`.
+
+    `decision_of(d)` is the decision recorded for an earlier day, or None when the day has no
+    accepted record (a tombstone: its data was rejected upstream, or it never ran): such a day
+    neither counts nor ends the streak. The look-back stops after `STREAK_LOOKBACK * limit`
+    days; any other decision ends the streak.
     """
-    if decision != "reject":
+    if decision != REJECT:
         return []
     streak = [day]
-    current = dt.date.fromisoformat(day)
-    while len(streak) < limit:
-        current -= dt.timedelta(days=cadence_days)
-        earlier = current.isoformat()
-        if not store.storage.exists(store.key(evaluation, earlier, "json")):
+    for back in range(1, STREAK_LOOKBACK * limit + 1):
+        if len(streak) >= limit:
             break
-        if store.load_partition(evaluation, earlier, "json")["decision"] != "reject":
+        earlier = day_before(day, back)
+        recorded = decision_of(earlier)
+        if recorded is None:
+            continue
+        if recorded != REJECT:
             break
         streak.append(earlier)
     return sorted(streak)
@@ -103,107 +157,219 @@ def streak_check(
     )
 
 
-def build_registered_model(
-    contract: Contract,
-    partitions: dg.PartitionsDefinition,
-    name: str = "registered_model",
-    model_name: str = "model",
-    evaluation_name: str = "evaluation_report",
-    kind: str = "daily",
-) -> dg.AssetsDefinition:
-    """A registry asset of a dataset, for one model/evaluation pair.
+def day_before_input(key: dg.AssetKey, window_days: int | None = None) -> dg.AssetIn:
+    """An input of the day before (or of the `window_days` days ending the day before)."""
+    # Dropping the days before the first partition is what the flag does; it is marked beta.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        mapping = dg.TimeWindowPartitionMapping(
+            start_offset=-(window_days or 1),
+            end_offset=-1,
+            allow_nonexistent_upstream_partitions=True,
+        )
+    return dg.AssetIn(key, partition_mapping=mapping)
 
-    Registering a day moves the aliases the day before left: each day depends on its own
-    previous evaluation day (`CADENCE_DAYS` earlier), so a backfill registers its days in order:
-    in one run once every evaluation of the range is done, and when the daemon requests an
-    earlier part of the range first, the later part only once that part is recorded.
+
+def features_input(dataset: str, window_days: int, full_window_days: int) -> dg.AssetIn:
+    """The features of the daily candidate's window (ending D) and the weekly one's (ending D-1).
+
+    One input (an asset can be an input once): its `for_day` is the daily window, and
+    `full_window` cuts the weekly candidate's out of it.
     """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        mapping = dg.TimeWindowPartitionMapping(
+            start_offset=-max(window_days - 1, full_window_days),
+            end_offset=0,
+            allow_nonexistent_upstream_partitions=True,
+        )
+    return dg.AssetIn(
+        key=asset_key(dataset, "features"),
+        partition_mapping=mapping,
+        metadata={WINDOW_KEY: window_days},
+    )
+
+
+def full_window(features: DailyInput, last: str, days: int) -> WindowPartitions:
+    """The accepted, stored feature partitions of the `days` days ending `last`."""
+    first = day_before(last, days - 1)
+    return WindowPartitions([key for key in features if first <= key <= last], features.cache)
+
+
+def comparison_fields(
+    contract: Contract, comparison: Comparison, candidate: Any, champion: Any
+) -> dict[str, Any]:
+    """The stored numbers of a comparison: metrics of both models, improvements, intervals."""
+    thresholds = contract.evaluation.change_thresholds
+    return {
+        "metrics": candidate.values,
+        "champion_metrics": champion.values if champion is not None else None,
+        "improvements": {
+            metric: {"improvement": gain, "low": low, "high": high, "threshold": thresholds[metric]}
+            for metric, (gain, low, high) in comparison.improvements.items()
+        },
+        "reasons": comparison.reasons,
+    }
+
+
+def build_registered_model(
+    contract: Contract, partitions: dg.PartitionsDefinition
+) -> dg.AssetsDefinition:
+    """The registry asset of a dataset: the daily and weekly candidates, judged in date order."""
+    dataset = contract.name
+    key = asset_key(dataset, REGISTERED_MODEL)
+    full_days = contract.training.full_window_days
+    limit = contract.evaluation.rejection_streak
 
     @dg.asset(
-        name=name,
-        key_prefix=contract.name,
+        name=REGISTERED_MODEL,
+        key_prefix=dataset,
         partitions_def=partitions,
         backfill_policy=chained_backfill_policy(),
-        group_name=dataset_name(contract.name, "registry"),
+        group_name=dataset_name(dataset, "registry"),
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "json"},
         retry_policy=STORAGE_RETRY_POLICY,
         ins={
-            "model": dg.AssetIn(key=asset_key(contract.name, model_name)),
-            "evaluation": dg.AssetIn(key=asset_key(contract.name, evaluation_name)),
-            "prev": previous_day_input(asset_key(contract.name, name), CADENCE_DAYS[kind]),
+            "model": dg.AssetIn(key=asset_key(dataset, MODEL_OF_KIND[DAILY])),
+            "evaluation": dg.AssetIn(key=asset_key(dataset, EVALUATION_OF_KIND[DAILY])),
+            "features": features_input(dataset, contract.training.window_days, full_days),
+            "full_model": day_before_input(asset_key(dataset, MODEL_OF_KIND[FULL])),
+            "full_evaluation": day_before_input(asset_key(dataset, EVALUATION_OF_KIND[FULL])),
+            # The chain: a day is registered once the day before is, whatever the runs.
+            "prev": previous_day_input(key),
         },
         check_specs=[
             daily_check_spec(
                 REJECTION_STREAK_CHECK,
-                asset_key(contract.name, name),
+                key,
                 partitions,
                 description=check_description(
                     REJECTION_STREAK_CHECK,
-                    f"Fewer than {contract.evaluation.rejection_streak} candidates in a row were "
-                    "rejected (contract evaluation.rejection_streak).",
+                    f"Fewer than {limit} candidates in a row were rejected (contract "
+                    "evaluation.rejection_streak).",
                 ),
             )
         ],
         # Alias moves read and write one small file: two runs must not interleave them.
-        pool=dataset_name(contract.name, "model_registry"),
+        pool=dataset_name(dataset, "model_registry"),
     )
     def _registered_model(
-        context: dg.AssetExecutionContext, model: Any, evaluation: Any, lake: LakeStorage
+        context: dg.AssetExecutionContext,
+        model: Any,
+        evaluation: Any,
+        features: Any,
+        full_model: Any,
+        full_evaluation: Any,
+        lake: LakeStorage,
     ) -> Iterator:
-        """The model of day D registered with its lineage manifest, and where its aliases point.
+        """Each day's decision on the champion, in date order: promoted, challenger or rejected.
 
-        Registering the same day again replaces its version (`daily-<day>`) instead of adding
-        one. A `promote` verdict moves `champion` to it; a good model that does not beat the
-        champion becomes `challenger`. Every alias move is appended to the registry's history.
-        A rejected model is never registered: the day is recorded as not registered, with the
-        reason, and the registry is left as it was, in a one-day run as in a range. The check
-        `rejection_streak` fails once the contract's `evaluation.rejection_streak` candidates in
-        a row were rejected.
+        The day's candidates in order: the weekly full retrain of the day before (when the
+        weekly job evaluated one), then the daily model of day D. A candidate its evaluation
+        rejected is not registered. An eligible one is scored with the champion it meets (the
+        one the days before left, or the weekly candidate just promoted) on the candidate's
+        held-out rows, with the same bootstrap samples: it is promoted when the improvement's
+        95 % interval clears the contract's change thresholds, else registered as challenger;
+        the first model is promoted. It is registered with its lineage manifest (`daily-D`,
+        `full-D`; registering a day again replaces its version), and every alias move is
+        appended to the registry's history. An alias never moves back to an older day's model:
+        when the champion is a later day's version, the candidate is recorded as not promoted.
+
+        The stored value and metadata say what each candidate did (`outcome`), the champion it
+        met, the improvement and its paired interval, and the champion after the day
+        (`champion_after`). The check `rejection_streak` fails once the contract's
+        `evaluation.rejection_streak` daily candidates in a row were rejected.
         """
-        registry = ModelRegistry(lake, contract.name)
+        registry = ModelRegistry(lake, dataset)
+        # Every day's daily window, and the weekly candidates' windows ending the day before.
+        feature_days: DailyInput = features
         store: LakeIOManager = context.resources.io_manager
-        limit = contract.evaluation.rejection_streak
+        spec = contract.evaluation
+        seed = contract.training.random_seed
+        run_id = context.run.run_id
+        # The weekly candidates the weekly job evaluated on the days before the step's days.
+        full_key = asset_key(dataset, EVALUATION_OF_KIND[FULL])
+        weekly = day_records(
+            context.instance, full_key, [day_before(day) for day in context.partition_keys]
+        )
 
-        def day_of_registered_model(day: str, model: TrainedModel, evaluation: dict) -> Iterator:
-            version = f"{kind}-{day}"
-            decision = evaluation["decision"]
+        def decision_of(day: str) -> str | None:
+            if not store.storage.exists(store.key(key, day, "json")):
+                return None
+            return str(store.load_partition(key, day, "json")["decision"])
+
+        def load_champion(version: str) -> TrainedModel:
+            try:
+                return registry.load(version)
+            except RegistryError as exc:
+                raise dg.Failure(
+                    description=(
+                        f"registered_model: the champion {version} cannot be loaded ({exc}); "
+                        "rerun registered_model for its day or fix the registry (docs/runbook.md)"
+                    ),
+                    allow_retries=False,
+                ) from exc
+
+        def moves_back(alias: str, version: str) -> str | None:
+            """The later day's version `alias` points at, if moving it to `version` goes back."""
+            current = registry.alias(alias)
+            if current is not None and version_day(current) > version_day(version):
+                return current
+            return None
+
+        def judged(
+            day: str,
+            kind: str,
+            evaluation: dict[str, Any],
+            champion: str | None,
+            candidate_of: Callable[[], tuple[TrainedModel, Mapping[str, pd.DataFrame]]],
+        ) -> dict[str, Any]:
+            """One candidate's decision, registration and alias move, as its stored record.
+
+            `candidate_of()` gives its model and feature window, read only when it is eligible.
+            """
+            version = evaluation.get("version") or f"{kind}-{evaluation['partition']}"
             # Reports stored before the verdict had a one-line cause fall back to its reasons.
             cause = evaluation.get("cause") or "; ".join(evaluation["reasons"])
-            streak = rejected_in_a_row(
-                store,
-                asset_key(contract.name, evaluation_name),
-                day,
-                decision,
-                limit,
-                CADENCE_DAYS[kind],
-            )
-            yield streak_check(streak, limit, registry.alias("champion"), cause)
-            outcome = outcome_line(decision, cause)
-            if decision == "reject":
-                yield dg.MaterializeResult(
-                    value={
-                        "version": None,
-                        "alias": None,
-                        "decision": "reject",
-                        "registered": False,
-                        "outcome": outcome,
-                        "reason": cause,
-                    },
-                    metadata={
-                        "version": "none: rejected, not registered",
-                        "outcome": outcome,
-                        "rejected_in_a_row": len(streak),
-                        "champion": registry.alias("champion") or "none",
-                        "challenger": registry.alias("challenger") or "none",
-                    },
+            record: dict[str, Any] = {
+                "version": None,
+                "kind": kind,
+                "candidate": version,
+                "alias": None,
+                "registered": False,
+                "champion_met": champion,
+            }
+            if evaluation["decision"] == REJECT:
+                return {**record, "decision": REJECT, "reason": cause}
+            later = moves_back("champion", version)
+            if later is not None:
+                reason = (
+                    f"the champion {later} is a later day's model than {version}, and an alias "
+                    "never moves back to an older day's model"
                 )
-                return
+                return {**record, "decision": SUPERSEDED, "reason": reason}
+            model, window = candidate_of()
+            try:
+                _, holdout = split_of(model, window, contract)
+            except ValueError as exc:
+                # The model and its window disagree: only rematerialising the model fixes that.
+                raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
+            champion_scores = (
+                score_model(load_champion(champion), holdout, spec.bootstrap_samples, seed)
+                if champion is not None
+                else None
+            )
+            comparison = compare_with_champion(contract, candidate, champion_scores)
+            decision = comparison.decision
             manifest = {
-                "dataset": contract.name,
-                "partition": day,
-                "asset": name,
-                "run_id": context.run.run_id,
+                "dataset": dataset,
+                "partition": version_day(version),
+                "kind": kind,
+                "asset": REGISTERED_MODEL,
+                "registered_on": day,
+                "run_id": run_id,
                 "input_partitions": model.window,
                 "input_data_versions": model.data_versions,
                 "estimator": model.estimator,
@@ -213,39 +379,128 @@ def build_registered_model(
                 "trained_for": model.progress,
                 "metrics": evaluation["metrics"],
                 "decision": decision,
+                "champion_met": champion,
                 **environment,
             }
             registry.upsert(version, model, manifest)
-            alias = "champion" if decision == "promote" else "challenger"
-            registry.set_alias(
-                alias,
-                version,
-                partition=day,
-                run_id=context.run.run_id,
-                reason="; ".join(evaluation["reasons"]),
+            target = "champion" if decision == PROMOTE else "challenger"
+            alias: str | None = None
+            kept = moves_back(target, version)
+            if kept is not None:
+                note = f"{target} stays {kept}, a later day's model"
+            elif target == "challenger" and registry.alias("champion") == version:
+                # A re-run of the champion's own day that no longer beats the one before it.
+                note = f"{version} is the champion already"
+            else:
+                note = ""
+                alias = target
+                registry.set_alias(
+                    alias, version, partition=day, run_id=run_id, reason=comparison.cause
+                )
+            comparison_md = (
+                render_comparison(version, candidate, champion_scores, champion, comparison)
+                if champion is not None and champion_scores is not None
+                else None
             )
-            yield dg.MaterializeResult(
-                value={
-                    "version": version,
-                    "alias": alias,
-                    "decision": decision,
-                    "registered": True,
-                    "outcome": outcome,
-                    "manifest": manifest,
-                },
-                metadata={
-                    "version": version,
-                    "alias": alias,
-                    "outcome": outcome,
-                    "champion": registry.alias("champion") or "none",
-                    "challenger": registry.alias("challenger") or "none",
-                    "registered_versions": len(registry.versions()),
-                    "git_commit": manifest["git_commit"],
-                },
+            return {
+                **record,
+                **comparison_fields(contract, comparison, candidate, champion_scores),
+                "version": version,
+                "alias": alias,
+                "alias_note": note,
+                "registered": True,
+                "decision": decision,
+                "reason": comparison.cause,
+                "comparison_markdown": comparison_md,
+                "manifest": manifest,
+            }
+
+        def weekly_candidate(day: str, champion: str | None) -> dict[str, Any] | None:
+            """The weekly candidate of the day before `day` judged, if the weekly job made one."""
+            before = day_before(day)
+            recorded = weekly.get(before)
+            if recorded is None or not recorded.accepted:
+                return None
+            report: dict[str, Any] = full_evaluation[before]
+            return judged(
+                day,
+                FULL,
+                report,
+                champion,
+                lambda: (full_model[before], full_window(feature_days, before, full_days)),
             )
+
+        def day_of_registered_model(
+            day: str,
+            model: TrainedModel,
+            evaluation: dict[str, Any],
+            features: Mapping[str, pd.DataFrame],
+        ) -> Iterator:
+            before = registry.champion_before(day)
+            champion = before
+            candidates = []
+            full = weekly_candidate(day, champion)
+            if full is not None:
+                candidates.append(full)
+                if full["decision"] == PROMOTE:
+                    champion = full["version"]
+            daily = judged(day, DAILY, evaluation, champion, lambda: (model, features))
+            candidates.append(daily)
+            for candidate in candidates:
+                candidate["outcome"] = outcome_line(candidate["decision"], candidate["reason"])
+            streak = rejected_in_a_row(decision_of, day, daily["decision"], limit)
+            champion_after = registry.alias("champion")
+            yield streak_check(streak, limit, champion_after, daily["reason"])
+            outcome = daily["outcome"]
+            if full is not None:
+                outcome += f"; weekly {full['candidate']}: {full['outcome']}"
+            value = {
+                "partition": day,
+                **daily,
+                "outcome": outcome,
+                "champion_before": before,
+                "champion_after": champion_after,
+                "challenger_after": registry.alias("challenger"),
+                "candidates": candidates,
+                "rejected_in_a_row": len(streak),
+            }
+            metadata: dict[str, Any] = {
+                "version": daily["version"] or f"none: {not_registered(daily['decision'])}",
+                "alias": daily["alias"] or "none",
+                "decision": daily["decision"],
+                "outcome": outcome,
+                "champion_met": daily["champion_met"] or "none",
+                "champion": champion_after or "none",
+                "challenger": registry.alias("challenger") or "none",
+                "rejected_in_a_row": len(streak),
+                "registered_versions": len(registry.versions()),
+            }
+            for name, gain in daily.get("improvements", {}).items():
+                metadata[f"improvement_{name}"] = dg.MetadataValue.float(gain["improvement"])
+                metadata[f"improvement_{name}_low"] = dg.MetadataValue.float(gain["low"])
+                metadata[f"improvement_{name}_high"] = dg.MetadataValue.float(gain["high"])
+            for name, metric in (daily.get("champion_metrics") or {}).items():
+                metadata[f"champion_{name}"] = dg.MetadataValue.float(metric)
+            if full is not None:
+                metadata["weekly_candidate"] = full["candidate"]
+                metadata["weekly_outcome"] = full["outcome"]
+            if daily.get("comparison_markdown"):
+                metadata["comparison"] = dg.MetadataValue.md(daily["comparison_markdown"])
+            if daily["registered"]:
+                metadata["git_commit"] = daily["manifest"]["git_commit"]
+            yield dg.MaterializeResult(value=value, metadata=metadata)
 
         # Once per step: it runs git and reads the lock file.
         environment = environment_manifest()
-        yield from each_day(context, day_of_registered_model, model=model, evaluation=evaluation)
+        yield from each_day(
+            context, day_of_registered_model, model=model, evaluation=evaluation, features=features
+        )
 
     return _registered_model
+
+
+def not_registered(decision: str) -> str:
+    """Why a candidate is not a version, in the registry's metadata."""
+    if decision == SUPERSEDED:
+        return "not promoted, a later day's model is champion"
+    return "rejected, not registered"

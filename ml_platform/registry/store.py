@@ -2,9 +2,11 @@
 
 Layout under `<dataset>/registry/`: `versions/<version>/model-<sha256>.joblib` and
 `manifest.json`, `aliases.json` (where each alias points now) and `alias_history.json` (every
-move of an alias, never rewritten, only extended), which answers "which version was champion on
-date X". Versions are named after what they are (`daily-2013-01-28`), so registering the model
-of a day again replaces that version instead of adding one.
+move of an alias, never rewritten, only extended, each with the partition whose registration
+made it), which answers "which version served day X" (`champion_before`). Versions are named
+after what they are (`daily-2013-01-28`, `full-2013-01-28`), so registering the model of a day
+again replaces that version instead of adding one. One writer moves the aliases:
+registered_model, which walks the days in date order (`ml_platform.registry.assets`).
 
 A version is whole or absent. Its manifest is its commit record: written last, in one write
 (an atomic rename on a directory, one PUT on S3, neither of which has a multi-object commit),
@@ -37,6 +39,11 @@ LEGACY_MODEL = "model.joblib"
 # Manifest entries that make it the version's commit record.
 MODEL_OBJECT = "model_object"
 MODEL_SHA256 = "model_sha256"
+
+
+def version_day(version: str) -> str:
+    """The day of a version's data: `daily-2013-01-28` and `full-2013-01-28` are 2013-01-28."""
+    return version.split("-", 1)[1]
 
 
 class RegistryError(LookupError):
@@ -212,17 +219,20 @@ class ModelRegistry:
         value = self._json("aliases.json", {}).get(name)
         return str(value) if value is not None else None
 
-    def champion_to_beat(self, candidate: str) -> str | None:
-        """The champion a candidate version competes with.
+    def champion_before(self, day: str) -> str | None:
+        """The champion the registrations of the days before `day` left: the one that served it.
 
-        When the candidate already is the champion (its day is being re-run), it competes with
-        the champion it replaced, so a re-run reaches the same verdict as the first run.
+        The version of the last `champion` move recorded for an earlier partition (moves are
+        appended in the order registered_model makes them, which walks the days in date order),
+        None before the first. A re-run of a day meets the champion its first run met, even when
+        that run moved the champion itself.
         """
-        current = self.alias("champion")
-        if current != candidate:
-            return current
-        moves = [h for h in self.history() if h["alias"] == "champion" and h["version"] == current]
-        return moves[-1]["previous"] if moves else None
+        moves = [
+            move
+            for move in self.history()
+            if move["alias"] == "champion" and str(move.get("partition", "")) < day
+        ]
+        return str(moves[-1]["version"]) if moves else None
 
     def set_alias(self, name: str, version: str, *, partition: str, run_id: str, reason: str):
         """Point an alias at a version and record the move; a no-op if it already points there."""
