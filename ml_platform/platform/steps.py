@@ -3,57 +3,42 @@
 Sensors and schedules run one day per run. A backfill (the UI's "Materialize" of a partition range,
 or GraphQL) is split by the backfill daemon into runs of at most N days (`daily_backfill_policy`:
 `BackfillPolicy.multi_run(N)`, N from `ML_PLATFORM_BACKFILL_DAYS_PER_RUN`), the registry and the
-champion's monitoring into a run per daemon loop that finds evaluated days
+champion's monitoring into a run per daemon loop that finds days ready for them
 (`chained_backfill_policy`), which the instance's run launcher places: processes beside the daemon
 on the embedded instance (as many at once as the queue allows), ECS tasks or Kubernetes pods in
 production (deploy/dagster.yaml). A run of N days pays one process start and one import of pandas,
 scikit-learn and Great Expectations for its N days. Each asset writes its days as it computes them,
-in order: a step holds one day's data (or one window) at a time. The assets annotate their inputs
-`Any`: a one-day step gets the day's value, a range step a `DailyInput`.
+in order: a step holds one day's data (or one window) at a time. Every partitioned input arrives
+as a `DailyInput` (the IO manager's), read a day at a time.
 
 Which assets share a run is the choice of Dagster's asset backfill daemon. On each loop (every 30 s)
 the daemon requests the target's partitions whose targeted parents are materialised, or are
 requested in the same loop with the same partitions through an identity mapping and the same
 backfill policy; it then cuts each requested set of partitions into runs of at most N days. The
 model's window (`TimeWindowPartitionMapping(start_offset=-(W-1))`) is not an identity mapping, so
-the model waits for every targeted day of its window. A self-dependent asset
-(`previous_day_input`) never shares a run with another asset requested in the same loop, and its
-days wait for the day before. The chain of a backfill (each day's champion is the one the day
-before left) is evaluation_report, registered_model, then champion_performance; each depends on
-its own day before:
+the model waits for every targeted day of its window. Three assets depend on their own day
+before (`previous_day_input`), which orders their days, whatever the split into runs:
 
-- evaluation_report keeps `daily_backfill_policy`, whose cap orders it: the daemon requests at
-  most N waiting days of a self-dependent asset a loop, the first ones. With `single_run()` (no
-  cap) the daemon checks the day-before dependency against all the waiting days at once, before
-  it drops the days whose model is not materialised yet: when a later chunk's models are
-  recorded before an earlier chunk's, it evaluates the later chunk first, against the wrong
-  champions (seen with Dagster 1.13.27's daemon).
-- registered_model and champion_performance have `chained_backfill_policy` (`single_run()`): on
-  each loop that requests no day of their parent, they take every day of the range whose parent
-  days are recorded, in one run. The daemon would put them in their parent's run only if their
-  waiting days were exactly the days the parent is requested for in that loop, which a range of
-  more than one chunk never gives (their waiting days are the whole range, the evaluation's a
-  chunk), so they keep their dependency on the day before: it orders their runs when a range is
-  registered in two parts. champion_performance's decay streak reads the records of the days
-  before, which that dependency makes sure are stored.
+- validated_data: its history gate judges a day against the accepted days before it, so a chunk
+  waits for the chunk before it (the daemon requests at most N waiting days of a self-dependent
+  asset a loop, the first ones). A day's verdict is then the same in a one-day run, in any split
+  of a range, and through the CLI.
+- registered_model, the one writer of the registry's aliases: it walks its days in date order in
+  one step, comparing each eligible candidate (daily, and the weekly one of the day before) with
+  the serving champion. `chained_backfill_policy` (`single_run()`) makes it take every day whose
+  evaluation is recorded in one run; its dependency on the day before orders the runs when a
+  range is registered in two parts. champion_performance follows it (it reads the serving
+  champion from the registry's record) and also keeps its day before, which its decay streak
+  reads.
 
-A range of two chunks (days 1-6, N = 3) therefore runs in these waves, one daemon loop each:
-
-1. raw_data, validated_data, features (and the drift check): runs of days 1-3 and 4-6;
-2. model: runs of days 1-3 and 4-6 (a day's window may reach into the other chunk);
-3. evaluation_report days 1-3;
-4. evaluation_report days 4-6 (its day 4 needs day 3); when it runs past the next loop,
-   registered_model days 1-3 (and champion_performance after them) run beside it;
-5. registered_model of the days left (4-6, or 1-6);
-6. champion_performance of the days left.
-
-(`ml_platform_tests/test_backfill_daemon.py` runs waves 1 to 5.) A range of C chunks has C waves
-of evaluation_report; each evaluated chunk's registration (and monitoring) may run beside the
-next chunk's evaluation when that outlasts a loop, and the days left run after the last one,
-whatever C. An evaluation may thus run before or while the registry takes its day before: it
-reads the champion that day left from the registry once the registry reflects that day, else
-from that day's report (`evaluation.assets.champion_before`). Days of independent chunks run
-side by side as far as the run queue's `max_concurrent_runs` and the launcher allow.
+evaluation_report judges each candidate alone and depends on nothing but the day's model and
+its window, so its chunks run side by side, in the model's run when the daemon requests both.
+A range of C chunks therefore runs raw_data of every chunk in the first wave, validated_data chunk
+after chunk (features and the drift check with it or after it), the model and the evaluation of
+each chunk once the features of its window are recorded, then the registry and the monitoring
+(`benchmarks/backfill_year.py` prints a range's timeline;
+`ml_platform_tests/test_backfill_daemon.py` runs one). Days of independent chunks run side by side
+as far as the run queue's `max_concurrent_runs` and the launcher allow.
 
 An asset describes one day as a generator (`compute(day, **inputs)`) that yields its check
 results and ends with a `dg.MaterializeResult`. `each_day` runs it for the step's days, one day
@@ -115,8 +100,9 @@ def daily_backfill_policy() -> dg.BackfillPolicy:
     """A daily asset's policy: at most `ML_PLATFORM_BACKFILL_DAYS_PER_RUN` days a run.
 
     Every asset up to evaluation_report has the same one, so that the assets of a chunk of days
-    can share its run (see the module's docstring). evaluation_report keeps it for its cap: the
-    daemon requests at most N days of a self-dependent asset a loop, its first waiting ones.
+    can share its run (see the module's docstring). For validated_data, which depends on its day
+    before, the cap orders the chunks: the daemon requests at most N waiting days of a
+    self-dependent asset a loop, its first ones.
     """
     return dg.BackfillPolicy.multi_run(Settings().backfill_days_per_run)
 
@@ -124,9 +110,9 @@ def daily_backfill_policy() -> dg.BackfillPolicy:
 def chained_backfill_policy() -> dg.BackfillPolicy:
     """The registry's and champion_performance's policy: the days a loop can take, in one run.
 
-    Their days follow the evaluation's, one after another, so chunks of them would buy no
-    parallelism, only a daemon loop each: a range's days whose evaluations are recorded are
-    registered (then monitored) in one run, in day order (see the module's docstring).
+    Their days follow one another, so chunks of them would buy no parallelism, only a daemon loop
+    each: a range's days whose evaluations are recorded are registered (then monitored) in one
+    run, in day order (see the module's docstring).
     """
     return dg.BackfillPolicy.single_run()
 
