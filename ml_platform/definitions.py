@@ -68,7 +68,10 @@ def dataset_definitions(
     # It registers nothing itself: registered_model, the one step that moves the champion,
     # takes it on the next day's registration, before that day's own candidate.
     full_retrain = [
-        build_model(contract, partitions, name="full_model", window_days=full_days),
+        # A rejected Sunday is one more hole of its 90-day window: the week is still retrained.
+        build_model(
+            contract, partitions, name="full_model", window_days=full_days, own_day_required=False
+        ),
         build_evaluation_report(
             contract,
             partitions,

@@ -132,3 +132,27 @@ def test_a_window_below_coverage_and_a_day_without_labels_are_the_models_verdict
     assert latest(on_time, "validated_data", "2013-01-01")["verdict"] == "accepted"
     record = assert_rejected(on_time, "model", "2013-01-01", Verdict.TRAINING_DATA, "joblib")
     assert "single class" in record["reason"]
+
+
+@pytest.mark.slow
+def test_a_rejected_sunday_still_gets_its_weekly_retrain(tmp_path):
+    # 2024-01-07 is a Sunday: the Monday schedule retrains on the window ending it.
+    sunday = "2024-01-07"
+    platform = Platform(contract_with(tmp_path, "synthetic", full_window_days=7), tmp_path / "p")
+    platform.land("2024-01-01", 7)
+    platform.land(sunday, 1, fault="null_burst")
+    for day in ["2024-01-0" + str(n) for n in range(1, 8)]:
+        assert platform.materialize(day, selection=["raw_data", "validated_data", "features"])
+    assert latest(platform, "validated_data", sunday)["verdict"] == "failed quality gate"
+
+    weekly = platform.materialize(sunday, selection=["full_model", "full_evaluation_report"])
+    assert weekly.success
+    model = latest(platform, "full_model", sunday)
+    assert model["verdict"] == "accepted" and model["missing_window_days"] == [sunday]
+    assert platform.stored("full_model", sunday, "joblib").exists()
+    assert latest(platform, "full_evaluation_report", sunday)["verdict"] == "accepted"
+    # The daily model of that Sunday has no day of its own to hold out: a recorded verdict.
+    daily = platform.materialize(sunday, selection=["model"])
+    assert daily.success
+    record = assert_rejected(platform, "model", sunday, Verdict.WINDOW_BELOW_COVERAGE, "joblib")
+    assert f"own day, {sunday}" in record["reason"]

@@ -154,18 +154,24 @@ def fill_command(dataset: str, first_missing: str, day: str) -> str:
 
 
 def require_coverage(
-    coverage: WindowCoverage, min_coverage: float, name: str, dataset: str
+    coverage: WindowCoverage,
+    min_coverage: float,
+    name: str,
+    dataset: str,
+    own_day_required: bool = True,
 ) -> None:
     """Raise WindowCoverageError unless the day's own features and enough of its window exist.
 
     Days whose features are rejected or not materialised are holes alike.
 
-    A model of day D holds out D's latest rows for its evaluation, so D itself must be stored;
-    the other days may have holes while they cover at least `min_coverage` of the window.
+    The daily model of day D holds out D's latest rows for its evaluation, so D itself must be
+    accepted (`own_day_required`); the weekly retrain holds out its window's latest accepted
+    rows, so a rejected Sunday is one more hole of its window. The other days may have holes
+    while they cover at least `min_coverage` of the window.
     """
     missing = coverage.missing
     day = coverage.day
-    own_day = day in missing
+    own_day = own_day_required and day in missing
     if not own_day and coverage.share >= min_coverage:
         return
     window = f"{coverage.expected[0]}..{day}"
@@ -391,8 +397,13 @@ def build_model(
     partitions: dg.PartitionsDefinition,
     name: str = "model",
     window_days: int | None = None,
+    own_day_required: bool = True,
 ) -> dg.AssetsDefinition:
-    """A model asset of a dataset, trained on `window_days` (default: the contract's W)."""
+    """A model asset of a dataset, trained on `window_days` (default: the contract's W).
+
+    `own_day_required`: whether the day's own features must be accepted (see
+    `require_coverage`); the weekly retrain trains on its window without them.
+    """
     days = window_days or contract.training.window_days
     checks = {
         LOSS_PLATEAU_CHECK: (
@@ -455,7 +466,7 @@ def build_model(
                     {"blocking_drift": drifted},
                 )
             coverage = window_coverage(day, days, first_day, features)
-            require_coverage(coverage, min_coverage, name, contract.name)
+            require_coverage(coverage, min_coverage, name, contract.name, own_day_required)
             if coverage.missing:
                 context.log.warning(
                     f"{name} {day} trains on {len(coverage.stored)} of "
