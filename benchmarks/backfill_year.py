@@ -34,18 +34,11 @@ import urllib.request
 from pathlib import Path
 
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV, DEFAULT_BACKFILL_DAYS_PER_RUN
+from ml_platform.troubleshooting.rejected import DAY_ASSETS
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-DAILY_ASSETS = [
-    "raw_data",
-    "validated_data",
-    "features",
-    "model",
-    "evaluation_report",
-    "registered_model",
-    "champion_performance",
-]
+DAILY_ASSETS = list(DAY_ASSETS)
 LAUNCH = """
 mutation Backfill($params: LaunchBackfillParams!) {
   launchPartitionBackfill(backfillParams: $params) {

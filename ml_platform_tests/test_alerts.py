@@ -7,7 +7,6 @@ alert sensors (Dagster's run-status sensors and the delivery sensor) tick over t
 """
 
 import email
-import http.server
 import json
 import logging
 import socketserver
@@ -42,6 +41,7 @@ from ml_platform.troubleshooting.classify import (
 )
 from ml_platform.troubleshooting.run_events import RunOutcome, run_outcome
 from ml_platform_tests.conftest import REPO
+from ml_platform_tests.services import WebhookServer, webhook_server
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 BEHAVIOUR: dict[str, object] = {"fail": None, "drift": False}
@@ -85,37 +85,10 @@ def scored(context: dg.AssetExecutionContext):
     yield dg.MaterializeResult()
 
 
-class Receiver(http.server.BaseHTTPRequestHandler):
-    """Records POSTed JSON bodies; answers 500 while `server.fail_next` > 0."""
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.server.fail_next > 0:
-            self.server.fail_next -= 1
-            self.server.refused += 1
-            self.send_response(500)
-            self.end_headers()
-            return
-        self.server.received.append(json.loads(body))
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def webhook() -> Iterator[http.server.ThreadingHTTPServer]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    server.received = []
-    server.fail_next = 0
-    server.refused = 0
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def webhook() -> Iterator[WebhookServer]:
+    with webhook_server() as server:
+        yield server
 
 
 class SMTPHandler(socketserver.StreamRequestHandler):

@@ -50,7 +50,6 @@ from ml_platform.platform.steps import (
 )
 from ml_platform.platform.storage import (
     FORMAT_KEY,
-    WINDOW_KEY,
     DailyInput,
     LakeIOManager,
     LakeStorage,
@@ -62,6 +61,7 @@ from ml_platform.registry.store import (
     environment_manifest,
     version_day,
 )
+from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
 from ml_platform.troubleshooting.runbook import check_description
 
@@ -176,18 +176,7 @@ def features_input(dataset: str, window_days: int, full_window_days: int) -> dg.
     One input (an asset can be an input once): its `for_day` is the daily window, and
     `full_window` cuts the weekly candidate's out of it.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.BetaWarning)
-        mapping = dg.TimeWindowPartitionMapping(
-            start_offset=-max(window_days - 1, full_window_days),
-            end_offset=0,
-            allow_nonexistent_upstream_partitions=True,
-        )
-    return dg.AssetIn(
-        key=asset_key(dataset, "features"),
-        partition_mapping=mapping,
-        metadata={WINDOW_KEY: window_days},
-    )
+    return window_input(dataset, window_days, reach_days=full_window_days + 1)
 
 
 def full_window(features: DailyInput, last: str, days: int) -> WindowPartitions:

@@ -86,15 +86,20 @@ def every(
     return throttled
 
 
-def window_input(dataset: str, window_days: int) -> dg.AssetIn:
-    """The `features` input of a day: its `window_days` partitions ending that day."""
+def window_input(dataset: str, window_days: int, reach_days: int | None = None) -> dg.AssetIn:
+    """The `features` input of a day: its `window_days` partitions ending that day.
+
+    `reach_days`, when larger, maps that many days ending the day instead (a step that reads
+    a longer window of its own besides, as the registry does); each day still reads the last
+    `window_days` of them through `DailyInput.for_day`.
+    """
     # Without allow_nonexistent_upstream_partitions the first days, whose window reaches
     # before the first partition, could not run at all. The flag is marked beta; its behaviour
     # (drop partitions outside the definition) is what a window needs, so the warning is muted.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
         mapping = dg.TimeWindowPartitionMapping(
-            start_offset=-(window_days - 1),
+            start_offset=-(max(window_days, reach_days or 0) - 1),
             end_offset=0,
             allow_nonexistent_upstream_partitions=True,
         )
