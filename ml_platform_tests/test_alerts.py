@@ -617,3 +617,41 @@ def test_a_failed_run_announces_the_recovery_of_a_step_that_now_succeeds():
     assert evaluate_run(outcome, {**streaks, "asset raw_data": 2}, Notifier(), 0.0)[0].rule == (
         "run_failed"
     )
+
+
+def test_a_rejected_day_warns_once_pages_at_the_streak_and_a_backfill_leaves_it_to_its_summary():
+    from ml_platform.troubleshooting.classify import FailedCheck
+
+    day = "2024-01-03"
+    reason = f"{day} was rejected (failed quality gate): x2 has 31% missing values"
+    outcome = RunOutcome(
+        run_id="r1",
+        root_run_id="r1",
+        job_name="synthetic_daily_pipeline_job",
+        partition=day,
+        succeeded=True,
+        step_failures=[],
+        succeeded_steps=["synthetic__validated_data"],
+        failed_checks=[
+            FailedCheck("synthetic/validated_data", "gx_completeness", "ERROR", "x2: 31%", day),
+            FailedCheck("synthetic/validated_data", "delivery_accepted", "ERROR", reason, day),
+        ],
+        run_message="",
+    )
+    notifier = Notifier()
+
+    def told(in_a_row: int, in_backfill: bool = False) -> list[tuple[str, str]]:
+        alerts = evaluate_run(
+            outcome, {}, notifier, 0.0, {("synthetic", day): in_a_row}, in_backfill
+        )
+        assert all(a.partition == day and a.cause == reason for a in alerts)
+        assert all(a.runbook.endswith("#rejected-day") for a in alerts)
+        return [(a.severity, a.rule) for a in alerts]
+
+    # One warning for the day; its failed gate is the reason, not an alert of its own.
+    assert told(1) == [("WARNING", "day_rejected")]
+    # Counted by day: the third rejected day in a row pages, once.
+    assert told(3) == [("WARNING", "day_rejected"), ("CRITICAL", "rejected_streak")]
+    assert told(4) == [("WARNING", "day_rejected")]
+    # A backfill's runs leave their rejected days to the backfill's one summary.
+    assert told(3, in_backfill=True) == []

@@ -336,28 +336,19 @@ def evaluate_run(
         dataset, day = dataset_of_asset(check.asset), check.partition or "?"
         if in_backfill:
             continue
-        alerts.append(
-            alert(
-                severity=WARNING,
-                rule="day_rejected",
-                title=f"{dataset}: the delivery of {day} was rejected",
-                cause=one_line(check.description) or "no reason recorded",
-                subject=f"{check.asset}:{check.check}",
-                partition=day,
-                failure_class=None,
-                runbook=notifier.runbook(REJECTED_DAY_SECTION),
-                page=True,
-            )
-        )
         in_a_row = rejected_streaks.get((dataset, day), 1)
+        told = [(WARNING, "day_rejected", f"{dataset}: the delivery of {day} was rejected")]
         if in_a_row == threshold:
+            title = f"{dataset}: {in_a_row} days in a row rejected, the last {day}"
+            told.append((CRITICAL, "rejected_streak", title))
+        for severity, rule, title in told:
             alerts.append(
                 alert(
-                    severity=CRITICAL,
-                    rule="rejected_streak",
-                    title=f"{dataset}: {in_a_row} days in a row rejected, the last {day}",
+                    severity=severity,
+                    rule=rule,
+                    title=title,
                     cause=one_line(check.description) or "no reason recorded",
-                    subject=f"{dataset} deliveries",
+                    subject=f"{check.asset}:{check.check}",
                     partition=day,
                     failure_class=None,
                     runbook=notifier.runbook(REJECTED_DAY_SECTION),
