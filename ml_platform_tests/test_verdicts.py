@@ -156,3 +156,43 @@ def test_a_rejected_sunday_still_gets_its_weekly_retrain(tmp_path):
     assert daily.success
     record = assert_rejected(platform, "model", sunday, Verdict.WINDOW_BELOW_COVERAGE, "joblib")
     assert f"own day, {sunday}" in record["reason"]
+
+
+@pytest.mark.slow
+def test_the_cli_tells_a_rejected_day_from_a_run_error_and_reruns_it_once_corrected(
+    tmp_path, monkeypatch, capsys
+):
+    from ml_platform import cli
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for name, value in {
+        "DAGSTER_HOME": str(home),
+        "ML_PLATFORM_LANDING_DIR": str(tmp_path / "landing"),
+        "ML_PLATFORM_LAKE_DIR": str(tmp_path / "lake"),
+        "ML_PLATFORM_DATASET": "synthetic",
+    }.items():
+        monkeypatch.setenv(name, value)
+    days = ["--start", "2024-01-01", "--days", "3"]
+    assert cli.main(["land", *days]) == 0
+    assert cli.main(["land", "--start", DAY, "--fault", "null_burst"]) == 0
+    capsys.readouterr()
+
+    assert cli.main(["materialize", *days]) == cli.REJECTED_EXIT
+    out, err = capsys.readouterr()
+    assert f"{DAY} REJECTED by validated_data: failed quality gate" in out
+    # The next day's 3-day window lost a day: its model is not trained (a verdict too).
+    assert "2024-01-03 REJECTED by model: window below coverage" in out
+    assert "2 of 3 day(s) rejected: 2024-01-02, 2024-01-03" in err
+    assert cli.main(["rejected"]) == cli.REJECTED_EXIT
+    out, _ = capsys.readouterr()
+    assert f"{DAY}  validated_data: failed quality gate" in out
+    assert "2024-01-03  model: window below coverage" in out
+    assert f"ml-platform materialize --dataset synthetic --start {DAY} --days 2" in out
+
+    # A corrected file reruns the rejected days without --force; accepted days are skipped.
+    assert cli.main(["land", "--start", DAY]) == 0
+    assert cli.main(["materialize", *days]) == 0
+    out, _ = capsys.readouterr()
+    assert out.count("already materialised") == 1 and "REJECTED" not in out
+    assert cli.main(["rejected"]) == 0
