@@ -24,7 +24,7 @@ from ml_platform.validation.history import (
     share_bound,
     window_from_profiles,
 )
-from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.conftest import DAILY_ASSETS, Platform, days_from
 
 pytestmark = pytest.mark.slow
 
@@ -189,7 +189,8 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     land_edited(platform, EMPTIED_LABEL_DAY, empty_arr_delay)
     result = platform.materialize(EMPTIED_LABEL_DAY)
 
-    assert not result.success
+    # A rejected day is a verdict on the day, not a failure of the run (docs/verdicts.md).
+    assert result.success
     check = history_check(result)
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert "the share of rows with a label (delayed) is 0.0% today" in check.description
@@ -201,9 +202,17 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     assert failures["labelled_share(delayed)"]["history_min"] > 0.95
     assert failures["labelled_share(delayed)"]["reference_days"] == GOOD_DAYS
     assert profile.exists()
-    # The day stops at its gate: nothing stored for it, no model, and the champion unchanged.
-    materialised = {e.asset_key for e in result.get_asset_materialization_events()}
-    assert materialised == {platform.key("raw_data")}
+    # The day stops at its gate: it is recorded rejected, no asset after it accepts the day
+    # (features has no accepted input, the model's window lacks its own day), nothing is
+    # stored for it, no model, and the champion is unchanged.
+    records = {
+        e.asset_key: e.materialization.metadata for e in result.get_asset_materialization_events()
+    }
+    assert records[platform.key("validated_data")]["verdict"].value == "failed quality gate"
+    assert records[platform.key("features")]["verdict"].value == "no accepted input"
+    after = DAILY_ASSETS[DAILY_ASSETS.index("validated_data") + 1 :]
+    assert {platform.key(a) for a in after} <= set(records)
+    assert not any(records[platform.key(a)]["accepted"].value for a in after)
     assert not platform.stored("validated_data", EMPTIED_LABEL_DAY, "parquet").exists()
     assert not platform.stored("model", EMPTIED_LABEL_DAY, "joblib").exists()
     assert not (platform.lake_dir / profile_key(platform.contract, EMPTIED_LABEL_DAY)).exists()
@@ -218,16 +227,20 @@ def test_a_nullable_column_empty_on_half_the_rows_fails_naming_it(platform):
     land_edited(platform, HALF_EMPTY_DAY, empty_half_the_tailnums)
     result = platform.materialize(HALF_EMPTY_DAY, selection=["raw_data", "validated_data"])
 
-    assert not result.success
+    assert result.success  # a rejected day is a verdict, not a failure of the run
     check = history_check(result)
     assert not check.passed
     assert "the share of missing values of column tailnum is 50." in check.description
     failures = check.metadata["history_failures"].value
     assert failures["null_share(tailnum)"]["column"] == "tailnum"
     assert failures["null_share(tailnum)"]["today"] >= 0.5 > failures["null_share(tailnum)"]["high"]
-    # The other checks of the day pass: only its history says it is broken.
-    others = [c for c in result.get_asset_check_evaluations() if c.check_name != HISTORY]
+    # The other checks of the day pass: only its history says it is broken (and the day's
+    # delivery check, which says it was rejected for it).
+    checks = result.get_asset_check_evaluations()
+    others = [c for c in checks if c.check_name not in (HISTORY, "delivery_accepted")]
     assert others and all(c.passed for c in others)
+    [delivery] = [c for c in checks if c.check_name == "delivery_accepted"]
+    assert not delivery.passed and "(gx_history)" in (delivery.description or "")
 
 
 def test_a_range_judges_each_day_against_the_days_before_it_that_passed(tmp_path):
@@ -245,7 +258,7 @@ def test_a_range_judges_each_day_against_the_days_before_it_that_passed(tmp_path
     # One run over the six days, as a backfill runs them.
     result = materialize_range(platform, days)
 
-    assert not result.success
+    assert result.success  # the rejected day is a verdict, not a failure of the run
     checks = {
         c.partition: c for c in result.get_asset_check_evaluations() if c.check_name == HISTORY
     }

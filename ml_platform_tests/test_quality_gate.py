@@ -18,7 +18,7 @@ from ml_platform.validation.expectations import (
 )
 from ml_platform.validation.history import day_profile, window_from_profiles
 from ml_platform.validation.schema import type_rows
-from ml_platform_tests.conftest import ALL_ASSETS, Platform, days_from
+from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, days_from
 
 pytestmark = pytest.mark.slow
 
@@ -90,10 +90,12 @@ def good_outputs(platform: Platform) -> dict:
     }
 
 
-def error_text(result) -> str:
-    return "\n".join(
-        e.event_specific_data.error.to_string() for e in result.get_step_failure_events()
-    )
+def day_records(result) -> dict:
+    """Asset key -> what the run recorded of its day: verdict, accepted, reason..."""
+    return {
+        e.asset_key: {name: entry.value for name, entry in e.materialization.metadata.items()}
+        for e in result.get_asset_materialization_events()
+    }
 
 
 def read(path: str) -> str:
@@ -109,24 +111,33 @@ def test_a_bad_file_fails_its_day_and_names_file_partition_and_reason(platform, 
 
     result = platform.materialize(BAD_DAY)
 
-    assert not result.success
-    failed_steps = [e.step_key for e in result.get_step_failure_events()]
-    assert failed_steps == [platform.node(step)]
+    # A rejected file is a verdict on its day, not a failure of the run (docs/verdicts.md).
+    assert result.success
+    assert not result.get_step_failure_events()
+    records = day_records(result)
+    rejected = records[platform.key(step)]
+    assert rejected["verdict"] != "accepted"
     if check_name is None:
-        message = error_text(result)
+        message = rejected["reason"]
     else:
         checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
         assert not checks[check_name].passed
         message = checks[check_name].description
+        assert check_name in rejected["reason"] or step == "raw_data"
     assert WHERE in message
     for word in words:
         assert word in message
-    # The landed file is kept, the good days and their model are untouched, and nothing
-    # downstream of the failing step ran for the bad day.
+    # The landed file is kept, the good days and their model are untouched; the assets before
+    # the rejecting step accepted the day, and none after it does. (The cases share the bad
+    # day: an earlier case's version of it may be kept, which the next asset then judges.)
     assert (platform.landing_dir / BAD_FILE).exists()
     assert good_outputs(platform) == before
-    materialised = {e.asset_key for e in result.get_asset_materialization_events()}
-    assert materialised == {platform.key(a) for a in ALL_ASSETS[: ALL_ASSETS.index(step)]}
+    position = DAILY_ASSETS.index(step)
+    verdicts = {asset: records[platform.key(asset)]["verdict"] for asset in DAILY_ASSETS}
+    assert all(verdicts[asset] == "accepted" for asset in DAILY_ASSETS[:position]), verdicts
+    assert all(verdicts[asset] != "accepted" for asset in DAILY_ASSETS[position:]), verdicts
+    if not rejected["accepted"]:
+        assert verdicts[DAILY_ASSETS[position + 1]] == "no accepted input"
 
 
 def test_gate_failures_carry_samples_values_and_links(platform):
@@ -151,9 +162,13 @@ def test_a_bad_relanding_of_a_good_day_keeps_its_good_version(tmp_path):
     stored = platform.stored("validated_data", "2024-01-01", "parquet").read_bytes()
 
     platform.land("2024-01-01", 1, fault="null_burst")
-    assert not platform.materialize("2024-01-01").success
+    result = platform.materialize("2024-01-01")
+    assert result.success  # the rejected re-delivery is the day's verdict
 
     assert platform.stored("validated_data", "2024-01-01", "parquet").read_bytes() == stored
+    record = day_records(result)[platform.key("validated_data")]
+    assert record["verdict"] == "failed quality gate" and record["accepted"] is True
+    assert record["kept_previous_version"].endswith("2024-01-01.parquet")
 
 
 def test_a_few_bad_rows_are_quarantined_with_reasons_and_the_day_passes(tmp_path):

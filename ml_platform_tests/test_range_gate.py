@@ -22,8 +22,17 @@ from ml_platform.validation.expectations import (
     quality_gate,
     render_data_docs,
 )
-from ml_platform.validation.history import HistoryWindow, day_profile, window_from_profiles
-from ml_platform.validation.range_gate import range_screen, screen_range
+from ml_platform.validation.history import day_profile, window_from_profiles
+from ml_platform.validation.range_gate import (
+    DAY,
+    RULE,
+    RULE_DAY,
+    RangeValidation,
+    ScreenedDay,
+    range_screen,
+    range_validations,
+    screen_range,
+)
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_history_gate import (
@@ -78,20 +87,22 @@ def frames(contract) -> dict[str, pd.DataFrame]:
     return {day: typed_day(contract, day) for day in DAYS}
 
 
-def judge_in_order(contract, frames, screened: dict[str, HistoryWindow | None]) -> dict:
+def judge_in_order(contract, frames, screened: dict[str, ScreenedDay]) -> dict:
     """Each day's report and GE result, judged in order as validated_data judges a range.
 
     A day's history is the profiles of the days before it that passed; a day the screen passed
-    against that very history takes the screen's result, any other is validated on its own.
+    against that very history takes the screen's verdict (its result is the range's), any other
+    is validated on its own.
     """
     gate, screen = quality_gate(contract), range_screen(contract)
     passed: dict[str, dict[str, float | None]] = {}
     outcome: dict[str, tuple[GateReport, object, bool]] = {}
     for day, typed in frames.items():
         history = window_from_profiles(contract, day, passed)
-        from_screen = day in screened and screened[day] == history
+        entry = screened.get(day)
+        from_screen = entry is not None and entry.history == history
         if from_screen:
-            report, result = screen.passing_result(typed, day, history)
+            report, result = screen.passed_report(typed), None
         else:
             report, result = gate.validate(typed, day, history)
         if not report.failures:
@@ -100,13 +111,18 @@ def judge_in_order(contract, frames, screened: dict[str, HistoryWindow | None]) 
     return outcome
 
 
-def without_meta(document: dict) -> dict:
-    return {key: value for key, value in document.items() if key != "meta"}
+def day_rows(validation: RangeValidation, column: str, day: str) -> list[dict]:
+    """The failing rows GE lists for `day` in a validation of the screen (by its day column)."""
+    return [
+        index
+        for r in validation.result.results
+        if not r.success
+        for index in r.result["unexpected_index_list"]
+        if index[column] == day
+    ]
 
 
-def test_a_range_reaches_each_days_one_by_one_verdict_failures_and_ge_result(
-    contract, frames, tmp_path
-):
+def test_a_range_reaches_each_days_one_by_one_verdict_and_failures(contract, frames, tmp_path):
     one_by_one = judge_in_order(contract, frames, screened={})
     failed = {
         day: sorted({f.check for f in report.failures})
@@ -135,20 +151,100 @@ def test_a_range_reaches_each_days_one_by_one_verdict_failures_and_ge_result(
     # The screen passed every good day, and no broken one.
     assert set(screened) == set(DAYS) - set(failed)
     for day in DAYS:
-        report, result, from_screen = in_range[day]
-        expected, expected_result, _ = one_by_one[day]
+        report, _, _ = in_range[day]
+        expected, _, _ = one_by_one[day]
         assert report.failures == expected.failures, day
         assert report.rows == expected.rows and report.evaluated == expected.evaluated
-        assert without_meta(report.result_json) == without_meta(expected.result_json), day
+        if day in failed:
+            # A day the screen did not pass is validated on its own: GE's result is its own.
+            assert without_meta(report.result_json) == without_meta(expected.result_json), day
+        else:
+            assert report.result_json is None, day
     # Every good day passed on the screen's verdict, judged against the days before it that
     # passed: the screen assumed the broken days fail once it had not passed them.
     assert [day for day in DAYS if in_range[day][2]] == sorted(set(DAYS) - set(failed))
     last = screened[DAYS[8]]
-    assert last is not None and last.stored == [DAYS[1], DAYS[4]]
-    # A screened day's result is a GE result object its Data Docs page renders from.
-    report, result, _ = in_range[DAYS[8]]
-    page = render_data_docs(result)
-    assert "flights_gate" in page and str(report.rows) in page
+    assert last.history is not None and last.history.stored == [DAYS[1], DAYS[4]]
+
+    # The screen's results are GE's own: one validation of the days' rows, one of their
+    # table-level rules (and one more for the days whose history changed), each GE's
+    # ExpectationSuiteValidationResult of its suite, whose failing rows name their days.
+    from great_expectations.core import ExpectationSuiteValidationResult
+
+    validations = range_validations(screened)
+    rows = next(v for v in validations if v.kind == "rows")
+    assert {v.kind for v in validations} <= {"rows", "days", "days-2", "days-3"}
+    for validation in validations:
+        assert isinstance(validation.result, ExpectationSuiteValidationResult)
+        assert validation.chunk == (DAYS[0], DAYS[-1])
+        # A validation's meta names the batch GE validated, which no hand-made result has.
+        assert {"batch_spec", "batch_markers"} <= set(validation.result.meta)
+        screen = range_screen(contract)
+        suite = screen.rows_suite if validation.kind == "rows" else screen.days_suite
+        assert validation.result.suite_name == suite.name
+        assert len(validation.result.results) == len(suite.expectations)
+        # GE renders each as its own Data Docs page.
+        assert validation.result.suite_name in render_data_docs(validation.result)
+    assert rows.days == DAYS
+    assert not rows.result.success
+    # The broken rows are named by their day in GE's result; no good day's rows fail.
+    assert rows.failed == {BAD_DISTANCE, WRONG_DAY, DUPLICATE}
+    for day in DAYS:
+        assert bool(day_rows(rows, DAY, day)) == (day in rows.failed), day
+    for day, entry in screened.items():
+        assert entry.rows is rows and not day_rows(entry.table, RULE_DAY, day)
+        assert day not in entry.table.failed and day in entry.table.days
+        assert f"whose {DAY} is {day} in validation_result" in entry.description(day)
+    # The table-level rules name the day and the rule that failed: the partial day's volume.
+    table = next(v for v in validations if v.kind == "days")
+    assert {(i[RULE_DAY], i[RULE]) for i in day_rows(table, RULE_DAY, TOO_FEW_ROWS)} >= {
+        (TOO_FEW_ROWS, "row_count")
+    }
+
+
+def test_days_whose_history_changes_twice_are_judged_again_until_it_holds(contract, tmp_path):
+    # A: half the tail numbers missing, which fails against ordinary days. B: 40 % missing,
+    # which passes only with A in its history. C and D: ordinary days after both. The screen
+    # first assumes A and B pass; once A fails, B is judged again without it and fails; then C
+    # and D are judged again without either: a third round.
+    days = days_from("2013-01-20", 8)
+    a, b = days[4], days[5]
+
+    def real_day(day: str) -> pd.DataFrame:
+        typed = typed_day(contract, day)
+        share = {a: 0.5, b: 0.4}.get(day, 0.0)
+        typed.loc[: int(share * len(typed)) - 1, "tailnum"] = None
+        return typed
+
+    frames = {day: real_day(day) for day in days}
+    one_by_one = judge_in_order(contract, frames, screened={})
+    failed = {day for day, (report, _, _) in one_by_one.items() if report.failures}
+    assert failed == {a, b}
+    assert [f.check for f in one_by_one[b][0].failures] == [HISTORY]
+
+    screened = screen_range(
+        LocalStorage(base_dir=str(tmp_path)),
+        contract,
+        days,
+        rows_of=lambda day: len(frames[day]),
+        typed_of=lambda day: frames[day],
+        history_on=True,
+    )
+    in_range = judge_in_order(contract, frames, screened)
+    assert set(screened) == set(days) - failed
+    # Every good day takes the screen's verdict: none is validated on its own.
+    assert {day for day, (_, _, from_screen) in in_range.items() if from_screen} == set(screened)
+    for day in days:
+        assert in_range[day][0].failures == one_by_one[day][0].failures, day
+    kinds = {day: screened[day].table.kind for day in screened}
+    assert kinds == {**dict.fromkeys(days[:4], "days"), days[6]: "days-3", days[7]: "days-3"}
+    assert screened[days[6]].history == window_from_profiles(
+        contract, days[6], {day: day_profile(frames[day], contract) for day in days[:4]}
+    )
+
+
+# What a day the range's screen passed links to: the range's results, and its day in them.
+RANGE_LINKS = {"table_validation_result", "table_data_docs", "judged_in_range"}
 
 
 def check_verdicts(result: dg.ExecuteInProcessResult, platform: Platform) -> dict:
@@ -157,7 +253,7 @@ def check_verdicts(result: dg.ExecuteInProcessResult, platform: Platform) -> dic
     A description's link to the run's quarantined parse names the lake and the run; both are
     written as placeholders, so that two platforms' runs of a day compare equal.
     """
-    links = {"validation_result", "data_docs", "rejected_parse", "quarantine"}
+    links = {"validation_result", "data_docs", "rejected_parse", "quarantine", *RANGE_LINKS}
     verdicts: dict[str, dict] = {}
     for check in result.get_asset_check_evaluations():
         metadata = {k: v for k, v in check.metadata.items() if k not in links}
@@ -180,6 +276,10 @@ def recorded_days(result: dg.ExecuteInProcessResult, platform: Platform, asset: 
         )
         for m in result.asset_materializations_for_node(platform.node(asset))
     }
+
+
+def without_meta(document: dict) -> dict:
+    return {key: value for key, value in document.items() if key != "meta"}
 
 
 def stored_results(platform: Platform, day: str) -> list[dict]:
@@ -251,7 +351,6 @@ def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(cont
         assert in_range_records[day] == ("failed quality gate", False, 0)
     # The good days are stored, the rejected ones not.
     for day in days:
-        assert stored_results(together, day) == stored_results(alone, day), day
         assert together.stored("validated_data", day, "parquet").exists() == (day not in failed)
         if day not in failed:
             # The rows the range's screen typed are the day's own, stored as a day alone does.
@@ -259,13 +358,60 @@ def test_a_range_run_of_validated_data_gives_each_day_its_one_by_one_checks(cont
                 pd.read_parquet(together.stored("validated_data", day, "parquet")),
                 pd.read_parquet(alone.stored("validated_data", day, "parquet")),
             )
-    # The good days took their results from the range's shared screen, not validations of
-    # their own.
-    folder = together.lake_dir / contract.name / "quality" / "validated_data"
-    screened = {
-        day
-        for day in days
-        for path in (folder / day).glob("*.json")
-        if json.loads(path.read_text())["meta"].get("judged_in_range_screen")
+    # A rejected day was validated on its own: GE's result of the day, as a day alone stores.
+    for day in failed:
+        assert stored_results(together, day) == stored_results(alone, day), day
+    # The good days took their verdicts from the range's validations, not validations of their
+    # own: they store no result, and each links to GE's two results of the range, stored once
+    # with their Data Docs pages, naming its day in them.
+    materialized = {
+        m.partition: m.metadata
+        for m in result.asset_materializations_for_node(together.node("validated_data"))
     }
-    assert screened == set(days) - failed
+    folder = together.lake_dir / contract.name / "quality" / "validated_data"
+    ranges = folder / "range" / f"{days[0]}..{days[-1]}"
+    # The rows, the table-level rules, and those of the days after a rejected day judged again
+    # without it in their history.
+    assert sorted(p.name for p in ranges.iterdir()) == sorted(
+        f"{result.run_id}.{kind}.{ext}"
+        for kind in ("rows", "days", "days-2")
+        for ext in ("json", "html")
+    )
+    rows_result = json.loads((ranges / f"{result.run_id}.rows.json").read_text())
+    assert rows_result["suite_name"] == f"{contract.name}_range_rows"
+    assert not rows_result["success"]  # the day with a distance of 9000 miles
+    bad_rows = {
+        index[DAY]
+        for r in rows_result["results"]
+        if not r["success"]
+        for index in r["result"]["unexpected_index_list"]
+    }
+    assert bad_rows == {days[1]}
+    for day in days:
+        if day in failed:
+            assert stored_results(together, day) != [], day
+            assert not RANGE_LINKS & set(materialized[day]), day
+            continue
+        assert not (folder / day).exists(), day
+        metadata = materialized[day]
+        assert metadata["validation_result"].value == str(
+            ranges.resolve() / f"{result.run_id}.rows.json"
+        )
+        assert metadata["data_docs"].value == str(ranges.resolve() / f"{result.run_id}.rows.html")
+        # A day after a rejected one was judged again, once the screen knew its history.
+        table = "days" if day < min(failed) else "days-2"
+        assert metadata["table_validation_result"].value == str(
+            ranges.resolve() / f"{result.run_id}.{table}.json"
+        )
+        assert metadata["table_data_docs"].value == str(
+            ranges.resolve() / f"{result.run_id}.{table}.html"
+        )
+        assert f"whose {DAY} is {day} in validation_result" in metadata["judged_in_range"].value
+        assert metadata["expectations_evaluated"].value == quality_gate(contract).expectation_count
+        # Each check of the day links to the same results, and says what it found.
+        assert all(passed for passed, _, _ in in_range[day].values()), day
+        checks = {
+            c.check_name: c for c in result.get_asset_check_evaluations() if c.partition == day
+        }
+        assert checks[VALIDITY].metadata["judged_in_range"] == metadata["judged_in_range"]
+        assert checks[VALIDITY].description.endswith(": all gx_validity expectations pass.")

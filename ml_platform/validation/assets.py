@@ -37,6 +37,7 @@ from ml_platform.validation.expectations import (
     HISTORY,
     SAMPLE_ROWS,
     GateReport,
+    json_bytes,
     quality_gate,
     render_data_docs,
     result_bytes,
@@ -48,7 +49,13 @@ from ml_platform.validation.history import (
     history_window,
     write_profile,
 )
-from ml_platform.validation.range_gate import MAX_SCREEN_ROWS, range_screen, screen_range
+from ml_platform.validation.range_gate import (
+    MAX_SCREEN_ROWS,
+    ScreenedDay,
+    range_screen,
+    range_validations,
+    screen_range,
+)
 from ml_platform.validation.schema import ContractViolationError, type_rows
 
 QUARANTINE_REASONS = "quarantine_reasons"
@@ -257,8 +264,10 @@ def build_validated_data(
         Under the `quarantine` policy, rows failing a row-level expectation are set aside with their
         reasons and the day passes if they are few enough. Rows without a label yet (a cancelled
         flight) are kept and counted. A range run screens its days together first, in a few GE
-        validations instead of one a day; each day still gets its own verdict, checks, GE result
-        and Data Docs page, the same as a run of that day alone.
+        validations instead of one a day, whose results and Data Docs pages are stored once for
+        the range; each day still gets its own verdict and checks, the same as a run of that day
+        alone. A day the screen passed links to the range's results (naming its day in them); any
+        other day is validated on its own and stores its own result and page.
         """
 
         def where_of(day: str) -> str:
@@ -282,19 +291,22 @@ def build_validated_data(
                 for column in list(raw_data.columns):
                     del raw_data[column]
             history = history_window(lake, contract, day) if history_on else None
-            if day in screened and screened[day] == history:
-                # The range's screen passed the day against this very history.
-                report, result = range_screen(contract).passing_result(typed, day, history)
+            entry = screened.get(day)
+            links: dict[str, dg.MetadataValue]
+            if entry is not None and entry.history == history:
+                # The range's validations passed the day against this very history: their
+                # results, stored once for the range, are the day's.
+                report = range_screen(contract).passed_report(typed)
+                links = range_links(day, entry)
             else:
                 report, result = quality_gate(contract).validate(typed, day, history)
-
-            prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
-            lake.write_bytes(f"{prefix}.json", result_bytes(report))
-            lake.write_bytes(f"{prefix}.html", render_data_docs(result).encode())
-            links: dict[str, dg.MetadataValue] = {
-                "validation_result": dg.MetadataValue.path(lake.uri(f"{prefix}.json")),
-                "data_docs": dg.MetadataValue.path(lake.uri(f"{prefix}.html")),
-            }
+                prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
+                lake.write_bytes(f"{prefix}.json", result_bytes(report))
+                lake.write_bytes(f"{prefix}.html", render_data_docs(result).encode())
+                links = {
+                    "validation_result": dg.MetadataValue.path(lake.uri(f"{prefix}.json")),
+                    "data_docs": dg.MetadataValue.path(lake.uri(f"{prefix}.html")),
+                }
             reasons = report.quarantine_reasons()
             if reasons and contract.quality.bad_rows.policy == "quarantine":
                 rows = sorted(reasons)
@@ -345,8 +357,21 @@ def build_validated_data(
 
         # A range shares GE's fixed cost: its days are screened together first (see
         # `ml_platform.validation.range_gate`); a day the screen passes against the history it
-        # then has needs no validation of its own.
-        screened: dict[str, HistoryWindow | None] = {}
+        # then has needs no validation of its own: it links to the screen's stored results.
+        screened: dict[str, ScreenedDay] = {}
+        stored_at: dict[int, str] = {}  # id of each of the screen's validations -> its key
+
+        def range_links(day: str, entry: ScreenedDay) -> dict[str, dg.MetadataValue]:
+            """The metadata of a day the screen passed: the range's results and its day in them."""
+            rows, table = stored_at[id(entry.rows)], stored_at[id(entry.table)]
+            return {
+                "validation_result": dg.MetadataValue.path(lake.uri(f"{rows}.json")),
+                "data_docs": dg.MetadataValue.path(lake.uri(f"{rows}.html")),
+                "table_validation_result": dg.MetadataValue.path(lake.uri(f"{table}.json")),
+                "table_data_docs": dg.MetadataValue.path(lake.uri(f"{table}.html")),
+                "judged_in_range": dg.MetadataValue.text(entry.description(day)),
+            }
+
         # The days' typed rows the screen made, kept for their own day (which takes its entry out)
         # up to MAX_SCREEN_ROWS rows in all, so that memory stays bounded by about two screen
         # chunks; a day beyond that is typed again. Typing costs more than GE's screen of the day.
@@ -371,6 +396,12 @@ def build_validated_data(
                 history_on=history_on,
                 profiles=screen_profiles,
             )
+            # GE's results of the screen, as GE returned them, with their Data Docs pages.
+            for validation in range_validations(screened):
+                key = validation.key(contract, context.run.run_id)
+                lake.write_bytes(f"{key}.json", json_bytes(validation.result.to_json_dict()))
+                lake.write_bytes(f"{key}.html", render_data_docs(validation.result).encode())
+                stored_at[id(validation)] = key
             context.log.info(
                 f"validated_data: {len(screened)} of {len(context.partition_keys)} days passed "
                 "the range's screen; the others are validated one by one"

@@ -3,21 +3,23 @@
 GE's cost per validation is mostly its bookkeeping per expectation (a few milliseconds each, 72
 of them for flights), whatever the rows: 30 real flights days concatenated validate in about
 the time of one day. A range therefore screens its days together, in two GE validations per
-chunk of days: one over the days' rows concatenated with a day column (the row-level rules;
-uniqueness within a day as uniqueness of the key with the day; each row's event time between
-its own day's bounds), one over a frame of one row per day (the table-level rules: the row
-count, tolerated missing values, and each history statistic against that day's own bounds).
-GE judges both; its failing rows name the days.
+chunk of days: one over the days' rows concatenated with a day column (`__day`: the row-level
+rules; uniqueness within a day as uniqueness of the key with the day; each row's event time
+between its own day's bounds), one over a frame of one row per day and table-level rule
+(`day`, `rule`, `value`, `low`, `high`: the row count, tolerated missing values, and each
+history statistic against that day's own bounds). GE judges both; when an expectation fails,
+the same suite is validated again with complete results, whose failing rows name their days.
 
-The screen is sound, never lenient: a day it passes passes its own validation, and gets the
-result its own validation would have returned (every expectation of the day's suite successful,
-with the day's parameters and observed values), stored and rendered as Data Docs as before. A
-day the screen does not pass, or whose history turns out other than the screen assumed (a
-reference day in the range failed), is validated on its own (`QualityGate.validate`): its
-failures, offending rows, quarantine and page are exactly those of a one-day run.
+Each validation's result is stored as GE returned it, with its Data Docs page, once per range
+(`RangeValidation.key`); a day the screen passes stores no result of its own and links to these
+two, naming its day value in them (`ScreenedDay.description`). The screen is sound, never
+lenient: a day it passes passes its own validation. A day the screen does not pass, or whose
+history turns out other than the screen assumed (a reference day in the range failed), is
+validated on its own (`QualityGate.validate`): its failures, offending rows, quarantine, GE
+result and page are exactly those of a one-day run.
 """
 
-import copy
+import dataclasses
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -33,6 +35,7 @@ from ml_platform.validation.expectations import (
     GE_TYPES,
     GateReport,
     QualityGate,
+    ge_frame,
     quality_gate,
     whole_value,
 )
@@ -50,7 +53,8 @@ from ml_platform.validation.schema import (
 
 # Columns the screen adds to the concatenated days: each row's partition day and its bounds.
 DAY, DAY_START, DAY_END = "__day", "__day_start", "__day_end"
-VALUE, LOW, HIGH = "value", "low", "high"
+# Columns of the frame of table-level rules: one row per day and rule.
+RULE_DAY, RULE, VALUE, LOW, HIGH = "day", "rule", "value", "low", "high"
 # A chunk of days screened together holds at most this many rows, so that memory stays bounded
 # by a chunk whatever the range; GE's fixed cost is shared by the chunk's days.
 MAX_SCREEN_ROWS = 250_000
@@ -58,7 +62,6 @@ MAX_SCREEN_ROWS = 250_000
 # that a rounding difference between its statistic and GE's own metric cannot pass a day that
 # its own validation would fail by a hair: such a day is validated on its own instead.
 MARGIN = 1e-9
-NO_EXCEPTION = {"raised_exception": False, "exception_traceback": None, "exception_message": None}
 
 
 def _narrow(low: float | None, high: float | None) -> tuple[float | None, float | None]:
@@ -68,6 +71,56 @@ def _narrow(low: float | None, high: float | None) -> tuple[float | None, float 
     if high is not None and high < 1.0:
         high = high - MARGIN * max(1.0, abs(high))
     return low, high
+
+
+@dataclasses.dataclass(eq=False)
+class RangeValidation:
+    """One GE validation of the range's screen, with GE's result as GE returned it.
+
+    `kind` is `rows` (the row-level rules over the days' rows), `days` (the table-level rules,
+    one row per day and rule) or `days-2`, `days-3`... (the table-level rules of the days whose
+    history changed once the days failing the round before were known). `chunk` is the first
+    and last day of the chunk of days screened together; `days` the days the validated frame
+    holds; `failed` the days GE found failing (every day of the frame when GE cannot say which).
+    """
+
+    kind: str
+    chunk: tuple[str, str]
+    days: list[str]
+    result: Any
+    failed: set[str]
+
+    def key(self, contract: Contract, run_id: str) -> str:
+        """Where the run stores the result (`.json`) and its Data Docs page (`.html`)."""
+        first, last = self.chunk
+        return f"{contract.name}/quality/validated_data/range/{first}..{last}/{run_id}.{self.kind}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScreenedDay:
+    """A day the screen passed: the history it was judged against, and GE's two validations."""
+
+    history: HistoryWindow | None
+    rows: RangeValidation
+    table: RangeValidation
+
+    def description(self, day: str) -> str:
+        """Where the day's verdict comes from, for a person who opens the linked results."""
+        first, last = self.rows.chunk
+        others = [v for v in (self.rows, self.table) if not v.result.success]
+        return (
+            f"{day} was judged in the range's Great Expectations validations of {first}..{last} "
+            f"({len(self.rows.days)} days screened together), not in one of its own: its rows "
+            f"are those whose {DAY} is {day} in validation_result (the row-level rules); its "
+            f"row count, tolerated missing values and history statistics are the rows whose "
+            f"{RULE_DAY} is {day} in table_validation_result. No failing row of the day was found"
+            + (
+                "; the failures those results list are other days' (each failing row names its "
+                "day)."
+                if others
+                else "."
+            )
+        )
 
 
 class RangeScreen:
@@ -156,10 +209,10 @@ class RangeScreen:
         return rows
 
     def _days(self) -> list[Any]:
-        """The table-level rules of the gate, over one row per day and statistic.
+        """The table-level rules of the gate, over one row per day and rule.
 
-        Each row holds the statistic's value on its day and that day's bounds; a missing bound
-        is an unbounded side, which the pair then does not judge, as in the gate.
+        Each row holds the rule's value on its day and that day's bounds; a missing bound is an
+        unbounded side, which the pair then does not judge, as in the gate.
         """
         import great_expectations as gx
 
@@ -182,18 +235,18 @@ class RangeScreen:
         typed: pd.DataFrame,
         history: HistoryWindow | None,
         profile: Mapping[str, float | None],
-    ) -> list[tuple[float | None, float | None, float | None]]:
-        """(value, low, high) of each table-level rule of the day.
+    ) -> list[tuple[str, float | None, float | None, float | None]]:
+        """(rule, value, low, high) of each table-level rule of the day.
 
         The row count, each tolerated share of missing values (as the present share), each
         history statistic (from the day's profile, as GE measures it).
         """
         quality = self.contract.quality
-        rows: list[tuple[float | None, float | None, float | None]] = [
-            (float(len(typed)), quality.row_count.min, quality.row_count.max)
+        rows: list[tuple[str, float | None, float | None, float | None]] = [
+            ("row_count", float(len(typed)), quality.row_count.min, quality.row_count.max)
         ]
         rows += [
-            (float(typed[name].notna().sum()) / len(typed), least, None)
+            (f"present_share({name})", float(typed[name].notna().sum()) / len(typed), least, None)
             for name, least in self.tolerated.items()
         ]
         parameters = self.gate.parameters(day, history)
@@ -205,14 +258,20 @@ class RangeScreen:
                 # GE's count expectations hold their bounds as integers (it truncates them);
                 # a count is an integer, so these bounds are exact.
                 low, high = (None if b is None else float(int(b)) for b in (low, high))
-            value = profile[stat.key]
-            if value is not None and stat.kind == "null_share":
-                value = 1.0 - value  # GE measures the present share
-            rows.append((value, low, high))
+            value, rule = profile[stat.key], f"history {stat.key}"
+            if stat.kind == "null_share":
+                # GE measures the present share
+                value, rule = (None if value is None else 1.0 - value), f"{rule} as present share"
+            rows.append((rule, value, low, high))
         return rows
 
-    def screen_rows(self, days: Mapping[str, pd.DataFrame]) -> set[str]:
-        """The days among `days` (day -> typed rows) that pass every row-level rule."""
+    def screen_rows(
+        self, days: Mapping[str, pd.DataFrame], chunk: tuple[str, str]
+    ) -> tuple[set[str], RangeValidation | None]:
+        """The days among `days` (day -> typed rows) that pass every row-level rule.
+
+        With GE's validation of their rows; None when no day could be judged together.
+        """
         signature = {
             day: tuple(zip(frame.columns, map(str, frame.dtypes), strict=True))
             for day, frame in days.items()
@@ -221,7 +280,7 @@ class RangeScreen:
         common = max(set(signature.values()), key=list(signature.values()).count, default=None)
         judged = [day for day, frame in days.items() if signature[day] == common and len(frame)]
         if not judged:
-            return set()
+            return set(), None
         rows = pd.concat(
             [
                 days[day].assign(
@@ -235,17 +294,24 @@ class RangeScreen:
             ],
             ignore_index=True,
         )
-        return set(judged) - self._suspects(self.rows_batch, self.rows_suite, rows, list(rows[DAY]))
+        # BASIC: GE's Data Docs renderer reads the observed column list of the table's rule.
+        validation = self._validate(
+            "rows", chunk, judged, self.rows_batch, self.rows_suite, ge_frame(rows), [DAY], "BASIC"
+        )
+        return set(judged) - validation.failed, validation
 
     def screen_tables(
         self,
         days: Mapping[str, pd.DataFrame],
         histories: Mapping[str, HistoryWindow | None],
         profiles: Mapping[str, Mapping[str, float | None]],
-    ) -> set[str]:
+        chunk: tuple[str, str],
+        kind: str = "days",
+    ) -> tuple[set[str], RangeValidation | None]:
         """The days among `days` that pass every table-level rule against their `histories`.
 
-        `profiles` holds each day's profile (`day_profile`) when the history gate is on.
+        With GE's validation of their rules (`kind` names it); None when no day could be
+        judged. `profiles` holds each day's profile (`day_profile`) when the history gate is on.
         """
         table = {
             day: self._day_rows(day, frame, histories[day], profiles.get(day, {}))
@@ -257,185 +323,75 @@ class RangeScreen:
         judged = [
             day
             for day, rows in table.items()
-            if not any(value is None and (low, high) != (None, None) for value, low, high in rows)
+            if not any(
+                value is None and (low, high) != (None, None) for _, value, low, high in rows
+            )
         ]
         if not judged:
-            return set()
+            return set(), None
         per_day = pd.DataFrame(
-            [row for day in judged for row in table[day]],
-            columns=[VALUE, LOW, HIGH],
-            dtype="float64",
+            [(day, *row) for day in judged for row in table[day]],
+            columns=[RULE_DAY, RULE, VALUE, LOW, HIGH],
+        ).astype({VALUE: "float64", LOW: "float64", HIGH: "float64"})
+        validation = self._validate(
+            kind,
+            chunk,
+            judged,
+            self.days_batch,
+            self.days_suite,
+            per_day,
+            [RULE_DAY, RULE],
+            "BOOLEAN_ONLY",
         )
-        owners = [day for day in judged for _ in table[day]]
-        return set(judged) - self._suspects(self.days_batch, self.days_suite, per_day, owners)
+        return set(judged) - validation.failed, validation
 
     @staticmethod
-    def _suspects(definition: Any, suite: Any, frame: pd.DataFrame, day_of: list[str]) -> set[str]:
-        """The days of `frame`'s rows (their day in `day_of`) that fail an expectation of `suite`.
+    def _validate(
+        kind: str,
+        chunk: tuple[str, str],
+        days: list[str],
+        definition: Any,
+        suite: Any,
+        frame: pd.DataFrame,
+        names: list[str],
+        result_format: str,
+    ) -> RangeValidation:
+        """GE's validation of `frame` (the rows of `days`; `names[0]` is the day column).
 
-        A table-level failure, or one whose rows GE does not list, makes every day a suspect.
+        A first validation asks GE for little detail (`result_format`: whether each expectation
+        holds, and the observed values of table-level ones with BASIC), which skips the lists
+        of unexpected rows. When an expectation fails, the suite is validated again with
+        complete results, each failing row named by the `names` columns (its day, and its rule
+        in the frame of table-level rules); that result is the one kept. A table-level failure,
+        or a failure whose rows GE does not list, fails every day of the frame.
         """
-        import great_expectations as gx
-
         batch = definition.get_batch(batch_parameters={"dataframe": frame})
-        result = batch.validate(suite, result_format="BOOLEAN_ONLY")
-        failed = [r for r in result.results if not r.success]
-        if not failed:
-            return set()
-        ids = {r.expectation_config.id for r in failed}
-        detail = gx.ExpectationSuite(
-            name=f"{suite.name}_detail",
-            expectations=[copy.copy(e) for e in suite.expectations if e.id in ids],
-        )
-        complete = batch.validate(detail, result_format={"result_format": "COMPLETE"})
-        suspects: set[str] = set()
-        for r in complete.results:
-            if r.success:
-                continue
-            indexes = (r.result or {}).get("unexpected_index_list")
-            if indexes is None:
-                return set(day_of)
-            suspects.update(day_of[int(i)] for i in indexes)
-        return suspects
+        result = batch.validate(suite, result_format=result_format)
+        failed: set[str] = set()
+        if not result.success:
+            result = batch.validate(
+                suite,
+                result_format={"result_format": "COMPLETE", "unexpected_index_column_names": names},
+            )
+            for r in result.results:
+                if r.success:
+                    continue
+                indexes = (r.result or {}).get("unexpected_index_list")
+                if not indexes or not all(isinstance(i, dict) for i in indexes):
+                    failed = set(days)
+                    break
+                failed.update(str(i[names[0]]) for i in indexes)
+        return RangeValidation(kind, chunk, days, result, failed)
 
-    @functools.cached_property
-    def _passing_template(self) -> list[tuple[Any, dict[str, Any]]]:
-        """Each expectation of the gate's suite, in GE's order, with its JSON when it passes.
+    def passed_report(self, typed: pd.DataFrame) -> GateReport:
+        """The report of a day the screen passed: no failure, each rule of the gate judged.
 
-        A passing day's result differs from another's only in its parameters (its time and
-        history bounds) and observed table values: GE serialises the rest once.
+        Its rules were judged in the range's validations, whose results are the range's: the
+        day has no GE result of its own (`result_json` is None).
         """
-        from great_expectations.core import ExpectationValidationResult
-
-        template = []
-        for config in _validation_order(e.configuration for e in self.gate.suite.expectations):
-            if config.type.startswith("expect_table_"):
-                # The gate's table-level results come from its detail pass, whose copies of the
-                # expectations carry no id.
-                config = type(config)(
-                    type=config.type,
-                    kwargs=config.kwargs,
-                    meta=config.meta,
-                    severity=config.severity,
-                )
-            config.kwargs = {"batch_id": self.batch_id, **config.kwargs}
-            passed = ExpectationValidationResult(
-                success=True, expectation_config=config, exception_info=NO_EXCEPTION
-            )
-            template.append((config, passed.to_json_dict()))
-        return template
-
-    @functools.cached_property
-    def batch_id(self) -> str:
-        """The id GE gives a batch of the gate's whole-dataframe asset."""
-        asset = self.gate.batch_definition.data_asset
-        return f"{asset.datasource.name}-{asset.name}"
-
-    def passing_result(
-        self, typed: pd.DataFrame, day: str, history: HistoryWindow | None
-    ) -> tuple[GateReport, Any]:
-        """The result the day's own validation returns when every expectation passes."""
-        from great_expectations import __version__ as ge_version
-        from great_expectations.core import (
-            ExpectationSuiteValidationResult,
-            ExpectationValidationResult,
+        return GateReport(
+            rows=len(typed), failures=[], result_json=None, evaluated=self.gate.expectation_count
         )
-        from great_expectations.util import convert_to_json_serializable
-
-        parameters = self.gate.parameters(day, history)
-        observed = {
-            "expect_table_columns_to_match_ordered_list": list(typed.columns),
-            "expect_table_row_count_to_be_between": len(typed),
-        }
-        results, documents = [], []
-        for template, document in self._passing_template:
-            kwargs = _substituted(template.kwargs, parameters)
-            value = observed.get(template.type)
-            observation = {} if value is None else {"observed_value": value}
-            if kwargs != template.kwargs or observation:
-                # Through GE's expectation model, which coerces the arguments (an integer row
-                # count bound, say) as its validation does.
-                config = (
-                    type(template)(
-                        type=template.type,
-                        kwargs=kwargs,
-                        meta=template.meta,
-                        severity=template.severity,
-                        id=template.id,
-                    )
-                    .to_domain_obj()
-                    .configuration
-                )
-                kwargs = config.kwargs
-                document = {
-                    **document,
-                    "expectation_config": {
-                        **document["expectation_config"],
-                        "kwargs": convert_to_json_serializable(kwargs),
-                    },
-                    "result": convert_to_json_serializable(observation),
-                }
-            else:
-                config = template
-            results.append(
-                ExpectationValidationResult(
-                    success=True,
-                    expectation_config=config,
-                    result=observation,
-                    exception_info=NO_EXCEPTION,
-                )
-            )
-            documents.append(document)
-        count = len(results)
-        statistics = {
-            "evaluated_expectations": count,
-            "successful_expectations": count,
-            "unsuccessful_expectations": 0,
-            "success_percent": 100.0,
-        }
-        # Says where the verdict came from: the range's screen, not a validation of the day.
-        meta = {"great_expectations_version": ge_version, "judged_in_range_screen": True}
-        suite = self.gate.suite.name
-        result = ExpectationSuiteValidationResult(
-            success=True,
-            results=results,
-            suite_name=suite,
-            suite_parameters={},
-            statistics=statistics,
-            meta=meta,
-        )
-        result_json = {
-            "success": True,
-            "results": documents,
-            "suite_name": suite,
-            "suite_parameters": {},
-            "statistics": statistics,
-            "meta": meta,
-            "id": None,
-        }
-        report = GateReport(rows=len(typed), failures=[], result_json=result_json, evaluated=count)
-        return report, result
-
-
-def _substituted(kwargs: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
-    """Expectation arguments with suite parameters put in; an unset one is left out, as in GE."""
-    out = {}
-    for key, value in kwargs.items():
-        if isinstance(value, dict) and set(value) == {"$PARAMETER"}:
-            value = parameters[value["$PARAMETER"]]
-            if value is None:
-                continue
-        out[key] = value
-    return out
-
-
-def _validation_order(configs: Iterable[Any]) -> list[Any]:
-    """Expectations in the order GE's validator evaluates and reports them: by column."""
-    groups: dict[str, list[Any]] = {}
-    for config in configs:
-        column = config.kwargs.get("column")
-        groups.setdefault(column if isinstance(column, str) else "", []).append(config)
-    return [config for group in groups.values() for config in group]
 
 
 @functools.cache
@@ -480,8 +436,8 @@ def screen_range(
     typed_of: Callable[[str], pd.DataFrame],
     history_on: bool,
     profiles: dict[str, dict[str, float | None]] | None = None,
-) -> dict[str, HistoryWindow | None]:
-    """The days of a range the screen passes, each with the history it was judged against.
+) -> dict[str, ScreenedDay]:
+    """The days of a range the screen passes, each with its history and GE's validations.
 
     With the history gate, `profiles` (when given) receives each screened day's `day_profile`.
 
@@ -492,10 +448,11 @@ def screen_range(
 
     With the history gate, a day's history holds the range's days before it that pass. The
     screen first assumes every day of the chunk passes; the days it does not pass are then
-    assumed to fail, and the days whose history that changes are screened again against it.
+    assumed to fail, and the days whose history that changes are screened again against it, in
+    rounds until no day's history changes.
     """
     screen = range_screen(contract)
-    passed: dict[str, HistoryWindow | None] = {}
+    passed: dict[str, ScreenedDay] = {}
     profiles = {} if profiles is None else profiles
     chunk: dict[str, pd.DataFrame] = {}
 
@@ -520,17 +477,45 @@ def screen_range(
         return windows
 
     def judge_chunk() -> None:
+        if not chunk:
+            return
+        bounds = (next(iter(chunk)), next(reversed(chunk)))
         earlier = [day for day in passed if day in profiles]
         # Row-level verdicts do not depend on history: only the table-level rules are judged
         # again when the history changes.
         first = histories([*earlier, *chunk])
-        rows_pass = screen.screen_rows(chunk)
-        clean = screen.screen_tables({d: chunk[d] for d in rows_pass}, first, profiles)
-        second = histories([*earlier, *clean], changed=set(chunk) - clean, previous=first)
-        changed = {day: chunk[day] for day in clean if second[day] != first[day]}
-        again = screen.screen_tables(changed, second, profiles) if changed else set()
-        passed.update({day: first[day] for day in clean if day not in changed})
-        passed.update({day: second[day] for day in again})
+        rows_pass, rows = screen.screen_rows(chunk, bounds)
+        clean, table = screen.screen_tables(
+            {d: chunk[d] for d in chunk if d in rows_pass}, first, profiles, bounds
+        )
+        # Each day the screen passed, with the history it was judged against and the validation.
+        verdicts = {day: (first[day], table) for day in chunk if day in clean}
+        judged, dropped, rounds = first, set(chunk) - clean, 1
+        # The days it did not pass are assumed to fail; the days whose history that changes are
+        # judged again against it, until no history changes (each round drops a day or ends).
+        while history_on and dropped:
+            current = histories([*earlier, *verdicts], changed=dropped, previous=judged)
+            changed = {
+                day: chunk[day]
+                for day in chunk
+                if day in verdicts and current[day] != verdicts[day][0]
+            }
+            if not changed:
+                break
+            rounds += 1
+            again, table_again = screen.screen_tables(
+                changed, current, profiles, bounds, kind=f"days-{rounds}"
+            )
+            for day in changed:
+                if day in again:
+                    assert table_again is not None
+                    verdicts[day] = (current[day], table_again)
+                else:
+                    del verdicts[day]
+            judged, dropped = current, set(changed) - again
+        for day, (history, validation) in verdicts.items():
+            assert rows is not None and validation is not None
+            passed[day] = ScreenedDay(history, rows, validation)
         chunk.clear()
 
     for day in days:
@@ -547,3 +532,12 @@ def screen_range(
             judge_chunk()
     judge_chunk()
     return passed
+
+
+def range_validations(screened: Mapping[str, ScreenedDay]) -> list[RangeValidation]:
+    """The screen's GE validations the `screened` days link to, each once, in order."""
+    found: dict[int, RangeValidation] = {}
+    for entry in screened.values():
+        for validation in (entry.rows, entry.table):
+            found.setdefault(id(validation), validation)
+    return list(found.values())
