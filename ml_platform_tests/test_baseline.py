@@ -17,6 +17,7 @@ from ml_platform.contracts.model import bundled_contracts
 from ml_platform.evaluation.assets import verdict_check
 from ml_platform.evaluation.metrics import (
     baseline_predictions,
+    compare_with_champion,
     improvement,
     judge,
     primary_metric,
@@ -24,6 +25,8 @@ from ml_platform.evaluation.metrics import (
     score_baseline,
     score_predictions,
 )
+from ml_platform.platform.storage import LocalStorage, deserialise
+from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.model import TrainedModel, split_holdout, window_frame
 from ml_platform.training.window import LabelSummary
 from ml_platform_tests.conftest import Platform, days_from
@@ -244,13 +247,24 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
     assert stored["decision"] == "reject"
     assert stored["cause"].startswith("does not beat the trivial baseline: rmse ")
     assert (verdict.description or "").startswith(f"reject: {stored['cause']}.")
-    # Without the baseline it would have been promoted: the champion, a model of the former
-    # label, is far worse on these rows.
-    assert stored["improvements"]["rmse"]["low"] > 0
     # The baseline is the mean label of the day's training rows, scored on the held-out rows.
     frame = window_frame({days[1]: pd.read_parquet(noise.stored("features", days[1], "parquet"))})
     train, holdout = split_holdout(frame, noise.contract.training.holdout_fraction)
     label = noise.contract.label_name
+    # Without the baseline it would have been promoted: the champion, a model of the former
+    # label, is far worse on these rows (both scored as registered_model would pair them).
+    samples, seed = noise.contract.evaluation.bootstrap_samples, noise.contract.training.random_seed
+    y = holdout[label].to_numpy(dtype="float64")
+
+    def scores_of(model: TrainedModel):
+        predicted, _ = model.predictions(holdout)
+        return score_predictions("regression", y, predicted, predicted, samples, seed)
+
+    candidate = deserialise(noise.stored("model", days[1], "joblib").read_bytes(), "joblib")
+    registry = ModelRegistry(LocalStorage(base_dir=str(noise.lake_dir)), "synthetic")
+    champion = registry.load(str(before[0]))
+    comparison = compare_with_champion(noise.contract, scores_of(candidate), scores_of(champion))
+    assert comparison.improvements["rmse"][1] > 0 and comparison.decision == "promote"
     rmse = math.sqrt(((holdout[label] - train[label].mean()) ** 2).mean())
     baseline = stored["baseline"]
     assert baseline["strategy"] == "mean" and baseline["primary_metric"] == "rmse"
@@ -265,6 +279,7 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
     # The registry records the day as not registered with that reason, as the CLI prints it.
     registered = json.loads(noise.stored("registered_model", days[1], "json").read_text())
     assert registered["registered"] is False and registered["reason"] == stored["cause"]
+    assert registered["champion_met"] == registered["champion_after"] == before[0]
     # A rejected candidate is an outcome of an accepted day, not a rejected day.
     outcome, day_rejected = cli.day_outcome(result, "synthetic")
     assert outcome == registered["outcome"] == f"rejected: {stored['cause']}"

@@ -20,7 +20,6 @@ GRAPH = [
     "champion_performance",
     "full_model",
     "full_evaluation_report",
-    "registered_full_model",
 ]
 PER_DATASET_JOBS = ["daily_pipeline_job", "weekly_retrain_job", "ingestion_job"]
 PER_DATASET_SCHEDULES = ["daily_pipeline_schedule", "weekly_retrain_schedule"]
@@ -45,11 +44,21 @@ def test_definitions_load_for_each_bundled_dataset(monkeypatch, dataset):
     model = graph.get(asset_key(dataset, "model"))
     assert model.parent_keys == {asset_key(dataset, "features")}
     report = graph.get(asset_key(dataset, "evaluation_report"))
-    # And the day before's report, whose champion the day competes with.
-    assert report.parent_keys == {
-        asset_key(dataset, "model"),
-        asset_key(dataset, "features"),
-        asset_key(dataset, "evaluation_report"),
+    # The report judges the candidate alone: no champion, no day before.
+    assert report.parent_keys == {asset_key(dataset, "model"), asset_key(dataset, "features")}
+    # The registry is the chain: the day before's registrations leave the champion a day meets,
+    # and it takes the weekly candidate of the day before too.
+    registered = graph.get(asset_key(dataset, "registered_model"))
+    assert registered.parent_keys == {
+        asset_key(dataset, name)
+        for name in (
+            "model",
+            "evaluation_report",
+            "features",
+            "full_model",
+            "full_evaluation_report",
+            "registered_model",
+        )
     }
 
 

@@ -73,7 +73,7 @@ def test_one_code_location_validates_and_lists_both_datasets_under_their_names(u
             assert f"Schedule: {dataset}_{schedule} [STOPPED]" in listed["schedule list"]
 
 
-def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(user_env):
+def test_cli_materialises_a_landed_day_and_records_a_day_without_its_file_rejected(user_env):
     landed = run(
         [str(BIN / "ml-platform"), "land", "--dataset", "flights", "--start", "2013-01-01"],
         user_env,
@@ -105,11 +105,21 @@ def test_cli_materialises_a_landed_day_and_names_the_missing_file_of_another(use
     assert good.returncode == 0, good.stderr[-3000:]
     assert (lake / "registered_model" / "2013-01-01.json").is_file()
 
+    # A day without its file is a verdict of the day, not a failed run: the run succeeds, the
+    # day is recorded rejected naming the file, and nothing of it reaches the lake.
     missing = materialize("2013-01-05")
-    assert missing.returncode != 0
+    assert missing.returncode == 0, missing.stderr[-3000:]
     expected = Path(user_env["ML_PLATFORM_LANDING_DIR"]) / "flights_2013-01-05.csv"
     assert f"No landed file for partition 2013-01-05: expected {expected}" in missing.stderr
-    assert not (lake / "raw_data" / "2013-01-05.parquet").exists()
+    assert not list(lake.rglob("2013-01-05.*"))
+    listed = run(
+        [str(BIN / "ml-platform"), "rejected", "--start", "2013-01-01", "--days", "5"], user_env
+    )
+    assert listed.returncode == 3, listed.stderr[-3000:]
+    assert "flights: 1 rejected day(s)" in listed.stdout
+    assert "  2013-01-05  raw_data: missing file: No landed file for partition 2013-01-05" in (
+        listed.stdout
+    )
 
 
 def test_materialize_command_skips_days_already_done(user_env):

@@ -7,7 +7,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ml_platform_tests.conftest import ALL_ASSETS, contract_with, days_from, rejected_days
+from ml_platform import cli
+from ml_platform_tests.conftest import (
+    ALL_ASSETS,
+    DAILY_ASSETS,
+    contract_with,
+    days_from,
+    rejected_days,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +39,7 @@ def test_three_consecutive_days_materialise_every_asset(platform_for, dataset, d
         result = platform.materialize(day)
         raw = result.asset_materializations_for_node(platform.node("raw_data"))[0].metadata
         landed = Path(raw["source_file"].value).read_bytes()
-        assert raw["source_sha256"].value == hashlib.sha256(landed).hexdigest()
+        assert raw["content_sha256"].value == hashlib.sha256(landed).hexdigest()
         assert raw["source_bytes"].value == raw["bytes_read"].value == len(landed)
         validated = result.asset_materializations_for_node(platform.node("validated_data"))[
             0
@@ -124,12 +131,18 @@ def test_model_reads_exactly_the_window_ending_its_day(platform_for, tmp_path):
     for day in days[:2]:
         platform.stored("features", day, "parquet").unlink()
     assert platform.materialize(days[4], selection=["model"]).success
-    # A day inside the window is read: without it the step fails and names it.
+    # A day inside the window is read: without it the window is below coverage (2 of 3 days),
+    # which the day's record names; the model trained before is kept.
     platform.stored("features", days[2], "parquet").unlink()
-    failed = platform.materialize(days[4], selection=["model"])
-    assert not failed.success
-    message = failed.get_step_failure_events()[0].event_specific_data.error.to_string()
-    assert f"features partition {days[2]} is not in storage" in message
+    kept = platform.stored("model", days[4], "joblib").read_bytes()
+    rejected = platform.materialize(days[4], selection=["model"])
+    assert rejected.success
+    meta = rejected.asset_materializations_for_node(platform.node("model"))[0].metadata
+    assert meta["verdict"].value == "window below coverage"
+    assert f"features partition {days[2]} is not in storage" in str(meta["reason"].value)
+    assert meta["missing_window_days"].value == [days[2]]
+    assert meta["accepted"].value is True and "kept_previous_version" in meta
+    assert platform.stored("model", days[4], "joblib").read_bytes() == kept
 
 
 def test_first_days_train_on_the_days_that_exist(platform_for):
@@ -142,12 +155,32 @@ def test_first_days_train_on_the_days_that_exist(platform_for):
     assert meta["window_partitions"].value == ["2013-01-01"]
 
 
-def test_a_day_without_a_landed_file_fails_naming_the_file(platform_for):
+def test_a_day_without_a_landed_file_is_rejected_naming_the_file(platform_for):
     platform = platform_for("flights")
 
     result = platform.materialize("2013-01-05")
 
-    assert not result.success
-    message = result.get_step_failure_events()[0].event_specific_data.error.to_string()
-    assert "No landed file for partition 2013-01-05" in message
-    assert str(platform.landing_dir / "flights_2013-01-05.csv") in message
+    # A verdict of the day, not a failed run: raw_data records it, the assets after it record
+    # the day without accepted input, and nothing of the day is stored.
+    assert result.success
+    raw = result.asset_materializations_for_node(platform.node("raw_data"))[0].metadata
+    assert raw["verdict"].value == "missing file" and raw["accepted"].value is False
+    reason = str(raw["reason"].value)
+    assert "No landed file for partition 2013-01-05" in reason
+    assert str(platform.landing_dir / "flights_2013-01-05.csv") in reason
+    records = {
+        asset: result.asset_materializations_for_node(platform.node(asset))[0].metadata
+        for asset in DAILY_ASSETS[1:]
+    }
+    # The model's window reads the day as a hole: a window without its own day.
+    assert {asset: meta["verdict"].value for asset, meta in records.items()} == {
+        **dict.fromkeys(DAILY_ASSETS[1:], "no accepted input"),
+        "model": "window below coverage",
+    }
+    assert records["model"]["missing_window_days"].value[-1] == "2013-01-05"
+    assert all(meta["accepted_rows"].value == 0 for meta in records.values())
+    assert not list(platform.lake_dir.rglob("*2013-01-05*"))
+    failed = {c.check_name for c in result.get_asset_check_evaluations() if not c.passed}
+    assert {"raw_schema", "delivery_accepted"} <= failed
+    outcome, rejected = cli.day_outcome(result, "flights")
+    assert rejected and outcome.startswith("REJECTED by raw_data: missing file: No landed file")

@@ -2,23 +2,25 @@
 
 All runs are real runs on a real instance in a temporary DAGSTER_HOME configured by the
 repository's dagster.yaml (so the JSON log handler is the one users get). The data failure is
-the platform's own quality gate on a synthetic day with a fault switched on; the software
-failures come from small assets defined here over the real lake IO manager; the memory
+the platform's validated_data run for a synthetic day whose raw_data was never materialised
+(a day the quality gate rejects is no failure: its run succeeds, and is recorded beside them);
+the software failures come from small assets defined here over the real lake IO manager; the memory
 exhaustion runs `dagster asset materialize` in a subprocess whose step caps its address space
 with `resource.setrlimit`.
 """
 
 import datetime as dt
 import json
+import math
 import os
 import re
 import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -48,6 +50,7 @@ from ml_platform.troubleshooting.reproduce import (
     InputsChangedError,
     not_reproduced_advice,
     reproduce,
+    scaled_contract,
 )
 from ml_platform_tests.conftest import REPO, free_port
 from ml_platform_tests.test_alerts import AlertSensors
@@ -55,6 +58,8 @@ from ml_platform_tests.test_alerts import AlertSensors
 pytestmark = pytest.mark.slow
 
 DAY = "2024-01-03"
+# The day the incidents' faulty delivery is landed for, which the quality gate rejects.
+REJECTED_DAY = "2024-01-02"
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 SECRET_VAR = "ML_PLATFORM_TEST_API_TOKEN"
 SECRET = "tok-7f3a9c1e5b2d"
@@ -84,14 +89,16 @@ def flights(context: dg.AssetExecutionContext) -> Iterator:
 
 
 @dg.asset(partitions_def=DAILY, metadata={FORMAT_KEY: "json"})
-def cancellation_delay(flights: pd.DataFrame) -> dict:
+def cancellation_delay(context: dg.AssetExecutionContext, flights: Any) -> dict:
     """Mean delay of the cancelled flights: divides by zero on a day without cancellations."""
-    cancelled = flights[flights["status"] == "cancelled"]
+    # A partitioned input is the lake's lazy DailyInput: the step reads its own day.
+    day: pd.DataFrame = flights.for_day(context.partition_key)
+    cancelled = day[day["status"] == "cancelled"]
     return {"mean_delay": sum(cancelled["delay"].tolist()) / len(cancelled)}
 
 
 @dg.asset(partitions_def=DAILY, metadata={FORMAT_KEY: "json"})
-def plugin_scores(flights: pd.DataFrame) -> dict:
+def plugin_scores(flights: Any) -> dict:
     """Scores from a plugin that is not installed in this environment."""
     import ml_platform_scoring_plugin  # type: ignore[import-not-found]  # noqa: F401
 
@@ -103,7 +110,7 @@ def plugin_scores(flights: pd.DataFrame) -> dict:
     metadata={FORMAT_KEY: "json"},
     retry_policy=dg.RetryPolicy(max_retries=2, delay=0.1),
 )
-def weather(context: dg.AssetExecutionContext, flights: pd.DataFrame) -> dict:
+def weather(context: dg.AssetExecutionContext, flights: Any) -> dict:
     """Weather from a service that refuses connections (nothing listens on its port)."""
     port = int(os.environ["TEST_WEATHER_PORT"])
     context.log.info(f"calling the weather service with token {os.environ[SECRET_VAR]}")
@@ -114,6 +121,7 @@ def weather(context: dg.AssetExecutionContext, flights: pd.DataFrame) -> dict:
 OOM_SCRIPT = '''
 import resource
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -161,18 +169,24 @@ def incidents(tmp_path_factory):
 
         contract = load_contract("synthetic")
         defs = build_definitions(contract)
-        zone = LandingZone(base_dir=env["ML_PLATFORM_LANDING_DIR"])
-        list(land_days(contract, zone, [pd.Timestamp(DAY).date()], fault="out_of_range"))
-        runs[DATA] = run_id_of(
-            dg.materialize(
+
+        def platform_run(day: str, selection: list[str]) -> dg.ExecuteInProcessResult:
+            return dg.materialize(
                 list(defs.assets or []),
-                partition_key=DAY,
+                partition_key=day,
                 resources=defs.resources,
                 instance=instance,
-                selection=["synthetic/raw_data", "synthetic/validated_data"],
+                selection=selection,
                 raise_on_error=False,
             )
-        )
+
+        # A data failure: validated_data of a day whose raw_data was never materialised.
+        runs[DATA] = run_id_of(platform_run(DAY, ["synthetic/validated_data"]))
+        # A delivery the quality gate rejects is a verdict of its day, not a failed run.
+        zone = LandingZone(base_dir=env["ML_PLATFORM_LANDING_DIR"])
+        list(land_days(contract, zone, [pd.Timestamp(REJECTED_DAY).date()], fault="out_of_range"))
+        rejected = platform_run(REJECTED_DAY, ["synthetic/raw_data", "synthetic/validated_data"])
+        assert rejected.success
 
         lake = LocalStorage(base_dir=env["ML_PLATFORM_LAKE_DIR"])
         resources = {"io_manager": LakeIOManager(storage=lake)}
@@ -219,14 +233,21 @@ def incidents(tmp_path_factory):
             failure_class: instance.get_run_by_id(run_id).tags.get(FAILURE_CLASS_TAG)
             for failure_class, run_id in runs.items()
         }
-        yield {"instance": instance, "runs": runs, "tags": tags, "home": home, "lake": lake}
+        yield {
+            "instance": instance,
+            "runs": runs,
+            "rejected_run": rejected.run_id,
+            "tags": tags,
+            "home": home,
+            "lake": lake,
+        }
         instance.dispose()  # close its SQLite connections before the home directory goes
 
 
 EXPECTED = {
     DATA: (
         "synthetic__validated_data",
-        ["failed check: synthetic/validated_data:gx_validity (ERROR)"],
+        [f"synthetic/raw_data partition {DAY} is not in storage", "materialise it first"],
     ),
     RESOURCE_EXHAUSTION: ("big_join", ["MemoryError"]),
     DEPENDENCY_MISMATCH: (
@@ -258,6 +279,9 @@ def test_diagnose_names_the_failed_step_its_last_lines_and_class(incidents, fail
 
 def test_the_failure_alerts_sensor_tags_every_failed_run_with_its_class(incidents):
     assert incidents["tags"] == {c: c for c in EXPECTED}
+    # A rejected day is no failure: its run has no class.
+    rejected = incidents["instance"].get_run_by_id(incidents["rejected_run"])
+    assert FAILURE_CLASS_TAG not in rejected.tags
 
 
 def test_diagnose_names_a_run_that_is_not_in_the_instance(incidents, capsys):
@@ -319,11 +343,25 @@ def test_every_line_of_the_json_log_is_json_with_run_step_and_partition(incident
     run_id = incidents["runs"][DATA]
     ours = [r for r in records if r["run_id"] == run_id]
     assert {r["partition"] for r in ours} == {DAY}
-    assert {"synthetic__raw_data", "synthetic__validated_data"} <= {r["component"] for r in ours}
+    assert "synthetic__validated_data" in {r["component"] for r in ours}
     [failure] = [r for r in ours if r["event"] == "STEP_FAILURE"]
     assert failure["level"] == "ERROR" and failure["component"] == "synthetic__validated_data"
-    assert failure["error"].startswith("Failure: synthetic_2024-01-03.csv (partition 2024-01-03)")
-    assert "failed the quality gate (gx_validity)" in failure["error"]
+    assert failure["error"].startswith("Failure: synthetic__validated_data: 1 of 1 days failed")
+    assert f"synthetic/raw_data partition {DAY} is not in storage" in failure["error"]
+    # A rejected day is a warning line of its run, with its partition, and no failure.
+    rejected = [r for r in records if r["run_id"] == incidents["rejected_run"]]
+    assert {r["partition"] for r in rejected} == {REJECTED_DAY}
+    components = {r["component"] for r in rejected}
+    assert {"synthetic__raw_data", "synthetic__validated_data"} <= components
+    assert not [r for r in rejected if r["event"] == "STEP_FAILURE"]
+    [verdict] = [r for r in rejected if r["level"] == "WARNING" and "quality gate" in r["message"]]
+    assert verdict["component"] == "synthetic__validated_data"
+    assert verdict["message"].startswith(
+        f"synthetic__validated_data {REJECTED_DAY}: failed quality gate: "
+    )
+    assert "gx_validity" in verdict["message"]
+    [check] = [r for r in rejected if "'delivery_accepted'" in r["message"]]
+    assert check["event"] == "ASSET_CHECK_EVALUATION" and "did not pass" in check["message"]
     extra = [r for r in records if r["message"] == "generated the day's flights"]
     assert extra and extra[0]["rows"] == 1000  # extra= fields become JSON fields
     weather_lines = [r for r in records if r["message"].startswith("calling the weather")]
@@ -349,13 +387,17 @@ def test_asset_steps_record_time_cpu_memory_rows_and_bytes(incidents):
 def test_health_summarises_rates_durations_checks_and_memory(incidents, capsys):
     assert cli.main(["health", "--days", "1"]) == 0
     out = capsys.readouterr().out
-    assert "last 1 day(s): 6 run(s)" in out
-    # dg.materialize runs: flights succeeded, four failed; the CLI's run (memory) failed.
-    assert "  __ephemeral_asset_job__: 20% of 5" in out
+    assert "last 1 day(s): 7 run(s)" in out
+    # dg.materialize runs: flights and the rejected day's run succeeded, four failed; the CLI's
+    # run (memory) failed.
+    assert "  __ephemeral_asset_job__: 33% of 6" in out
     assert "  __ASSET_JOB: 0% of 1" in out
     assert "  weather: 0% of 1, p50 -, p95 -, 2 retries" in out
     assert "  synthetic__raw_data: 100% of 1, p50 " in out
+    # A rejected day is a step that succeeded: its verdict shows in its checks.
+    assert "  synthetic__validated_data: 50% of 2, p50 " in out
     assert "  synthetic/validated_data:gx_validity: 0% of 1" in out
+    assert "  synthetic/validated_data:delivery_accepted: 0% of 1" in out
     assert "  synthetic/validated_data:gx_volume: 100% of 1" in out
     [flights_line] = [line for line in out.splitlines() if line.startswith("  flights: peak")]
     peak = float(flights_line.split("peak ")[1].split(" MiB")[0])
@@ -384,22 +426,17 @@ def test_reproduce_raises_the_same_exception_on_a_100_row_sample(incidents, tmp_
     assert sorted(lake_dir.rglob("*")) == stored  # the rerun wrote nothing to the real lake
 
 
-def test_reproduce_command_reruns_a_failed_gate_without_touching_the_lake(incidents, capsys):
+def test_reproduce_command_reruns_a_failed_data_step_without_touching_the_lake(incidents, capsys):
     lake_dir = Path(incidents["lake"].base_dir)
     stored = sorted(lake_dir.rglob("*"))
     # The same environment as the run: the platform's definitions of the synthetic dataset.
-    # validated_data audits the parse raw_data staged, which it reads from the lake, not as a
-    # sampled input: the rerun judges the whole day, so the run's own gate fails (gx_validity)
-    # and the day's volume, which is not scaled, still passes.
-    with pytest.raises(
-        dg.Failure, match=r"\(partition 2024-01-03\) failed the quality gate"
-    ) as failed:
+    # raw_data of the day is still not stored, so the rerun fails as the run did.
+    with pytest.raises(dg.Failure, match=f"synthetic/raw_data partition {DAY} is not in storage"):
         cli.main(["reproduce", incidents["runs"][DATA][:8], "--sample", "200"])
-    assert "(gx_validity)" in str(failed.value)
     err = capsys.readouterr().err
-    assert "reproducing run" in err and "synthetic/validated_data partition 2024-01-03" in err
-    assert "volume expectations scaled" not in err
-    # validated_data writes its GE result and data docs beside the lake; they went to scratch.
+    assert f"reproducing run {incidents['runs'][DATA]}" in err
+    assert f"synthetic/validated_data partition {DAY}" in err
+    # validated_data writes its GE result and data docs beside the lake; nothing went there.
     assert sorted(lake_dir.rglob("*")) == stored
 
 
@@ -420,15 +457,32 @@ def test_reproduce_runs_the_step_once_and_raises_its_error_not_the_retries(incid
     assert raised.traceback[-1].name in {"weather", "create_connection"}
 
 
-def test_reproduce_names_the_runs_own_gate_not_the_samples_volume(incidents, tmp_path):
+def test_reproduce_of_a_run_that_rejected_a_day_says_it_has_no_failed_step(incidents, capsys):
+    # A rejected delivery is an outcome, not a failure: there is nothing to rerun on a sample.
+    run_id = incidents["rejected_run"]
+
+    assert cli.main(["reproduce", run_id[:8]]) == 2
+
+    err = capsys.readouterr().err
+    assert f"error: run {run_id} is SUCCESS and has no failed step to reproduce" in err
+
+
+def test_a_sample_is_judged_with_volume_expectations_scaled_to_it():
     contract = load_contract("synthetic")
-    defs = build_definitions(contract)
-    with pytest.raises(dg.Failure) as raised:
-        reproduce(
-            incidents["instance"], incidents["runs"][DATA], defs, tmp_path, 200, contract=contract
-        )
-    assert "failed the quality gate (gx_validity)" in str(raised.value)
-    assert "gx_volume" not in str(raised.value)
+    bounds = contract.quality.row_count
+
+    scaled, note = scaled_contract(contract, 0.2)
+
+    assert scaled.quality.row_count.min == math.floor(bounds.min * 0.2)
+    assert bounds.max is not None and scaled.quality.row_count.max == math.ceil(bounds.max * 0.2)
+    assert "volume expectations scaled to the sample (20.0% of the rows)" in note
+    # The history gate's whole-day counts are left out; its other statistics stay.
+    history = scaled.quality.history.statistics
+    assert not {"row_count", "distinct_count"} & set(history)
+    assert set(history) == set(contract.quality.history.statistics) - {
+        "row_count",
+        "distinct_count",
+    }
 
 
 def test_reproduce_after_the_lake_moved_on_uses_what_the_run_read_or_refuses(tmp_path, monkeypatch):
@@ -474,7 +528,7 @@ def test_reproduce_after_the_lake_moved_on_uses_what_the_run_read_or_refuses(tmp
     assert f"ml-platform materialize --start {DAY} --force" in message
 
 
-def test_reproduce_command_on_a_failed_raw_data_step_after_the_lake_moved_on(
+def test_reproduce_command_on_a_failed_data_step_after_the_lake_moved_on(
     tmp_path, monkeypatch, capsys
 ):
     home = tmp_path / "home"
@@ -491,42 +545,48 @@ def test_reproduce_command_on_a_failed_raw_data_step_after_the_lake_moved_on(
     contract = load_contract("synthetic")
     defs = build_definitions(contract)
     zone = LandingZone(base_dir=env["ML_PLATFORM_LANDING_DIR"])
-    bad, later = dt.date(2024, 1, 2), dt.date(2024, 1, 3)
-    list(land_days(contract, zone, [bad], fault="missing_column"))
-    list(land_days(contract, zone, [later]))
+    day, later = dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+    list(land_days(contract, zone, [day, later]))
     with dg.DagsterInstance.get() as instance:
 
-        def raw_data(day: dt.date) -> dg.ExecuteInProcessResult:
+        def run(day: dt.date, selection: list[str]) -> dg.ExecuteInProcessResult:
             return dg.materialize(
                 list(defs.assets or []),
-                selection=["synthetic/raw_data"],
+                selection=selection,
                 partition_key=day.isoformat(),
                 resources=defs.resources,
                 instance=instance,
                 raise_on_error=False,
             )
 
-        failed = run_id_of(raw_data(bad))
-        assert raw_data(later).success  # the lake moves on
+        # validated_data of a day whose raw_data was never materialised: a data failure.
+        failed = run_id_of(run(day, ["synthetic/validated_data"]))
+        # The lake moves on.
+        assert run(later, ["synthetic/raw_data", "synthetic/validated_data"]).success
 
-    # The landed file is the one the run read: the run's own error, and a quiet terminal.
+    # The day's raw_data is still not stored: the run's own error, and a quiet terminal.
     command = [str(BIN / "ml-platform"), "reproduce", failed[:8]]
     result = subprocess.run(
         command, env={**os.environ}, capture_output=True, text=True, timeout=180, check=False
     )
     assert result.returncode == 1, result.stderr[-3000:]
     # The traceback names the run's own exception, dg.Failure (its module path is Dagster's).
-    assert re.search(r"\bFailure: synthetic_2024-01-02\.csv", result.stderr), result.stderr[-3000:]
-    assert f"reproducing run {failed}: synthetic/raw_data partition 2024-01-02" in result.stderr
+    assert re.search(r"\bFailure: synthetic__validated_data: 1 of 1 days failed", result.stderr), (
+        result.stderr[-3000:]
+    )
+    assert "synthetic/raw_data partition 2024-01-02 is not in storage" in result.stderr
+    reproducing = f"reproducing run {failed}: synthetic/validated_data partition 2024-01-02"
+    assert reproducing in result.stderr
     for noise in ("alembic", "SQLiteImpl", " - dagster - ", "INFO"):
         assert noise not in result.stderr, noise
 
-    time.sleep(1.1)  # past the landing zone's one-second mtime slack
-    list(land_days(contract, zone, [bad]))  # a corrected file replaces the one the run read
+    # The day's raw_data is materialised since: the absence the run failed on is gone.
+    with dg.DagsterInstance.get() as instance:
+        assert run(day, ["synthetic/raw_data"]).success
     assert cli.main(["reproduce", failed]) == 2
     err = capsys.readouterr().err
-    assert f"error: cannot reproduce run {failed}: the landed file " in err
-    assert "synthetic_2024-01-02.csv was replaced at " in err and "after the run read it" in err
+    assert f"error: cannot reproduce run {failed}: synthetic/raw_data partition 2024-01-02 " in err
+    assert "was not stored when the run read it; it is now (materialised by run " in err
 
 
 def test_a_resource_failure_not_reproduced_on_a_sample_says_what_to_change():
@@ -565,7 +625,8 @@ def test_json_lines_redact_escaped_secrets_and_url_passwords(monkeypatch):
 
 
 def test_missing_window_days_and_unstored_partitions_are_data_failures():
-    # A window's missing days: a deliberate stop, classed by its type whatever its message says.
+    # A window's missing days, as runs recorded before windows below coverage became verdicts
+    # failed on them: classed by its type whatever its message says.
     coverage = StepFailure(
         "model",
         "WindowCoverageError",
@@ -588,9 +649,11 @@ def test_missing_window_days_and_unstored_partitions_are_data_failures():
         assert failure.error_class in verdict.reason
 
 
-def test_reproduce_of_a_failed_gate_refuses_once_its_day_was_landed_again(tmp_path, monkeypatch):
-    # validated_data reads the parse raw_data staged from the lake, not as a sampled input:
-    # reproduce still checks that parse is the one the run judged.
+def test_reproduce_of_a_failed_data_step_refuses_once_its_input_was_materialised_again(
+    tmp_path, monkeypatch
+):
+    # reproduce checks that each input partition is the one the run read: here raw_data, whose
+    # file the lake lost after it was recorded accepted (validated_data then fails to read it).
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     contract = load_contract("synthetic")
     root = tmp_path / "platform"
@@ -610,13 +673,14 @@ def test_reproduce_of_a_failed_gate_refuses_once_its_day_was_landed_again(tmp_pa
         )
 
     with dg.DagsterInstance.get() as instance:
-        list(land_days(contract, zone, [dt.date.fromisoformat(DAY)], fault="out_of_range"))
-        failed = run_id_of(run(["synthetic/raw_data", "synthetic/validated_data"]))
-        with pytest.raises(dg.Failure, match=r"failed the quality gate \(gx_validity\)"):
+        list(land_days(contract, zone, [dt.date.fromisoformat(DAY)]))
+        assert run(["synthetic/raw_data"]).success
+        (root / "lake" / "synthetic" / "raw_data" / f"{DAY}.parquet").unlink()
+        failed = run_id_of(run(["synthetic/validated_data"]))
+        with pytest.raises(dg.Failure, match=f"synthetic/raw_data partition {DAY} is not in"):
             reproduce(instance, failed, defs, tmp_path / "scratch1", contract=contract)
 
-        # The corrected file lands and raw_data stages it: the parse the run judged is gone.
-        list(land_days(contract, zone, [dt.date.fromisoformat(DAY)]))
+        # raw_data runs again and stores the day: the state the run failed on is gone.
         assert run(["synthetic/raw_data"]).success
         with pytest.raises(InputsChangedError, match=f"raw_data partition {DAY} changed"):
             reproduce(instance, failed, defs, tmp_path / "scratch2", contract=contract)

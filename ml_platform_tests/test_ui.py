@@ -1,7 +1,7 @@
 """What a person sees: headless Chromium against a real dagster-webserver over materialised days.
 
 Two real flights days are landed and materialised with the CLI into a temporary instance, then a
-third whose file arrives damaged and fails its quality gate; the webserver serves them from
+third whose file arrives damaged and is rejected by its quality gate; the webserver serves them from
 workspace.yaml as a user runs it. Playwright drives the system's Chromium (no browser download).
 Screenshots land in test-output/screenshots/ for CI artifacts.
 """
@@ -78,7 +78,7 @@ def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 240) -
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory) -> Iterator[str]:
-    """The URL of a webserver serving two materialised days of flights and one failed day."""
+    """The URL of a webserver serving two materialised days of flights and one rejected day."""
     root = tmp_path_factory.mktemp("ui")
     home = root / "dagster_home"
     home.mkdir()
@@ -101,8 +101,9 @@ def ui(tmp_path_factory) -> Iterator[str]:
         assert code == 0
         assert cli.main(["land", "--dataset", "flights", "--start", FAULTY_DAY, "--days", "1"]) == 0
         damage_carriers(root / "landing" / f"flights_{FAULTY_DAY}.csv")
-        # The quality gate stops the day at validated_data (about 2 s): the run fails.
-        assert cli.main(["materialize", "--start", FAULTY_DAY, "--days", "1"]) == 1
+        # The quality gate rejects the day at validated_data: a verdict of the day, recorded by
+        # a run that succeeds, which the command's exit code tells from a failed run.
+        assert cli.main(["materialize", "--start", FAULTY_DAY, "--days", "1"]) == cli.REJECTED_EXIT
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -185,7 +186,7 @@ def test_a_partitions_checks_are_visible_with_their_runbook_link(page):
     page.screenshot(path=SCREENSHOTS / "partition-checks.png")
 
 
-def test_a_failed_days_check_shows_that_day_failed_with_its_reason(page):
+def test_a_rejected_days_check_shows_that_day_failed_with_its_reason(page):
     page.goto("/assets/flights/validated_data?view=checks&checkDetail=gx_validity")
     reason = (
         f"flights_{FAULTY_DAY}.csv (partition {FAULTY_DAY}): expect_column_values_to_be_in_set "
@@ -226,6 +227,12 @@ def test_a_failed_days_check_shows_that_day_failed_with_its_reason(page):
     expect(detail).to_contain_text("Failed")
     expect(detail).to_contain_text(advice)
     page.screenshot(path=SCREENSHOTS / "failed-partition-check.png")
+
+    # The day's verdict has its own check, which says the delivery was rejected and why.
+    page.goto("/assets/flights/validated_data?view=checks&checkDetail=delivery_accepted")
+    expect(
+        page.get_by_text(f"{FAULTY_DAY} was rejected (failed quality gate): ").first
+    ).to_be_visible()
 
 
 def test_evaluation_report_renders_with_its_plots(page):

@@ -1,4 +1,5 @@
-"""Windows with holes: a window input loads the stored days, a model trains over a hole or fails.
+"""Windows with holes: a window input loads the stored days, a model trains over a hole or its day
+is rejected (window below coverage).
 
 The IO manager is tested on a tiny graph of its own (a `features` asset and readers of its
 window and of its day), in one-day and range runs, and its listing of stored partitions on a
@@ -15,8 +16,9 @@ import dagster as dg
 import pytest
 from dagster_aws.s3 import S3Resource
 
+from ml_platform import cli
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
-from ml_platform.platform.steps import daily_backfill_policy, each_day
+from ml_platform.platform.steps import DataVerdict, Verdict, daily_backfill_policy, each_day
 from ml_platform.platform.storage import (
     FORMAT_KEY,
     LakeIOManager,
@@ -31,7 +33,8 @@ from ml_platform.training.assets import (
     window_coverage,
     window_input,
 )
-from ml_platform.troubleshooting.classify import DATA, Classification
+from ml_platform.troubleshooting.classify import DATA
+from ml_platform.troubleshooting.rejected import rejected_days
 from ml_platform.troubleshooting.run_events import classify_outcome, run_outcome
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
@@ -212,21 +215,24 @@ def test_coverage_at_the_threshold_trains_and_names_the_hole():
     require_coverage(coverage, 0.75, "model", "synthetic")
 
 
-def test_coverage_below_the_threshold_fails_without_retry_naming_days_and_command():
+def test_coverage_below_the_threshold_is_a_verdict_of_the_day_naming_days_and_command():
     coverage = window_coverage("2024-01-10", 7, "2024-01-01", ["2024-01-04", "2024-01-10"])
 
     with pytest.raises(WindowCoverageError) as raised:
         require_coverage(coverage, 0.75, "model", "synthetic")
 
-    failure = raised.value
-    assert failure.allow_retries is False
-    text = failure.description or ""
+    verdict = raised.value
+    # A data verdict recorded as the day's outcome: never a step failure, so never retried.
+    assert isinstance(verdict, DataVerdict) and not isinstance(verdict, dg.Failure)
+    assert verdict.verdict == Verdict.WINDOW_BELOW_COVERAGE
+    text = verdict.reason
     assert "only 2 of the 7 days of its feature window 2024-01-04..2024-01-10" in text
     for day in days_from("2024-01-05", 5):
         assert day in text
     assert "`ml-platform materialize --dataset synthetic --start 2024-01-05 --days 6`" in text
     assert "Materialize" in text
-    assert failure.metadata["missing_window_days"].value == days_from("2024-01-05", 5)
+    assert verdict.metadata["missing_window_days"] == days_from("2024-01-05", 5)
+    assert verdict.metadata["window_coverage"] == pytest.approx(2 / 7)
 
 
 def test_a_day_without_its_own_features_is_not_trained_however_full_its_window():
@@ -243,11 +249,14 @@ def test_the_fill_command_spans_the_first_missing_day_through_the_day():
     )
 
 
-def classification(platform: Platform, result: dg.ExecuteInProcessResult) -> Classification:
-    """The failure class the run alerts sensor gives a failed run, from its event log."""
-    outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
-    assert outcome is not None
-    return classify_outcome(outcome)
+def day_records_of(
+    result: dg.ExecuteInProcessResult, platform: Platform, asset: str
+) -> dict[str, dict[str, Any]]:
+    """The metadata each day of `asset` was recorded with in the run, by day."""
+    return {
+        str(event.partition): {key: value.value for key, value in event.metadata.items()}
+        for event in result.asset_materializations_for_node(platform.node(asset))
+    }
 
 
 def attempts(result: dg.ExecuteInProcessResult, step: str) -> int:
@@ -290,44 +299,69 @@ def test_a_model_over_a_hole_trains_on_the_rest_and_names_the_missing_day(holed)
     assert DAYS[4] in platform.materialized("registered_model")
 
 
-def test_below_coverage_the_model_fails_once_as_data_naming_the_days_and_command(holed):
+def test_below_coverage_the_days_model_is_rejected_once_naming_the_days_and_command(holed):
     platform, _ = holed
-    # A second day of the window goes missing: 2 of its 4 days are left.
-    platform.stored("features", DAYS[2], "parquet").unlink()
+    # 01-07's window 01-04..01-07 lacks 01-04 and 01-06: 2 of its 4 days are left.
+    platform.land("2024-01-07", 1)
 
-    result = platform.materialize(DAYS[4], selection=["model", "evaluation_report"])
+    result = platform.materialize("2024-01-07")
 
-    assert not result.success
-    message = failure_message(result)
-    assert "WindowCoverageError" in message
-    assert "only 2 of the 4 days of its feature window 2024-01-02..2024-01-05" in message
-    assert "features partitions 2024-01-03, 2024-01-04 are not in storage" in message
-    assert "`ml-platform materialize --dataset synthetic --start 2024-01-03 --days 3`" in message
+    # A verdict of the day, not a failed run: the day is recorded, the model step ran once.
+    assert result.success
     assert attempts(result, platform.node("model")) == 1
-    verdict = classification(platform, result)
-    assert verdict.failure_class == DATA, verdict.reason
-    assert "WindowCoverageError" in verdict.reason
+    (model,) = day_records_of(result, platform, "model").values()
+    assert model["verdict"] == Verdict.WINDOW_BELOW_COVERAGE
+    assert model["accepted"] is False and model["accepted_rows"] == 0
+    reason = model["reason"]
+    assert "only 2 of the 4 days of its feature window 2024-01-04..2024-01-07" in reason
+    assert "features partitions 2024-01-04, 2024-01-06 are not in storage" in reason
+    assert "`ml-platform materialize --dataset synthetic --start 2024-01-04 --days 4`" in reason
+    assert model["missing_window_days"] == ["2024-01-04", "2024-01-06"]
+    assert not platform.stored("model", "2024-01-07", "joblib").exists()
+    # The assets after the model record the day without accepted input, naming the model.
+    for asset in ("evaluation_report", "registered_model"):
+        (record,) = day_records_of(result, platform, asset).values()
+        assert record["verdict"] == Verdict.NO_ACCEPTED_INPUT and record["accepted"] is False
+        assert "model 2024-01-07 was rejected (window below coverage)" in record["reason"]
+        assert not platform.stored(asset, "2024-01-07", "json").exists()
+    # What `ml-platform materialize` prints, and `ml-platform rejected` lists.
+    outcome, rejected = cli.day_outcome(result, "synthetic")
+    assert rejected
+    assert outcome.startswith("REJECTED by model: window below coverage: model 2024-01-07 was")
+    (day,) = rejected_days(platform.instance, "synthetic", ["2024-01-07"])
+    assert (day.asset, day.verdict, day.kept) == ("model", Verdict.WINDOW_BELOW_COVERAGE, False)
 
 
-def test_in_a_range_a_day_below_coverage_fails_alone(tmp_path):
+def test_in_a_range_a_day_below_coverage_is_rejected_alone(tmp_path):
     contract = contract_with(tmp_path, "synthetic", window_days=4)
     platform = Platform(contract, tmp_path / "platform")
-    platform.land(DAYS[0], 5)
+    # 01-02 never lands: its raw_data is rejected (missing file), and its features with it.
+    platform.land(DAYS[0], 1)
+    platform.land(DAYS[2], 3)
     ingestion = ["raw_data", "validated_data", "features"]
     assert materialize_range(platform, DAYS[0], DAYS[4], ingestion).success
-    platform.stored("features", DAYS[1], "parquet").unlink()
+    assert not platform.stored("features", DAYS[1], "parquet").exists()
 
     # 01-03 keeps 2 of its 3 days (67 %); 01-04 and 01-05 keep 3 of 4 (75 %).
     result = materialize_range(platform, DAYS[2], DAYS[4], ["model"])
 
-    assert not result.success
-    message = failure_message(result)
-    assert "model: 1 of 3 days failed" in message
-    assert "model 2024-01-03 was not trained: features partition 2024-01-02 is not" in message
-    assert "only 2 of the 3 days of its feature window 2024-01-01..2024-01-03" in message
+    assert result.success
     assert attempts(result, platform.node("model")) == 1
+    models = day_records_of(result, platform, "model")
+    assert sorted(models) == DAYS[2:]
+    rejected = models[DAYS[2]]
+    assert rejected["verdict"] == Verdict.WINDOW_BELOW_COVERAGE and rejected["accepted"] is False
+    reason = rejected["reason"]
+    assert "model 2024-01-03 was not trained: features partition 2024-01-02 is not" in reason
+    assert "only 2 of the 3 days of its feature window 2024-01-01..2024-01-03" in reason
     assert not platform.stored("model", DAYS[2], "joblib").exists()
     for day in DAYS[3:]:
+        assert models[day]["verdict"] == "accepted"
+        assert models[day]["missing_window_days"] == [DAYS[1]]
         assert platform.stored("model", day, "joblib").is_file()
-    verdict = classification(platform, result)
-    assert verdict.failure_class == DATA
+    # Each rejected day is listed where it was rejected first.
+    listed = rejected_days(platform.instance, "synthetic", DAYS)
+    assert [(d.day, d.asset, d.verdict) for d in listed] == [
+        (DAYS[1], "raw_data", Verdict.MISSING_FILE),
+        (DAYS[2], "model", Verdict.WINDOW_BELOW_COVERAGE),
+    ]
