@@ -37,7 +37,7 @@ from ml_platform.automation.landing_sensor import LANDED_VERSION_TAG
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import LandingStore
 from ml_platform.platform.observability import row_count
-from ml_platform.platform.storage import LakeIOManager, LakeStorage, LocalStorage
+from ml_platform.platform.storage import DailyInput, LakeIOManager, LakeStorage, LocalStorage
 from ml_platform.troubleshooting.classify import (
     RESOURCE_EXHAUSTION,
     RESOURCE_PATTERN,
@@ -112,8 +112,16 @@ class SampleIOManager(LakeIOManager):
     sample_rows: int
 
     def load_input(self, context: dg.InputContext) -> Any:
-        """The real input, sampled to `sample_rows` rows per partition."""
+        """The real input, each partition sampled to `sample_rows` rows as the step reads it."""
         value = super().load_input(context)
+        if not isinstance(value, DailyInput):
+            return self._sampled(context, value)
+        # A step reads a DailyInput a partition at a time: sample each one as it is loaded.
+        load = value.cache.load
+        value.cache.load = lambda key: self._sampled(context, load(key))
+        return value
+
+    def _sampled(self, context: dg.InputContext, value: Any) -> Any:
         sampled = sample(value, self.sample_rows)
         python_logger.info(
             f"input {context.name} ({context.asset_key.to_user_string()}): "
