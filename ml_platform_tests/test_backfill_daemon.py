@@ -242,9 +242,13 @@ def test_a_backfill_with_rejected_days_finishes_and_matches_the_days_one_by_one(
     # The same verdicts and data files as the days one by one.
     assert recorded == records(by_day.instance, DAYS)
     assert data_files(stack.lake) == data_files(by_day.lake_dir)
+    # raw_data records each delivery that fits the schema; the accepted layer has neither day.
+    lake = stack.lake / "synthetic"
+    assert (lake / "raw_data" / f"{GATE_REJECTED}.parquet").exists()
+    assert not (lake / "raw_data" / f"{SCHEMA_REJECTED}.parquet").exists()
     for day in FAULTS:
-        for asset, ext in EXTENSIONS.items():
-            assert not (stack.lake / "synthetic" / asset / f"{day}.{ext}").exists()
+        for asset in ("validated_data", "features"):
+            assert not (lake / asset / f"{day}.parquet").exists(), (asset, day)
 
     # One summary names the rejected days; no alert a day for them.
     def summaries() -> list[dict]:
