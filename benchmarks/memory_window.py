@@ -121,8 +121,8 @@ def child_equivalence(root: Path, days: list[str]) -> dict[str, Any]:
     import pandas as pd
 
     from ml_platform.contracts import load_contract
+    from ml_platform.training.equivalence import same_order_fit
     from ml_platform.training.model import train_model
-    from ml_platform_tests.test_streaming import same_order_fit
 
     contract = load_contract(root / "synthetic.yaml")
     folder = root / "lake" / "synthetic" / "features"
