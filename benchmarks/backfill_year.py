@@ -333,7 +333,7 @@ def backfill(
         "seconds_without_a_run": idle_seconds(rows),
         "timeline": rows,
         "evaluation_reports": len(
-            list((root / "lake" / "flights" / "evaluation_report").glob("*.json"))
+            list((root / "lake" / "flights" / "evaluation_report").glob("*/*.json"))
         ),
         # Days whose registered_model Dagster records as accepted (registered or a rejected
         # candidate), and the days rejected on the way, with where and why.

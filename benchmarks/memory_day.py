@@ -84,7 +84,8 @@ def day_frame_mb(root: Path, day: str) -> float:
     """In-memory size of the typed day (as validated_data stores it)."""
     import pandas as pd
 
-    frame = pd.read_parquet(root / "lake" / "synthetic" / "validated_data" / f"{day}.parquet")
+    [stored] = (root / "lake" / "synthetic" / "validated_data" / day).glob("*.parquet")
+    frame = pd.read_parquet(stored)
     return float(frame.memory_usage(deep=True).sum()) / MB
 
 

@@ -148,7 +148,7 @@ def main() -> None:
             started = clock()
             profiles: dict[str, dict[str, float | None]] = {}
             screened = screen_range(
-                lake,
+                lambda day: None,  # no day before the range is history
                 contract,
                 list(frames),
                 rows_of=lambda day, days=frames: len(days[day]),

@@ -28,7 +28,7 @@ from ml_platform.automation.alert_sensors import (
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
-from ml_platform_tests.conftest import REPO, free_port
+from ml_platform_tests.conftest import REPO, day_files, free_port
 from ml_platform_tests.services import BACKFILL_QUERY, LAUNCH_BACKFILL, DagsterProcesses
 
 pytestmark = pytest.mark.integration
@@ -316,11 +316,10 @@ def test_sensor_runs_landed_days_reruns_a_corrected_day_and_a_backfill_completes
         120,
         "the backfill to be marked complete",
     )
-    lake = stack.lake / "synthetic"
     for offset in range(3):
-        assert (lake / "evaluation_report" / f"{day(offset)}.json").is_file()
+        assert day_files(stack.lake, "synthetic", "evaluation_report", day(offset))
     for partition in week:
-        assert (lake / "features" / f"{partition}.parquet").is_file()
+        assert day_files(stack.lake, "synthetic", "features", partition)
 
     # The sensor was off: only the backfill ran the week. And the queue kept its limits.
     everything = stack.runs()

@@ -22,7 +22,14 @@ from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.records import day_records
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV
-from ml_platform_tests.conftest import DAILY_ASSETS, REPO, Platform, days_from, free_port
+from ml_platform_tests.conftest import (
+    DAILY_ASSETS,
+    REPO,
+    Platform,
+    day_files,
+    days_from,
+    free_port,
+)
 from ml_platform_tests.services import (
     BACKFILL_QUERY,
     LAUNCH_BACKFILL,
@@ -138,12 +145,15 @@ def records(instance: dg.DagsterInstance, days: list[str]) -> dict[tuple[str, st
     return found
 
 
-def data_files(lake: Path) -> dict[str, bytes]:
-    """The lake's data files of raw_data, validated_data and features, by relative path."""
+def data_files(lake: Path) -> dict[str, list[bytes]]:
+    """The lake's data files of raw_data, validated_data and features, by asset and day."""
     return {
-        f"{asset}/{path.name}": path.read_bytes()
-        for asset, ext in EXTENSIONS.items()
-        for path in sorted((lake / "synthetic" / asset).glob(f"*.{ext}"))
+        f"{asset}/{folder.name}": [
+            p.read_bytes() for p in day_files(lake, "synthetic", asset, folder.name)
+        ]
+        for asset in EXTENSIONS
+        for folder in sorted((lake / "synthetic" / asset).iterdir())
+        if day_files(lake, "synthetic", asset, folder.name)
     }
 
 
@@ -243,12 +253,11 @@ def test_a_backfill_with_rejected_days_finishes_and_matches_the_days_one_by_one(
     assert recorded == records(by_day.instance, DAYS)
     assert data_files(stack.lake) == data_files(by_day.lake_dir)
     # raw_data records each delivery that fits the schema; the accepted layer has neither day.
-    lake = stack.lake / "synthetic"
-    assert (lake / "raw_data" / f"{GATE_REJECTED}.parquet").exists()
-    assert not (lake / "raw_data" / f"{SCHEMA_REJECTED}.parquet").exists()
+    assert day_files(stack.lake, "synthetic", "raw_data", GATE_REJECTED)
+    assert not day_files(stack.lake, "synthetic", "raw_data", SCHEMA_REJECTED)
     for day in FAULTS:
         for asset in ("validated_data", "features"):
-            assert not (lake / asset / f"{day}.parquet").exists(), (asset, day)
+            assert not day_files(stack.lake, "synthetic", asset, day), (asset, day)
 
     # One summary names the rejected days; no alert a day for them.
     def summaries() -> list[dict]:

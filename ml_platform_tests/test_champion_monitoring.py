@@ -58,11 +58,11 @@ def record(platform: Platform, day: str) -> dict:
 
 def serving(platform: Platform, day: str) -> str | None:
     """The champion the registrations before `day` left, from registered_model's records."""
-    registered = sorted(
+    registered = [
         path
-        for path in (platform.lake_dir / "synthetic" / "registered_model").glob("*.json")
-        if path.stem < day
-    )
+        for earlier in sorted(platform.materialized("registered_model"))
+        if earlier < day and (path := platform.stored("registered_model", earlier, "json")).exists()
+    ]
     return json.loads(registered[-1].read_text())["champion_after"] if registered else None
 
 

@@ -19,6 +19,8 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform.platform.records import recorded_lake_keys
+from ml_platform_tests.conftest import day_files
 
 pytestmark = pytest.mark.slow
 
@@ -46,11 +48,15 @@ def test_a_signal_stops_materialize_after_recording_the_running_day_failed(tmp_p
     process = subprocess.Popen(
         command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    first_raw = lake / "synthetic" / "raw_data" / f"{DAYS[0]}.parquet"
     deadline = time.monotonic() + 120
-    while not first_raw.exists() and process.poll() is None and time.monotonic() < deadline:
+    while (
+        not day_files(lake, "synthetic", "raw_data", DAYS[0])
+        and process.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
-    assert first_raw.exists() and process.poll() is None, "the first day never started"
+    assert day_files(lake, "synthetic", "raw_data", DAYS[0]), "the first day never started"
+    assert process.poll() is None, "the first day ended before the signal"
     process.send_signal(signum)
     out, err = process.communicate(timeout=120)
 
@@ -59,11 +65,14 @@ def test_a_signal_stops_materialize_after_recording_the_running_day_failed(tmp_p
     assert f"[1/3] {DAYS[0]} stopped by {name}" in err
     assert "2 later day(s) not run" in err
     assert DAYS[1] not in out + err  # no later day was announced, run or skipped
-    assert sorted(p.name for p in (lake / "synthetic" / "raw_data").iterdir()) == [
-        f"{DAYS[0]}.parquet"
-    ]
+    raw_data = lake / "synthetic" / "raw_data"
+    stored = {str(p.relative_to(lake)) for p in raw_data.rglob("*") if p.is_file()}
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
-        assert [r.tags.get("dagster/partition") for r in runs] == [DAYS[0]]
-        assert runs[0].status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
-        assert f"is recorded {runs[0].status.value}" in err
+        recorded = recorded_lake_keys(instance, dg.AssetKey(["synthetic", "raw_data"]), DAYS)
+    # No later day stored anything, and every file in the lake is one Dagster records.
+    assert stored == recorded
+    assert all(key.startswith(f"synthetic/raw_data/{DAYS[0]}/") for key in stored)
+    assert [r.tags.get("dagster/partition") for r in runs] == [DAYS[0]]
+    assert runs[0].status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+    assert f"is recorded {runs[0].status.value}" in err

@@ -15,7 +15,6 @@ from ml_platform.drift.checks import FEATURES_DRIFT_CHECK
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.platform.storage import serialise
 from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import Platform, days_from
 
@@ -43,9 +42,7 @@ def store_validated(platform: Platform, day: str, drift: Drift | None = None) ->
         dt.date.fromisoformat(day), seed=contract.source.seed, rows=1000, drift=drift
     )
     raw = read_landed_file(file_bytes(frame), "day.csv", day, ["segment"])
-    io_manager = platform.defs.resources["io_manager"]
-    key = io_manager.key(platform.key("validated_data"), day, "parquet")
-    io_manager.storage.write_bytes(key, serialise(type_rows(raw, contract, day), "parquet"))
+    platform.put("validated_data", day, type_rows(raw, contract, day), "parquet")
 
 
 def store_features(platform: Platform, day: str) -> None:
@@ -54,9 +51,7 @@ def store_features(platform: Platform, day: str) -> None:
     frame = generate_day(dt.date.fromisoformat(day), seed=contract.source.seed, rows=1000)
     raw = read_landed_file(file_bytes(frame), "day.csv", day, ["segment"])
     features = build_features(type_rows(raw, contract, day), contract)
-    io_manager = platform.defs.resources["io_manager"]
-    key = io_manager.key(platform.key("features"), day, "parquet")
-    io_manager.storage.write_bytes(key, serialise(features, "parquet"))
+    platform.put("features", day, features, "parquet")
 
 
 def run(platform: Platform, day: str, selection: list[str]) -> dg.ExecuteInProcessResult:

@@ -9,17 +9,18 @@ import yaml
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
+from ml_platform.platform.records import day_records
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.validation.expectations import HISTORY
 from ml_platform.validation.history import (
+    PROFILE_KEY,
     Bound,
     bounds_of,
     count_bound,
     gated_statistics,
     history_parameters,
     judge,
-    profile_key,
     robust_sd,
     share_bound,
     window_from_profiles,
@@ -179,9 +180,9 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     champion_files = sorted((registry_dir / "versions" / champion).iterdir())
     assert any(p.suffix == ".joblib" for p in champion_files)
     before = {p: p.read_bytes() for p in (registry_dir / "aliases.json", *champion_files)}
-    # A day stored before profiles existed is profiled from its parquet.
-    profile = platform.lake_dir / profile_key(platform.contract, GOOD_DAYS[1])
-    profile.unlink()
+    # Each accepted day records the profile its later days' gates compare with.
+    good = day_records(platform.instance, platform.key("validated_data"), GOOD_DAYS)
+    assert all(PROFILE_KEY in good[day].metadata for day in GOOD_DAYS)
 
     def empty_arr_delay(frame: pd.DataFrame) -> None:
         frame["arr_delay"] = ""
@@ -201,7 +202,6 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     assert failures["labelled_share(delayed)"]["today"] == 0.0
     assert failures["labelled_share(delayed)"]["history_min"] > 0.95
     assert failures["labelled_share(delayed)"]["reference_days"] == GOOD_DAYS
-    assert profile.exists()
     # The day stops at its gate: it is recorded rejected, no asset after it accepts the day
     # (features has no accepted input, the model's window lacks its own day), nothing is
     # stored for it, no model, and the champion is unchanged.
@@ -215,7 +215,7 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     assert not any(records[platform.key(a)]["accepted"].value for a in after)
     assert not platform.stored("validated_data", EMPTIED_LABEL_DAY, "parquet").exists()
     assert not platform.stored("model", EMPTIED_LABEL_DAY, "joblib").exists()
-    assert not (platform.lake_dir / profile_key(platform.contract, EMPTIED_LABEL_DAY)).exists()
+    assert PROFILE_KEY not in records[platform.key("validated_data")]
     assert sorted((registry_dir / "versions" / champion).iterdir()) == champion_files
     assert {p: p.read_bytes() for p in before} == before
 

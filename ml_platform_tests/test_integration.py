@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from ml_platform.contracts import load_contract
-from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, REPO, free_port, rejected_days
+from ml_platform_tests.conftest import (
+    ALL_ASSETS,
+    DAILY_ASSETS,
+    REPO,
+    day_files,
+    free_port,
+    rejected_days,
+)
 from ml_platform_tests.services import living_in_group
 
 pytestmark = pytest.mark.integration
@@ -103,7 +110,7 @@ def test_cli_materialises_a_landed_day_and_records_a_day_without_its_file_reject
     # The day's one-day model (167 held-out rows) may be rejected: an outcome, not a failure,
     # so the command succeeds either way and the registry records the day.
     assert good.returncode == 0, good.stderr[-3000:]
-    assert (lake / "registered_model" / "2013-01-01.json").is_file()
+    assert day_files(lake.parent, "flights", "registered_model", "2013-01-01")
 
     # A day without its file is a verdict of the day, not a failed run: the run succeeds, the
     # day is recorded rejected naming the file, and nothing of it reaches the lake.
@@ -111,7 +118,9 @@ def test_cli_materialises_a_landed_day_and_records_a_day_without_its_file_reject
     assert missing.returncode == 0, missing.stderr[-3000:]
     expected = Path(user_env["ML_PLATFORM_LANDING_DIR"]) / "flights_2013-01-05.csv"
     assert f"No landed file for partition 2013-01-05: expected {expected}" in missing.stderr
-    assert not list(lake.rglob("2013-01-05.*"))
+    assert not [
+        asset for asset in ALL_ASSETS if day_files(lake.parent, "flights", asset, "2013-01-05")
+    ]
     listed = run(
         [str(BIN / "ml-platform"), "rejected", "--start", "2013-01-01", "--days", "5"], user_env
     )

@@ -20,7 +20,7 @@ from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry
-from ml_platform_tests.conftest import REPO
+from ml_platform_tests.conftest import REPO, day_files
 
 FIRST, DAY = "2013-01-01", "2013-01-02"
 INSTANCE_FILES = [REPO / "dagster.yaml", REPO / "deploy" / "dagster.yaml"]
@@ -142,7 +142,7 @@ def test_a_day_of_each_dataset_materialises_in_one_instance_into_its_own_lake_an
         # Every asset of the dataset is recorded under its own key, stored in its own folder.
         report = instance.get_materialized_partitions(asset_key(dataset, "evaluation_report"))
         assert report == {FIRST, DAY}
-        assert (lake / dataset / "raw_data" / f"{DAY}.parquet").is_file()
+        assert day_files(lake, dataset, "raw_data", DAY)
     assert sorted(p.name for p in lake.iterdir()) == ["flights", "sales"]
     # Each registry holds its own dataset's models, with manifests naming the dataset: a
     # regressor for sales, a classifier for flights (whose small first days may be rejected).

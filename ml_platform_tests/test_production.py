@@ -255,7 +255,8 @@ def test_the_production_config_runs_three_days_with_state_in_postgres_and_s3(pro
             ("model", "joblib"),
             ("evaluation_report", "json"),
         ]:
-            assert f"{LAKE}synthetic/{asset}/{partition}.{ext}" in lake
+            folder = f"{LAKE}synthetic/{asset}/{partition}/"
+            assert any(k.startswith(folder) and k.endswith(f".{ext}") for k in lake)
     assert any(k.startswith(f"{LAKE}synthetic/registry/versions/") for k in lake)
     for report in ["quality/validated_data", "drift/features"]:  # GE results, drift reports
         assert any(k.startswith(f"{LAKE}synthetic/{report}/") for k in lake), report
@@ -324,7 +325,10 @@ def test_a_postgres_outage_mid_run_ends_the_run_and_the_rerun_succeeds(productio
 
     succeeded = stack.wait_for(rerun, 300, "the day's rerun to succeed")
     assert succeeded["tags"]["dagster/partition"] == partition
-    raw = deserialise_key(stack, f"{LAKE}synthetic/raw_data/{partition}.parquet")
+    [stored] = [
+        k for k in stack.keys(f"{LAKE}synthetic/raw_data/{partition}/") if succeeded["runId"] in k
+    ]
+    raw = deserialise_key(stack, stored)
     assert len(raw) == SYNTHETIC.source.rows_per_day - 1, "the rerun's version is stored whole"
     for key in stack.keys(LAKE):
         parses(key, stack.read(key))

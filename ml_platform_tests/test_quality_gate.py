@@ -159,7 +159,8 @@ def test_a_bad_relanding_of_a_good_day_keeps_its_good_version(tmp_path):
     platform = Platform(load_contract("synthetic"), tmp_path)
     platform.land("2024-01-01", 1)
     assert platform.materialize("2024-01-01").success
-    stored = platform.stored("validated_data", "2024-01-01", "parquet").read_bytes()
+    kept = platform.stored("validated_data", "2024-01-01", "parquet")
+    stored = kept.read_bytes()
 
     platform.land("2024-01-01", 1, fault="null_burst")
     result = platform.materialize("2024-01-01")
@@ -168,7 +169,7 @@ def test_a_bad_relanding_of_a_good_day_keeps_its_good_version(tmp_path):
     assert platform.stored("validated_data", "2024-01-01", "parquet").read_bytes() == stored
     record = day_records(result)[platform.key("validated_data")]
     assert record["verdict"] == "failed quality gate" and record["accepted"] is True
-    assert record["kept_previous_version"].endswith("2024-01-01.parquet")
+    assert record["kept_previous_version"] == str(kept.resolve())
 
 
 def test_a_few_bad_rows_are_quarantined_with_reasons_and_the_day_passes(tmp_path):

@@ -98,11 +98,12 @@ def test_a_frame_round_trips_through_the_io_manager_unchanged(storage):
             "segment": pd.array(["a", None, "c"], dtype="str"),
         }
     )
-    metadata = io_manager.store_partition(dg.AssetKey(["d", "t"]), "2024-01-01", "parquet", frame)
+    key = io_manager.version_key(dg.AssetKey(["d", "t"]), "2024-01-01", "parquet", "run-0")
+    metadata = io_manager.store_at(key, "parquet", frame)
 
-    loaded = io_manager.load_partition(dg.AssetKey(["d", "t"]), "2024-01-01", "parquet")
+    loaded = io_manager.load_key(metadata["lake_key"], "parquet")
     pd.testing.assert_frame_equal(loaded, frame)
-    assert metadata["stored_bytes"] == len(storage.read_bytes("d/t/2024-01-01.parquet"))
+    assert metadata["stored_bytes"] == len(storage.read_bytes("d/t/2024-01-01/run-0.parquet"))
 
 
 def test_list_keys_is_a_sorted_folder_listing_without_dot_files(storage):
@@ -163,12 +164,15 @@ def test_the_io_manager_stores_partitions_in_s3(s3_server, aws_env):
     )
 
     assert result.success
-    stored = deserialise(lake.read_bytes("d/numbers/2024-01-02.parquet"), "parquet")
-    assert stored["day"].tolist() == ["2024-01-02"]
-    assert deserialise(lake.read_bytes("d/total/2024-01-02.json"), "json") == {"n": 1}
+    # Each day's version is an object of its own, which its materialisation names.
     [materialization] = result.asset_materializations_for_node("d__numbers")
-    path = materialization.metadata["path"].value
-    assert path == f"s3://{BUCKET}/lake/d/numbers/2024-01-02.parquet"
+    key = str(materialization.metadata["lake_key"].value)
+    assert key.startswith(f"d/numbers/2024-01-02/{result.run_id}-")
+    assert materialization.metadata["path"].value == f"s3://{BUCKET}/lake/{key}"
+    assert deserialise(lake.read_bytes(key), "parquet")["day"].tolist() == ["2024-01-02"]
+    [total_record] = result.asset_materializations_for_node("d__total")
+    total_key = str(total_record.metadata["lake_key"].value)
+    assert deserialise(lake.read_bytes(total_key), "json") == {"n": 1}
 
 
 def test_the_settings_choose_each_backend_and_share_one_s3_resource(tmp_path):

@@ -345,16 +345,22 @@ def test_a_partition_rewritten_between_two_reads_gets_its_new_hash_and_label_cou
     key = dg.AssetKey(["synthetic", "features"])
     label = SYNTHETIC.label_name
     stored = synthetic_days()
+
+    def load(day: str) -> pd.DataFrame:
+        frame: pd.DataFrame = lake.load_key(lake.key(key, day, "parquet"), "parquet")
+        return frame
+
     for day, frame in stored.items():
-        lake.store_partition(key, day, "parquet", frame)
+        lake.store_at(lake.key(key, day, "parquet"), "parquet", frame)
 
     def read() -> dict[str, pd.DataFrame]:
-        return {day: lake.load_partition(key, day, "parquet") for day in DAYS}
+        return {day: load(day) for day in DAYS}
 
     # A cache of one day: a pass over the window loads each day again.
     one_day = max(frame.memory_usage(deep=True).sum() for frame in stored.values())
     window = WindowPartitions(
-        DAYS, PartitionCache(lambda day: lake.load_partition(key, day, "parquet"), one_day)
+        DAYS,
+        PartitionCache(lambda day: load(day), one_day),
     )
     before = scan_window(window, label)
     assert before == scan_window(read(), label)
@@ -363,20 +369,20 @@ def test_a_partition_rewritten_between_two_reads_gets_its_new_hash_and_label_cou
     rewritten = stored[DAYS[0]].copy()
     rewritten.loc[::2, label] = np.nan
     rewritten[label] = rewritten[label] * 2
-    lake.store_partition(key, DAYS[0], "parquet", rewritten)
+    lake.store_at(lake.key(key, DAYS[0], "parquet"), "parquet", rewritten)
 
     after = scan_window(window, label)
     assert after == scan_window(read(), label)
-    assert after.versions[DAYS[0]] == data_version(lake.load_partition(key, DAYS[0], "parquet"))
+    assert after.versions[DAYS[0]] == data_version(load(DAYS[0]))
     assert after.versions[DAYS[0]] != before.versions[DAYS[0]]
     assert after.rows[0] == before.rows[0] - stored[DAYS[0]][label].iloc[::2].notna().sum()
     assert after.labels[0] != before.labels[0]
     assert after.versions[DAYS[1]] == before.versions[DAYS[1]]
 
     # A window that keeps every day: its values are those of the rows it holds and trains on.
-    whole = WindowPartitions(DAYS, PartitionCache(lambda d: lake.load_partition(key, d, "parquet")))
+    whole = WindowPartitions(DAYS, PartitionCache(load))
     held = scan_window(whole, label)
-    lake.store_partition(key, DAYS[0], "parquet", stored[DAYS[0]])
+    lake.store_at(lake.key(key, DAYS[0], "parquet"), "parquet", stored[DAYS[0]])
     assert scan_window(whole, label) == held == after
     assert scan_window(read(), label) == before
 

@@ -114,7 +114,7 @@ class TinyLake:
         )
 
     def value(self, asset: str, day: str) -> Any:
-        return self.io_manager.load_partition(dg.AssetKey(asset), day, "json")
+        return self.io_manager.load_recorded(self.instance, dg.AssetKey(asset), day, "json")
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:
@@ -159,14 +159,16 @@ def test_a_missing_partition_of_a_non_window_input_still_fails_named(tmp_path):
     assert outcome is not None
     assert classify_outcome(outcome).failure_class == DATA
 
-    # In a range, that day fails alone and the others are stored.
+    # In a range, the other days are computed, so the failure names that day alone; nothing
+    # of the failed step is recorded, so nothing of it stays in the lake.
     result = lake.run([day_read], "2024-01-01", last="2024-01-03")
 
     assert not result.success
     message = failure_message(result)
     assert "day_read: 1 of 3 days failed" in message
     assert "features partition 2024-01-02 is not in storage" in message
-    assert lake.value("day_read", "2024-01-03") == {"day": "2024-01-03"}
+    assert lake.value("day_read", "2024-01-03") is None
+    assert lake.io_manager.storage.list_keys("day_read") == []
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -180,21 +182,41 @@ def storage(request, tmp_path, monkeypatch) -> LakeStorage:
     return S3Storage(url="s3://lake-bucket/prod/lake", s3=S3Resource(endpoint_url=endpoint))
 
 
-def test_stored_partitions_are_the_asset_folders_objects(storage):
+def test_a_window_reads_the_versions_dagster_records_and_nothing_else(storage):
+    instance = dg.DagsterInstance.ephemeral()
+    features = dg.AssetKey(["tiny", "features"])
     for key in [
-        "tiny/features/2024-01-01.json",
+        "tiny/features/2024-01-01/run-a-0.json",
+        # A version no run recorded (its run was killed), and a write in progress.
+        "tiny/features/2024-01-01/run-b-0.json",
+        "tiny/features/2024-01-02/.run-a-0.json.tmp",
+        # A day recorded before versions had files of their own.
         "tiny/features/2024-01-03.json",
-        # A write in progress, another format and an asset whose name extends this one's.
-        "tiny/features/.2024-01-02.json.tmp",
-        "tiny/features/2024-01-04.parquet",
-        "tiny/features_v2/2024-01-05.json",
+        "tiny/features/2024-01-04/run-c-0.json",
+        "tiny/features_v2/2024-01-05/run-a-0.json",
     ]:
         storage.write_bytes(key, b"{}")
+    recorded = {
+        "2024-01-01": {"lake_key": "tiny/features/2024-01-01/run-a-0.json"},
+        "2024-01-02": {"lake_key": "tiny/features/2024-01-02/run-a-0.json"},
+        "2024-01-03": {},
+        "2024-01-05": {"lake_key": "tiny/features/2024-01-05/run-a-0.json"},
+    }
+    for day, metadata in recorded.items():
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(features, partition=day, metadata=metadata)
+        )
     io_manager = LakeIOManager(storage=storage)
 
-    stored = io_manager.stored_partitions(dg.AssetKey(["tiny", "features"]), "json", DAYS)
+    stored = io_manager.stored_versions(instance, features, DAYS, "json")
 
-    assert stored == ["2024-01-01", "2024-01-03"]
+    assert stored == {
+        "2024-01-01": "tiny/features/2024-01-01/run-a-0.json",
+        "2024-01-03": "tiny/features/2024-01-03.json",
+    }
+    # Unrecorded files of runs this instance does not know are not its to delete
+    # (test_lake_records.py deletes those of its own ended runs).
+    assert io_manager.sweep(instance, features, DAYS) == []
 
 
 def test_the_first_days_of_a_dataset_are_fully_covered():

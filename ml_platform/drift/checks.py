@@ -64,10 +64,9 @@ def build_drift_checks(
         # A range of days reads each reference day once, not once per day that refers to it.
         @functools.lru_cache(maxsize=64)
         def stored_features(day: str) -> pd.DataFrame | None:
-            key = io_manager.key(features_key, day, "parquet")
-            if not io_manager.storage.exists(key):
-                return None
-            frame: pd.DataFrame = io_manager.load_partition(features_key, day, "parquet")
+            frame: pd.DataFrame | None = io_manager.load_recorded(
+                context.instance, features_key, day, "parquet"
+            )
             return frame
 
         # Each reference day's category counts, counted once for all the days referring to it.

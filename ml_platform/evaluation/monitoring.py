@@ -292,9 +292,9 @@ def build_champion_performance(
 
         def stored(day: str) -> dict[str, Any] | None:
             # Only an accepted day has a file: a tombstone reads as None and is skipped.
-            if not io_manager.storage.exists(io_manager.key(key, day, "json")):
-                return None
-            value: dict[str, Any] = io_manager.load_partition(key, day, "json")
+            value: dict[str, Any] | None = io_manager.load_recorded(
+                context.instance, key, day, "json"
+            )
             return value
 
         def load(version: str) -> TrainedModel:

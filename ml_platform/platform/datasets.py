@@ -1,8 +1,8 @@
 """Names of one dataset's definitions in a code location that serves several datasets.
 
 Every dataset has the same graph, so each name carries the dataset: asset keys are prefixed
-by it (`flights/raw_data`), which also makes the lake path of a partition
-`<lake>/<dataset>/<asset>/<day>.<ext>` (the IO manager stores by asset key), and groups, jobs,
+by it (`flights/raw_data`), which also makes the lake folder of a partition
+`<lake>/<dataset>/<asset>/<day>/` (the IO manager stores by asset key), and groups, jobs,
 sensors, schedules and pools start with it (`flights_daily_pipeline_job`).
 """
 

@@ -1,7 +1,10 @@
 """What Dagster records of each day of a daily asset: its verdict, and whether it was accepted.
 
 Dagster is the record: a day's data file exists only when its latest materialisation says
-`accepted`, and every reader (a window, a history reference, a streak) asks the record.
+`accepted`, and every reader (a window, a history reference, a streak) asks the record. Each
+stored version of a day is its own file (`LakeIOManager.version_key`), which the materialisation
+that made it names (`lake_key`): a reader reads the file the latest record names, never a file
+a run wrote without recording it.
 """
 
 import dataclasses
@@ -13,6 +16,8 @@ import dagster as dg
 ACCEPTED = "accepted"
 # The verdict of a day recorded again as it was: its inputs kept their accepted version.
 UNCHANGED = "unchanged"
+# The metadata entry naming the lake file of the day's accepted version.
+LAKE_KEY = "lake_key"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +29,11 @@ class DayRecord:
     reason: str
     run_id: str
     accepted_rows: int | None = None
+    # The lake file of the day's accepted version; None for a tombstone, and for a record made
+    # before versions had their own files (`LakeIOManager.recorded_key` then names the old one).
+    lake_key: str | None = None
+    # Every metadata entry of the record, by name, as plain values.
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, record: Any) -> "DayRecord":
@@ -35,6 +45,7 @@ class DayRecord:
             return entry.value if entry is not None else default
 
         rows = value("accepted_rows", None)
+        lake_key = value(LAKE_KEY, None)
         return cls(
             # Records made before verdicts were recorded are accepted days.
             verdict=str(value("verdict", ACCEPTED)),
@@ -42,19 +53,28 @@ class DayRecord:
             reason=str(value("reason", "")),
             run_id=record.run_id,
             accepted_rows=int(rows) if rows is not None else None,
+            lake_key=str(lake_key) if lake_key is not None else None,
+            metadata={name: entry.value for name, entry in metadata.items()},
         )
 
 
 def day_records(
-    instance: dg.DagsterInstance, key: dg.AssetKey, days: Sequence[str]
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    days: Sequence[str],
+    before: float | None = None,
 ) -> dict[str, DayRecord]:
-    """The latest record of each of `days` of asset `key` that Dagster holds."""
+    """The latest record of each of `days` of asset `key` that Dagster holds (before a time)."""
     found: dict[str, DayRecord] = {}
     wanted = set(days)
     cursor = None
     while wanted - set(found):
         result = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key, asset_partitions=sorted(wanted - set(found))),
+            dg.AssetRecordsFilter(
+                asset_key=key,
+                asset_partitions=sorted(wanted - set(found)),
+                before_timestamp=before,
+            ),
             limit=max(len(wanted), 100),
             cursor=cursor,
         )
@@ -76,3 +96,25 @@ def done_days(instance: dg.DagsterInstance, key: dg.AssetKey, days: Sequence[str
     """
     records = day_records(instance, key, days)
     return {day for day, record in records.items() if record.verdict in (ACCEPTED, UNCHANGED)}
+
+
+def recorded_lake_keys(
+    instance: dg.DagsterInstance, key: dg.AssetKey, days: Sequence[str]
+) -> set[str]:
+    """Every lake file that a materialisation of `days` of asset `key` names, any version."""
+    keys: set[str] = set()
+    cursor = None
+    while days:
+        result = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=list(days)),
+            limit=1000,
+            cursor=cursor,
+        )
+        for record in result.records:
+            lake_key = DayRecord.of(record).lake_key
+            if lake_key is not None:
+                keys.add(lake_key)
+        if not result.has_more:
+            break
+        cursor = result.cursor
+    return keys

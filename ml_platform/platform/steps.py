@@ -7,8 +7,10 @@ champion's monitoring into a run per daemon loop that finds days ready for them
 (`chained_backfill_policy`), which the instance's run launcher places: processes beside the daemon
 on the embedded instance (as many at once as the queue allows), ECS tasks or Kubernetes pods in
 production (deploy/dagster.yaml). A run of N days pays one process start and one import of pandas,
-scikit-learn and Great Expectations for its N days. Each asset writes its days as it computes them,
-in order: a step holds one day's data (or one window) at a time. Every partitioned input arrives
+scikit-learn and Great Expectations for its N days. Each asset stores its days as it computes them,
+in order, each day's version in a file of its own that the day's record names
+(`LakeIOManager`): a step holds one day's data (or one window) at a time, and a step that fails
+deletes what it stored, since none of it is recorded. Every partitioned input arrives
 as a `DailyInput` (the IO manager's), read a day at a time.
 
 Which assets share a run is the choice of Dagster's asset backfill daemon. On each loop (every 30 s)
@@ -76,7 +78,7 @@ from ml_platform.platform.observability import (
     row_count,
     take_bytes_read,
 )
-from ml_platform.platform.records import ACCEPTED, UNCHANGED, DayRecord, day_records
+from ml_platform.platform.records import ACCEPTED, LAKE_KEY, UNCHANGED, DayRecord, day_records
 from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import (
     FORMAT_KEY,
@@ -262,6 +264,11 @@ def each_day(
     instance = context.instance
     run_id = context.run.run_id
     days = list(context.partition_keys)
+    # What runs that failed or were killed before recording these days left (`LakeIOManager`).
+    for key in store.sweep(instance, asset_key, days):
+        context.log.info(f"{op_name}: deleted {store.storage.uri(key)}, which no run recorded")
+    version = f"{run_id}-{context.retry_number}"
+    written: list[str] = []
     daily_inputs = {name: v for name, v in inputs.items() if isinstance(v, DailyInput)}
     previous = day_records(instance, asset_key, days)
     # The upstream days this run recorded: a day whose every input is `unchanged` (or kept its
@@ -276,26 +283,25 @@ def each_day(
         if value.asset_key is not None
     }
 
-    def kept(day: str) -> bool:
+    def kept_key(day: str) -> str | None:
+        """The stored file of the day's accepted version, if it has one."""
         before = previous.get(day)
-        return (
-            before is not None
-            and before.accepted
-            and store.storage.exists(store.key(asset_key, day, fmt))
-        )
+        if before is None or not before.accepted:
+            return None
+        key = store.recorded_key(before, asset_key, day, fmt)
+        return key if store.storage.exists(key) else None
 
     def tombstone(day: str, verdict: str, reason: str, extra: dict[str, Any]) -> dict[str, Any]:
-        if kept(day):
-            before = previous[day]
+        key = kept_key(day)
+        if key is not None:
             return {
                 **extra,
                 "verdict": verdict,
                 "reason": reason,
                 "accepted": True,
-                "accepted_rows": before.accepted_rows or 0,
-                "kept_previous_version": dg.MetadataValue.path(
-                    store.storage.uri(store.key(asset_key, day, fmt))
-                ),
+                "accepted_rows": previous[day].accepted_rows or 0,
+                "kept_previous_version": dg.MetadataValue.path(store.storage.uri(key)),
+                LAKE_KEY: key,
             }
         rejected = {"verdict": verdict, "reason": reason, "accepted": False, "accepted_rows": 0}
         return {**extra, **rejected}
@@ -306,7 +312,7 @@ def each_day(
         Unchanged when the day keeps an accepted version and every input's day kept its own in
         this run (a rejected re-delivery upstream): the reason names that rejection.
         """
-        if not upstream or not kept(day):
+        if not upstream or kept_key(day) is None:
             return None
         records = {name: by_day.get(day) for name, by_day in upstream.items()}
         if len(records) != len(daily_inputs) or not all(
@@ -339,7 +345,6 @@ def each_day(
     def compute_day(day: str) -> DayOutcome:
         because = unchanged_because(day)
         if because is not None:
-            before = previous[day]
             return DayOutcome(
                 day,
                 [],
@@ -347,7 +352,8 @@ def each_day(
                     "verdict": UNCHANGED,
                     "reason": because,
                     "accepted": True,
-                    "accepted_rows": before.accepted_rows or 0,
+                    "accepted_rows": previous[day].accepted_rows or 0,
+                    LAKE_KEY: kept_key(day),
                 },
             )
         telemetry = StepTelemetry(reset_peak=True).start()
@@ -367,7 +373,9 @@ def each_day(
                 metadata = day_metrics(op_name, telemetry, day_inputs, item.value)
                 metadata.update(item.metadata or {})
                 if item.value is not None:
-                    metadata.update(store.store_partition(asset_key, day, fmt, item.value))
+                    key = store.version_key(asset_key, day, fmt, version)
+                    written.append(key)
+                    metadata.update(store.store_at(key, fmt, item.value))
                 rows = row_count(item.value)
                 metadata.update(verdict=ACCEPTED, accepted=True, accepted_rows=rows)
                 return DayOutcome(day, checks, metadata=metadata)
@@ -382,9 +390,28 @@ def each_day(
             return DayOutcome(day, checks, failure=exc.description or str(exc))
         raise dg.DagsterInvariantViolationError(f"{op_name} {day}: no MaterializeResult")
 
+    def computed(day: str) -> DayOutcome:
+        """The day's outcome, which the step's later days then read as recorded."""
+        outcome = compute_day(day)
+        meta = outcome.metadata
+        if meta is not None and (LAKE_KEY in meta or not meta["accepted"]):
+            store.step_computed(asset_key, day, meta.get(LAKE_KEY) if meta["accepted"] else None)
+        return outcome
+
+    def forget_written() -> None:
+        # Nothing this attempt stored is recorded: its files go, and a retry stores them again.
+        store.step_ended(asset_key, days)
+        for key in written:
+            store.storage.delete(key)
+
     failed: dict[str, str] = {}
     fields_by_day: dict[str, list[dict[str, Any]]] = {}
-    for outcome in map(compute_day, days):
+    try:
+        outcomes = [computed(day) for day in days]
+    except BaseException:
+        forget_written()
+        raise
+    for outcome in outcomes:
         day = outcome.day
         # No check blocks: a day's failed check is its verdict, which must not stop the other
         # days or the assets after them (each of which records the day's verdict in turn).
@@ -406,18 +433,20 @@ def each_day(
         else:
             context.add_asset_metadata(outcome.metadata, partition_key=day)
     if failed:
+        forget_written()
         yield from evaluations(context, fields_by_day)
         reasons = " ".join(f"{day}: {reason}" for day, reason in failed.items())
         raise dg.Failure(
             description=(
-                f"{op_name}: {len(failed)} of {len(days)} days failed and were not stored; the "
-                f"other days of this run were stored, recorded once all of them pass. {reasons}"
+                f"{op_name}: {len(failed)} of {len(days)} days failed; no day of this run was "
+                f"stored or recorded (a rerun computes them all again). {reasons}"
             ),
             metadata={"failed_partitions": list(failed)},
             allow_retries=False,
         )
     # The days' materialisations first, so that each day's check evaluations target them.
     yield dg.MaterializeResult()
+    store.step_ended(asset_key, days)
     reported = set()
     for item in evaluations(context, fields_by_day):
         reported.add(item.check_name)

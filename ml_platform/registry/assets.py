@@ -284,9 +284,8 @@ def build_registered_model(
         )
 
         def decision_of(day: str) -> str | None:
-            if not store.storage.exists(store.key(key, day, "json")):
-                return None
-            return str(store.load_partition(key, day, "json")["decision"])
+            value = store.load_recorded(context.instance, key, day, "json")
+            return None if value is None else str(value["decision"])
 
         def load_champion(version: str) -> TrainedModel:
             try:

@@ -1,11 +1,11 @@
 """Rerun a failed run's asset for its partition, in this process, on a sample of its real inputs.
 
 The inputs are the partitions the failed run read, loaded from the lake by the same IO manager,
-cut to a sample so the rerun takes seconds. The lake keeps one version of each partition, so
-before anything runs, each input's materialisation that the run read (the last one recorded
-before the failed step started) is compared with the one stored now, and the landed file a
-raw-data step reads with the file the run read. If any changed since (a later run rewrote it
-with other data), the version the run read is gone, and `reproduce` refuses with
+cut to a sample so the rerun takes seconds. The IO manager reads the version of each partition
+that Dagster records now, so before anything runs, each input's materialisation that the run
+read (the last one recorded before the failed step started) is compared with the one recorded
+now, and the landed file a raw-data step reads with the file the run read. If any changed since
+(a later run recorded other data), `reproduce` refuses with
 InputsChangedError naming what changed instead of rerunning on other data: a rerun on today's
 lake says nothing about the run's failure.
 
@@ -35,8 +35,11 @@ import pandas as pd
 
 from ml_platform.automation.landing_sensor import LANDED_VERSION_TAG
 from ml_platform.contracts import Contract
+from ml_platform.drift.reference import reference_days
 from ml_platform.ingestion.landing import LandingStore
+from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.observability import row_count
+from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
 from ml_platform.platform.storage import DailyInput, LakeIOManager, LakeStorage, LocalStorage
 from ml_platform.troubleshooting.classify import (
     RESOURCE_EXHAUSTION,
@@ -107,9 +110,26 @@ def sample(value: Any, rows: int) -> Any:
 
 
 class SampleIOManager(LakeIOManager):
-    """The lake IO manager, handing each input partition to the asset as a sample of its rows."""
+    """The lake IO manager, handing each input partition to the asset as a sample of its rows.
+
+    The rerun is recorded in an ephemeral instance, so the days it reads are those of `pinned`
+    (asset -> day -> lake key, "" for a day recorded before versions had files): the versions
+    the failed run read, as the real instance recorded them when its step started.
+    """
 
     sample_rows: int
+    pinned: dict[str, dict[str, str]] = {}
+
+    def records(
+        self, instance: dg.DagsterInstance, asset_key: dg.AssetKey, days: Sequence[str]
+    ) -> dict[str, DayRecord]:
+        """The pinned versions of `days`, recorded as accepted."""
+        by_day = self.pinned.get(asset_key.to_user_string(), {})
+        return {
+            day: DayRecord(ACCEPTED, True, "", "", lake_key=by_day[day] or None)
+            for day in days
+            if day in by_day
+        }
 
     def load_input(self, context: dg.InputContext) -> Any:
         """The real input, each partition sampled to `sample_rows` rows as the step reads it."""
@@ -282,6 +302,39 @@ def inputs_read(
     return reads
 
 
+def pinned_versions(
+    instance: dg.DagsterInstance,
+    target: Target,
+    reads: Sequence[InputRead],
+    contract: Contract | None,
+) -> dict[str, dict[str, str]]:
+    """The versions the failed step read, for `SampleIOManager.pinned`.
+
+    Its inputs, and for validated_data the reference days of its history gate, as the instance
+    recorded them when the step started.
+    """
+    records: dict[dg.AssetKey, dict[str, DayRecord]] = {}
+    for read in reads:
+        if read.read is not None and read.partition is not None:
+            records.setdefault(read.asset_key, {})[read.partition] = DayRecord.of(read.read)
+    if contract is not None and target.partition is not None:
+        key = asset_key(contract.name, "validated_data")
+        if key in target.asset.keys:
+            references = reference_days(
+                contract.history_reference,
+                dt.date.fromisoformat(target.partition),
+                contract.partitions.start_date,
+            )
+            days = [day.isoformat() for day in references]
+            records[key] = day_records(instance, key, days, before=target.step_started)
+    return {
+        key.to_user_string(): {
+            day: record.lake_key or "" for day, record in by_day.items() if record.accepted
+        }
+        for key, by_day in records.items()
+    }
+
+
 def configured(resource: Any, instance: dg.DagsterInstance) -> Any:
     """A resource with its config (environment variables) resolved.
 
@@ -347,8 +400,7 @@ def check_inputs_unchanged(
             else "Rerun the asset"
         )
         raise InputsChangedError(
-            f"cannot reproduce run {target.run_id}: {shown}. The lake keeps one version of each "
-            "partition, so the data the run failed on is gone, and a rerun on today's data "
+            f"cannot reproduce run {target.run_id}: {shown}. A rerun on the data recorded now "
             f"would say nothing about that failure. {rerun} to see whether it still fails, "
             "then reproduce that run."
         )
@@ -473,7 +525,11 @@ def reproduce(
         )
     overlay = OverlayStorage(lake=configured(lake, instance), write_dir=str(scratch_dir))
     resources["lake"] = overlay
-    resources["io_manager"] = SampleIOManager(storage=overlay, sample_rows=sample_rows)
+    resources["io_manager"] = SampleIOManager(
+        storage=overlay,
+        sample_rows=sample_rows,
+        pinned=pinned_versions(instance, target, reads, contract),
+    )
     python_logger.info(
         f"reproducing run {target.run_id}: {target.asset.key.to_user_string()} partition "
         f"{target.partition or '-'} on {sample_rows} rows per input partition"

@@ -1,10 +1,12 @@
-"""validated_data: typed rows of each day behind the blocking Great Expectations gate.
+"""validated_data: the accepted layer, the typed rows of each day that passed the GE gate.
 
-It audits the parse raw_data staged and, when the day passes, publishes it as the day's raw_data
-partition together with the validated rows; a failing day publishes neither (see
-`ml_platform.ingestion.assets`).
+It judges the delivery raw_data recorded for the day. A day that fails is a data verdict
+(`platform.steps`): recorded as rejected, with its failed checks, and the rejected parse kept
+in the day's quarantine; an earlier accepted version of the day stays the day's.
 """
 
+import datetime as dt
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +15,7 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.drift.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, rejected_key
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.observability import table_schema
@@ -26,9 +29,9 @@ from ml_platform.platform.steps import (
 )
 from ml_platform.platform.storage import (
     FORMAT_KEY,
+    LakeIOManager,
     LakeStorage,
     MissingPartitionError,
-    deserialise_from,
     serialise,
 )
 from ml_platform.troubleshooting.runbook import check_description
@@ -43,11 +46,11 @@ from ml_platform.validation.expectations import (
     result_bytes,
 )
 from ml_platform.validation.history import (
+    PROFILE_KEY,
     HistoryWindow,
     day_profile,
     gated_statistics,
     history_window,
-    write_profile,
 )
 from ml_platform.validation.range_gate import (
     MAX_SCREEN_ROWS,
@@ -189,27 +192,11 @@ def check_results(
     return results
 
 
-def raw_key(contract: Contract, day: str) -> str:
-    """Where raw_data stores the delivery of `day` (the lake IO manager's key of the partition)."""
-    return f"{contract.name}/raw_data/{day}.parquet"
-
-
-def load_raw(lake: LakeStorage, contract: Contract, day: str) -> pd.DataFrame:
-    """The stored delivery of `day`, for the range's screen (outside any day's `bytes_read`)."""
-    key = raw_key(contract, day)
-    if not lake.exists(key):
-        raise MissingPartitionError(f"raw_data partition {day} is not in storage ({lake.uri(key)})")
-    with lake.open_read(key) as handle:
-        frame: pd.DataFrame = deserialise_from(handle, "parquet")
-    return frame
-
-
-def raw_rows(lake: LakeStorage, contract: Contract, day: str) -> int:
-    """Rows of the stored delivery of `day`, from the parquet footer; 0 when none is stored."""
+def raw_rows(lake: LakeStorage, key: str | None) -> int:
+    """Rows of a stored delivery (`key`), from the parquet footer; 0 when none is stored."""
     import pyarrow.parquet as pq
 
-    key = raw_key(contract, day)
-    if not lake.exists(key):
+    if key is None or not lake.exists(key):
         return 0
     with lake.open_read(key) as handle:
         return int(pq.ParquetFile(handle).metadata.num_rows)
@@ -220,6 +207,8 @@ def build_validated_data(
 ) -> dg.AssetsDefinition:
     """The validated_data asset of a dataset."""
     history_on = contract.quality.history.enabled and bool(gated_statistics(contract))
+    raw_asset = asset_key(contract.name, "raw_data")
+    validated_asset = asset_key(contract.name, "validated_data")
 
     @dg.asset(
         name="validated_data",
@@ -231,11 +220,11 @@ def build_validated_data(
         kinds={"pandas", "parquet", "greatexpectations"},
         metadata={FORMAT_KEY: "parquet"},
         ins={
-            "raw_data": dg.AssetIn(asset_key(contract.name, "raw_data")),
+            "raw_data": dg.AssetIn(raw_asset),
             # A day is judged against the accepted days before it (the history gate): the day
             # before must be judged first, so a backfill's chunks run in day order, whatever
             # their size, and a day's verdict does not depend on how the range was split.
-            "prev": previous_day_input(asset_key(contract.name, "validated_data")),
+            "prev": previous_day_input(validated_asset),
         },
         check_specs=[
             daily_check_spec(
@@ -257,10 +246,11 @@ def build_validated_data(
         columns and types, missing values, ranges and allowed values, duplicates, row count and that
         every row falls on day D (by its local time), and compares the day's null shares, labelled
         share, positive rate, row count and distinct counts with those of its reference days that
-        are stored (the history gate). It judges the file raw_data staged; when the day passes, that
-        file becomes the day's published raw_data. When it fails, the step fails, raw_data and
-        validated_data of the day keep their previous, good version, and the rejected file's parse
-        is kept in the day's quarantine; the GE result and a Data Docs page are stored either way.
+        are accepted (the history gate: each passing day records its profile, `history_profile`).
+        It judges the delivery raw_data recorded. A day that fails is recorded rejected with the
+        reason (a data verdict, not a failure of the step); an earlier accepted version of the day
+        is kept, and the rejected file's parse is kept in the day's quarantine. The GE result and
+        a Data Docs page are stored either way.
         Under the `quarantine` policy, rows failing a row-level expectation are set aside with their
         reasons and the day passes if they are few enough. Rows without a label yet (a cancelled
         flight) are kept and counted. A range run screens its days together first, in a few GE
@@ -272,6 +262,53 @@ def build_validated_data(
 
         def where_of(day: str) -> str:
             return f"{contract.landing.file_name(day)} (partition {day})"
+
+        store: LakeIOManager = context.resources.io_manager
+        instance = context.instance
+        days = context.partition_keys
+        # The deliveries raw_data records for the step's days (read again by the range's
+        # screen and for a rejected parse, outside the days' `bytes_read`).
+        raw_versions = store.recorded_versions(instance, raw_asset, days, "parquet")
+
+        def load_raw(day: str) -> pd.DataFrame:
+            if day not in raw_versions:
+                raise MissingPartitionError(f"raw_data {day} has no delivery recorded")
+            frame: pd.DataFrame = store.load_key(raw_versions[day], "parquet")
+            return frame
+
+        # History is the accepted days Dagster records, and the days this step accepts.
+        step_profiles: dict[str, dict[str, float | None]] = {}
+        references = sorted(
+            {
+                reference.isoformat()
+                for day in days
+                for reference in reference_days(
+                    contract.history_reference,
+                    dt.date.fromisoformat(day),
+                    contract.partitions.start_date,
+                )
+            }
+            if history_on
+            else set()
+        )
+        history_records = store.records(instance, validated_asset, references)
+
+        @functools.lru_cache(maxsize=64)
+        def recorded_profile(day: str) -> dict[str, float | None] | None:
+            record = history_records.get(day)
+            if record is None or not record.accepted:
+                return None
+            profile: dict[str, float | None] | None = record.metadata.get(PROFILE_KEY)
+            if profile is not None:
+                return profile
+            # A day that kept an earlier version, or was recorded before profiles were.
+            key = store.recorded_key(record, validated_asset, day, "parquet")
+            if not lake.exists(key):
+                return None
+            return day_profile(store.load_key(key, "parquet"), contract)
+
+        def profile_of(day: str) -> dict[str, float | None] | None:
+            return step_profiles[day] if day in step_profiles else recorded_profile(day)
 
         def day_of_validated_data(day: str, raw_data: pd.DataFrame) -> Iterator:
             where = where_of(day)
@@ -290,7 +327,7 @@ def build_validated_data(
             if len(raw_data) >= FREE_RAW_ROWS:
                 for column in list(raw_data.columns):
                     del raw_data[column]
-            history = history_window(lake, contract, day) if history_on else None
+            history = history_window(profile_of, contract, day) if history_on else None
             entry = screened.get(day)
             links: dict[str, dg.MetadataValue]
             if entry is not None and entry.history == history:
@@ -319,9 +356,7 @@ def build_validated_data(
 
             if not all(check_passes(contract, report, name) for name in CHECKS):
                 # Typing emptied the raw frame; the staged (or published) parse is what failed.
-                links["rejected_parse"] = keep_rejected(
-                    lake, rejected, load_raw(lake, contract, day)
-                )
+                links["rejected_parse"] = keep_rejected(lake, rejected, load_raw(day))
             checks = check_results(contract, report, typed, where, links, history)
             yield from checks
             failed = [c for c in checks if not c.passed]
@@ -342,7 +377,8 @@ def build_validated_data(
                 profile = screen_profiles.pop(day, None)
                 if profile is None or reasons:
                     profile = day_profile(kept, contract)
-                write_profile(lake, contract, day, profile)
+                step_profiles[day] = profile
+                links[PROFILE_KEY] = dg.MetadataValue.json(profile)
             yield dg.MaterializeResult(
                 value=kept,
                 metadata={
@@ -379,19 +415,17 @@ def build_validated_data(
         screen_profiles: dict[str, dict[str, float | None]] = {}
 
         def typed_for_screen(day: str) -> pd.DataFrame:
-            typed = type_rows(
-                load_raw(lake, contract, day), contract, where=where_of(day)
-            ).reset_index(drop=True)
+            typed = type_rows(load_raw(day), contract, where=where_of(day)).reset_index(drop=True)
             if sum(map(len, screen_typed.values())) + len(typed) <= MAX_SCREEN_ROWS:
                 screen_typed[day] = typed
             return typed
 
         if len(context.partition_keys) > 1:
             screened = screen_range(
-                lake,
+                profile_of,
                 contract,
                 context.partition_keys,
-                rows_of=lambda day: raw_rows(lake, contract, day),
+                rows_of=lambda day: raw_rows(lake, raw_versions.get(day)),
                 typed_of=typed_for_screen,
                 history_on=history_on,
                 profiles=screen_profiles,

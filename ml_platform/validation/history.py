@@ -16,11 +16,9 @@ wobble. Only days that passed the gate are profiled, so a failed day never becom
 
 import dataclasses
 import datetime as dt
-import io
-import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -28,7 +26,6 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import HistoryStatistic
 from ml_platform.drift.reference import describe_reference, reference_days
-from ml_platform.platform.storage import LakeStorage, deserialise_from
 
 # Scales a median absolute deviation to the standard deviation of a normal distribution.
 MAD_TO_SD = 1.4826
@@ -310,58 +307,24 @@ def history_sentence(
     return sentence, details
 
 
-def profile_key(contract: Contract, day: str) -> str:
-    """Lake key of the profile of a stored validated_data day."""
-    return f"{contract.name}/profiles/validated_data/{day}.json"
+# The validated_data metadata entry holding the profile of a day that passed the gate: the
+# statistics its later days' history gates compare with.
+PROFILE_KEY = "history_profile"
 
 
-def partition_key(contract: Contract, day: str) -> str:
-    """Lake key of a stored validated_data day (as the lake IO manager stores it)."""
-    return f"{contract.name}/validated_data/{day}.parquet"
+def history_window(
+    profile_of: Callable[[str], dict[str, float | None] | None], contract: Contract, day: str
+) -> HistoryWindow:
+    """The history of `day`: the profiles of its reference days that are history.
 
-
-def profile_bytes(day: str, profile: dict[str, float | None]) -> bytes:
-    """A profile as the JSON document stored in the lake."""
-    return json.dumps({"day": day, "statistics": profile}, indent=2, sort_keys=True).encode()
-
-
-def write_profile(
-    lake: LakeStorage, contract: Contract, day: str, profile: dict[str, float | None]
-) -> None:
-    """Store the profile of a day that passed the gate."""
-    lake.write_bytes(profile_key(contract, day), profile_bytes(day, profile))
-
-
-def stored_profile(
-    lake: LakeStorage, contract: Contract, day: str
-) -> dict[str, float | None] | None:
-    """The profile of a stored validated_data day, or None if the day is not stored.
-
-    A day stored before profiles existed is profiled from its parquet, and the profile kept.
+    `profile_of(reference_day)` is the profile of a day Dagster records as accepted (or that
+    the running step accepted), None for any other day (validation.assets.recorded_profiles).
     """
-    parquet = partition_key(contract, day)
-    # History is what is stored: a profile whose partition was removed is not history.
-    if not lake.exists(parquet):
-        return None
-    key = profile_key(contract, day)
-    if lake.exists(key):
-        document: dict[str, Any] = json.loads(lake.read_bytes(key))
-        statistics: dict[str, float | None] = document["statistics"]
-        return statistics
-    with lake.open_read(parquet) as handle:
-        frame = deserialise_from(io.BytesIO(handle.read()), "parquet")
-    profile = day_profile(frame, contract)
-    write_profile(lake, contract, day, profile)
-    return profile
-
-
-def history_window(lake: LakeStorage, contract: Contract, day: str) -> HistoryWindow:
-    """The history of `day` from the lake: the stored reference days' profiles."""
     spec = contract.history_reference
     date = dt.date.fromisoformat(day)
     profiles = {}
     for reference_day in reference_days(spec, date, contract.partitions.start_date):
-        profile = stored_profile(lake, contract, reference_day.isoformat())
+        profile = profile_of(reference_day.isoformat())
         if profile is not None:
             profiles[reference_day.isoformat()] = profile
     return window_from_profiles(contract, day, profiles)

@@ -30,7 +30,7 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
 from ml_platform.drift.reference import reference_days
-from ml_platform.platform.storage import LakeStorage, MissingPartitionError
+from ml_platform.platform.storage import MissingPartitionError
 from ml_platform.validation.expectations import (
     GE_TYPES,
     GateReport,
@@ -43,7 +43,6 @@ from ml_platform.validation.history import (
     HistoryWindow,
     day_profile,
     gated_statistics,
-    stored_profile,
     window_from_profiles,
 )
 from ml_platform.validation.schema import (
@@ -405,16 +404,16 @@ def range_screen(contract: Contract) -> RangeScreen:
 
 
 def assumed_window(
-    lake: LakeStorage,
+    profile_of: Callable[[str], dict[str, float | None] | None],
     contract: Contract,
     day: str,
     passing: Mapping[str, dict[str, float | None]],
 ) -> HistoryWindow:
     """The history of `day` if the range's days before it in `passing` pass the gate.
 
-    Each such day's profile is the one it stores on passing; the other reference days are
-    those stored. Whether the assumption held is known only when `day` is judged: the day
-    compares it with its actual history then (`history_window`).
+    Each such day's profile is the one it records on passing; the other reference days' are
+    those `profile_of` gives. Whether the assumption held is known only when `day` is judged:
+    the day compares it with its actual history then (`history_window`).
     """
     date = dt.date.fromisoformat(day)
     profiles = {}
@@ -422,14 +421,14 @@ def assumed_window(
         contract.history_reference, date, contract.partitions.start_date
     ):
         key = reference.isoformat()
-        profile = passing[key] if key in passing else stored_profile(lake, contract, key)
+        profile = passing[key] if key in passing else profile_of(key)
         if profile is not None:
             profiles[key] = profile
     return window_from_profiles(contract, day, profiles)
 
 
 def screen_range(
-    lake: LakeStorage,
+    profile_of: Callable[[str], dict[str, float | None] | None],
     contract: Contract,
     days: Sequence[str],
     rows_of: Callable[[str], int],
@@ -472,7 +471,7 @@ def screen_range(
         for day in chunk:
             window = None if previous is None else previous[day]
             if window is None or changed is None or changed & set(window.wanted):
-                window = assumed_window(lake, contract, day, assumed)
+                window = assumed_window(profile_of, contract, day, assumed)
             windows[day] = window
         return windows
 
