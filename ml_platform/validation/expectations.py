@@ -10,7 +10,6 @@ typed rows through `ge_frame`, which hands it numpy columns where that changes n
 verdict, so that its vectorised code paths apply.
 """
 
-import copy
 import dataclasses
 import functools
 import json
@@ -249,20 +248,24 @@ class QualityGate:
         `history` holds the bounds of the history expectations; without it (or with too short
         a history) they are unbounded and pass.
 
-        A first pass asks GE only whether each expectation holds (BOOLEAN_ONLY), which skips
-        the unexpected-value lists, counts and row indexes of every expectation: a third to
-        two thirds of GE's time on a passing day. The failed expectations are run again in
-        full, for the sentences, the offending rows and the quarantine, with the table-level
-        ones (no row scans) whose observed values Data Docs needs to render the page.
+        One GE validation, stored as GE returns it: every expectation in full for a failing
+        one's sentence, its offending rows (the quarantine) and Data Docs' observed values,
+        with at most SAMPLE_ROWS unexpected values listed per expectation.
         """
         # Positions, not labels, identify offending rows in GE's index lists.
         frame = ge_frame(typed.reset_index(drop=True))
         parameters = self.parameters(day, history)
         batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
         result = batch.validate(
-            self.suite, expectation_parameters=parameters, result_format="BOOLEAN_ONLY"
+            self.suite,
+            expectation_parameters=parameters,
+            result_format={"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_ROWS},
         )
-        self._detail(batch, result, parameters)
+        for r in result.results:
+            # GE's Data Docs renderer parses repr() of an observed number, which for a numpy
+            # scalar under numpy 2 ("np.float64(0.5)") is no number: it would drop the row.
+            if r.result and "observed_value" in r.result:
+                r.result["observed_value"] = _plain(r.result["observed_value"])
         failures = [_failure(r, len(frame), history) for r in result.results if not r.success]
         report = GateReport(
             rows=len(frame),
@@ -271,33 +274,6 @@ class QualityGate:
             evaluated=len(result.results),
         )
         return report, result
-
-    def _detail(self, batch: Any, result: Any, parameters: dict) -> None:
-        """Replace failed and table-level results of `result` by complete ones, in place."""
-        import great_expectations as gx
-
-        by_id = {e.id: e for e in self.suite.expectations}
-        wanted = [r for r in result.results if _needs_detail(r)]
-        # A suite's expectations belong to it; the detail suite holds copies.
-        detail_suite = gx.ExpectationSuite(
-            name=f"{self.suite.name}_detail",
-            expectations=[copy.copy(by_id[r.expectation_config.id]) for r in wanted],
-        )
-        detail = batch.validate(
-            detail_suite,
-            expectation_parameters=parameters,
-            result_format={"result_format": "COMPLETE", "partial_unexpected_count": SAMPLE_ROWS},
-        )
-        complete = {_identity(r.expectation_config): r for r in detail.results}
-        result.results = [
-            complete[_identity(r.expectation_config)] if _needs_detail(r) else r
-            for r in result.results
-        ]
-        for r in result.results:
-            # GE's Data Docs renderer parses repr() of an observed number, which for a numpy
-            # scalar under numpy 2 ("np.float64(0.5)") is no number: it would drop the row.
-            if r.result and "observed_value" in r.result:
-                r.result["observed_value"] = _plain(r.result["observed_value"])
 
 
 def ge_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -319,15 +295,6 @@ def ge_frame(frame: pd.DataFrame) -> pd.DataFrame:
         and not column.hasnans
     }
     return frame.assign(**numpy) if numpy else frame
-
-
-def _needs_detail(result: Any) -> bool:
-    return not result.success or result.expectation_config.type.startswith("expect_table_")
-
-
-def _identity(config: Any) -> str:
-    """An expectation's type and arguments: what tells two expectations of a suite apart."""
-    return json.dumps([config.type, config.kwargs], sort_keys=True, default=str)
 
 
 @functools.cache
