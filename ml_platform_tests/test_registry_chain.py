@@ -62,10 +62,10 @@ def stored(platform: Platform, asset: str, day: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def chain_of(platform: Platform) -> dict[str, Any]:
-    """What the chain decided, without run ids, times or the environment."""
+def registrations(platform: Platform, days: list[str]) -> dict[str, Any]:
+    """What registered_model decided each day, without run ids or times."""
     registered = {}
-    for day in DAYS:
+    for day in days:
         value = stored(platform, "registered_model", day)
         registered[day] = value and {
             "decision": value["decision"],
@@ -81,6 +81,12 @@ def chain_of(platform: Platform) -> dict[str, Any]:
                 for candidate in value["candidates"]
             ],
         }
+    return registered
+
+
+def chain_of(platform: Platform) -> dict[str, Any]:
+    """What the chain decided, without run ids, times or the environment."""
+    registered = registrations(platform, DAYS)
     history = json.loads((platform.lake_dir / "synthetic/registry/alias_history.json").read_text())
     verdicts = {
         asset: {

@@ -31,7 +31,6 @@ The span promotes at least 3 times (5 times when written: 01-02, 01-04, the week
 
 import concurrent.futures
 import datetime as dt
-import json
 import multiprocessing
 import os
 import time
@@ -48,6 +47,7 @@ from ml_platform.validation.assets import DELIVERY_CHECK
 from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import materialize_range
+from ml_platform_tests.test_registry_chain import registrations, stored
 
 pytestmark = pytest.mark.slow
 
@@ -84,11 +84,6 @@ def in_runs(platform: Platform, size: int) -> None:
         assert materialize_range(platform, chunk[0], chunk[-1], CHAIN).success, chunk
 
 
-def stored(platform: Platform, asset: str, day: str) -> dict[str, Any] | None:
-    path = platform.stored(asset, day, "json")
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def check_evaluations(platform: Platform, asset: str, check: str) -> dict[str, tuple[bool, str]]:
     """The latest evaluation of a check of each day: passed, and its description."""
     records = platform.instance.event_log_storage.get_asset_check_execution_history(
@@ -105,23 +100,7 @@ def check_evaluations(platform: Platform, asset: str, check: str) -> dict[str, t
 
 def chain_of(platform: Platform) -> dict[str, Any]:
     """What the gates and the chain decided, without run ids, times, paths or the environment."""
-    registered = {}
-    for day in DAYS:
-        value = stored(platform, "registered_model", day)
-        registered[day] = value and {
-            "decision": value["decision"],
-            "outcome": value["outcome"],
-            "champion_before": value["champion_before"],
-            "champion_after": value["champion_after"],
-            "challenger_after": value["challenger_after"],
-            "candidates": [
-                {
-                    key: candidate.get(key)
-                    for key in ("candidate", "decision", "champion_met", "alias", "improvements")
-                }
-                for candidate in value["candidates"]
-            ],
-        }
+    registered = registrations(platform, DAYS)
     # The registry as the assets open it: its layout is the registry's own business.
     registry = ModelRegistry((platform.defs.resources or {})["lake"], platform.contract.name)
     gate = day_records(platform.instance, platform.key("validated_data"), DAYS)
