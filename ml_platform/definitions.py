@@ -13,6 +13,7 @@ import dagster as dg
 from ml_platform.automation.alert_sensors import build_alert_sensors
 from ml_platform.automation.alerts import Notifier
 from ml_platform.automation.jobs import TRAINING_TAGS, build_ingestion_job
+from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
 from ml_platform.automation.landing_sensor import build_landing_sensor
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
 from ml_platform.contracts import Contract, load_contracts
@@ -129,7 +130,10 @@ def build_definitions(
     lake = at_location(lake_location, LocalStorage, S3Storage, s3)
     interval = settings.sensor_interval_seconds
     shared = dg.Definitions(
-        sensors=build_alert_sensors(minimum_interval_seconds=interval),
+        sensors=[
+            *build_alert_sensors(minimum_interval_seconds=interval),
+            build_lake_sweep_sensor(minimum_interval_seconds=interval),
+        ],
         resources={
             "s3": s3,
             "landing": at_location(landing, LandingZone, S3LandingZone, s3),

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from ml_platform.automation.alert_sensors import ALERT_SENSORS
+from ml_platform.automation.lake_sweep import LAKE_SWEEP_SENSOR
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import DAILY_JOB, defs
@@ -88,10 +89,11 @@ def test_one_code_location_serves_every_bundled_dataset_under_its_own_names(monk
         for dataset in datasets
         for schedule in PER_DATASET_SCHEDULES
     }
-    # The alert sensors watch every run once, whichever dataset's.
+    # The alert sensors watch every run once, whichever dataset's; one sweep serves the lake.
     assert {s.name for s in repository.sensor_defs} == {
         *(dataset_name(dataset, "landing_sensor") for dataset in datasets),
         *ALERT_SENSORS,
+        LAKE_SWEEP_SENSOR,
     }
     # Each dataset's daily job targets its own graph only.
     flights_job = loaded.resolve_job_def(dataset_name("flights", DAILY_JOB))

@@ -20,6 +20,7 @@ import textwrap
 import dagster as dg
 import pytest
 
+from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
 from ml_platform.platform.records import recorded_lake_keys
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import materialize_range
@@ -122,8 +123,23 @@ def test_a_run_worker_killed_between_storing_and_recording_leaves_no_file_once_r
     # The run may still be going as far as Dagster knows: its files may yet be recorded.
     assert io_manager.sweep(platform.instance, key, DAYS) == []
 
-    # Run monitoring records a run whose worker died as failed; the days are run again.
+    # Run monitoring records a run whose worker died as failed; the sweep sensor is handed it.
     platform.instance.report_run_failed(run)
+    failure = platform.instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE
+    ).records[0]
+    sweep = build_lake_sweep_sensor()
+    with dg.build_run_status_sensor_context(
+        sensor_name=sweep.name,
+        dagster_instance=platform.instance,
+        dagster_run=platform.instance.get_run_by_id(run.run_id),
+        dagster_event=failure.event_log_entry.dagster_event,
+        resources={"io_manager": io_manager},
+    ) as context:
+        sweep(context.for_run_failure())
+    assert data_files(platform) == recorded_lake_keys(platform.instance, key, DAYS)
+
+    # The days are run again, and the rerun's versions are the ones recorded.
     result = materialize_range(platform, DAYS[0], DAYS[-1], [ASSET])
 
     assert result.success

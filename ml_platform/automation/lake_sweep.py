@@ -1,0 +1,63 @@
+"""The lake keeps only what Dagster records, also after a run worker was killed.
+
+A step that fails deletes the files it stored (`platform.steps.each_day`), but a worker killed
+by the kernel (out of memory, `kill -9`, a lost node) deletes nothing: the day files it stored
+before recording them stay, unread (readers read the version Dagster records). Run monitoring
+(dagster.yaml) records such a run failed; this sensor is then handed it and deletes the files of
+the run's assets and days that no materialisation records (`LakeIOManager.sweep`). The next run
+of those days would delete them too; this does it without waiting for one.
+"""
+
+import datetime as dt
+
+import dagster as dg
+
+from ml_platform.platform.storage import LakeIOManager
+
+LAKE_SWEEP_SENSOR = "lake_sweep_sensor"
+
+
+def run_days(tags: dict[str, str]) -> list[str]:
+    """The days a run materialised: its partition, or its partition range day by day."""
+    if "dagster/partition" in tags:
+        return [tags["dagster/partition"]]
+    first = tags.get("dagster/asset_partition_range_start")
+    last = tags.get("dagster/asset_partition_range_end")
+    if first is None or last is None:
+        return []
+    start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    return [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
+
+
+def build_lake_sweep_sensor(*, minimum_interval_seconds: int = 30) -> dg.SensorDefinition:
+    """The sensor that deletes what a failed run stored without recording; starts RUNNING."""
+
+    @dg.run_failure_sensor(
+        name=LAKE_SWEEP_SENSOR,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            "Deletes the day files a failed run stored but never recorded (a killed worker's), "
+            "so the lake holds only what Dagster records; see docs/models.md#storage."
+        ),
+    )
+    def lake_sweep_sensor(
+        context: dg.RunFailureSensorContext, io_manager: dg.ResourceParam[LakeIOManager]
+    ) -> None:
+        run = context.dagster_run
+        days = run_days(dict(run.tags))
+        # The assets the run planned to materialise (a run of an asset job, or of a selection).
+        planned = context.instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        ).records
+        events = [r.event_log_entry.dagster_event for r in planned]
+        keys = {event.asset_key for event in events if event is not None}
+        keys |= set(run.asset_selection or [])
+        for key in sorted((k for k in keys if k is not None), key=lambda k: k.to_user_string()):
+            for deleted in io_manager.sweep(context.instance, key, days) if days else []:
+                context.log.info(
+                    f"run {run.run_id} failed without recording {io_manager.storage.uri(deleted)}: "
+                    "deleted"
+                )
+
+    return lake_sweep_sensor
