@@ -318,7 +318,7 @@ def history_window(
     """The history of `day`: the profiles of its reference days that are history.
 
     `profile_of(reference_day)` is the profile of a day Dagster records as accepted (or that
-    the running step accepted), None for any other day (validation.assets.recorded_profiles).
+    the running step accepted), None for any other day (validated_data's `profile_of`).
     """
     spec = contract.history_reference
     date = dt.date.fromisoformat(day)
