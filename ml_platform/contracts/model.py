@@ -132,6 +132,30 @@ class LandingSpec(_Strict):
         return self.file_pattern.format(date=day)
 
 
+class FreshnessSpec(_Strict):
+    """When a day's file is due in the landing zone.
+
+    Day D's file is expected by `expected_by` (HH:MM) on day D+1 in the event time's timezone: the
+    day is over, and its delivery is due. It is late `grace_minutes` after that until it has
+    arrived and been accepted; a recorded rejection does not make it fresh. Only the days whose
+    deadline fell within the last `lookback_days` are watched, so an old dataset is not all late.
+    """
+
+    expected_by: Annotated[str, Field(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+    grace_minutes: int = Field(default=0, ge=0, le=24 * 60)
+    lookback_days: int = Field(default=7, ge=1, le=366)
+
+    @property
+    def expected_time(self) -> dt.time:
+        """`expected_by` as a time of day."""
+        hours, minutes = self.expected_by.split(":")
+        return dt.time(int(hours), int(minutes))
+
+
+# An owner as Dagster accepts one: an e-mail address, or a team as `team:<name>`.
+OWNER_PATTERN = r"^(team:[A-Za-z0-9_.-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$"
+
+
 class PartitionSpec(_Strict):
     """Daily partitions from `start_date`, optionally ending at `end_date` (inclusive)."""
 
@@ -403,9 +427,13 @@ class Contract(_Strict):
 
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
     description: str = ""
+    # Who answers for the dataset: every asset carries them, and alerts name them.
+    owners: list[Annotated[str, Field(pattern=OWNER_PATTERN)]] = Field(default_factory=list)
     source: SourceSpec
     partitions: PartitionSpec
     landing: LandingSpec
+    # Absent: no deadline, so a day's file is never late.
+    freshness: FreshnessSpec | None = None
     event_time: EventTimeSpec
     columns: list[ColumnSpec] = Field(min_length=1)
     allow_extra_columns: bool = False
