@@ -2,6 +2,7 @@
 
 import collections
 import contextlib
+import math
 import resource
 import time
 from pathlib import Path
@@ -9,6 +10,24 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
+
+# What a person reads in the UI: 0.6122, not 0.6121798279906177. Stored reports keep full precision.
+SIGNIFICANT_DIGITS = 4
+
+
+def readable(value: float) -> float:
+    """`value` to SIGNIFICANT_DIGITS significant digits (integers, nan and inf as they are)."""
+    if not math.isfinite(value) or value == 0 or float(value).is_integer():
+        return value
+    return round(value, SIGNIFICANT_DIGITS - 1 - math.floor(math.log10(abs(value))))
+
+
+def readable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """`metadata` with its plain float values `readable`; structured values are left whole."""
+    return {
+        key: readable(value) if isinstance(value, float) else value
+        for key, value in metadata.items()
+    }
 
 
 def table_schema(frame: pd.DataFrame) -> dg.TableSchema:

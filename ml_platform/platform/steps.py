@@ -75,6 +75,7 @@ import dagster as dg
 from ml_platform.platform.observability import (
     STEP_PREFIX,
     StepTelemetry,
+    readable_metadata,
     row_count,
     take_bytes_read,
 )
@@ -431,7 +432,7 @@ def each_day(
             failed[day] = outcome.failure or "no result"
             context.log.error(f"{op_name} {day} failed: {failed[day]}")
         else:
-            context.add_asset_metadata(outcome.metadata, partition_key=day)
+            context.add_asset_metadata(readable_metadata(outcome.metadata), partition_key=day)
     if failed:
         forget_written()
         yield from evaluations(context, fields_by_day)
@@ -471,6 +472,8 @@ def evaluations(
     """
     for day, fields in fields_by_day.items():
         for field in fields:
+            if field.get("metadata"):
+                field = {**field, "metadata": readable_metadata(field["metadata"])}
             if context.has_partition_key:
                 yield dg.AssetCheckResult(asset_key=context.asset_key, **field)
             else:
