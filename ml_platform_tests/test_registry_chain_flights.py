@@ -31,6 +31,7 @@ The span promotes at least 3 times (5 times when written: 01-02, 01-04, the week
 
 import concurrent.futures
 import datetime as dt
+import json
 import multiprocessing
 import os
 import time
@@ -47,7 +48,6 @@ from ml_platform.validation.assets import DELIVERY_CHECK
 from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import materialize_range
-from ml_platform_tests.test_registry_chain import registrations, stored
 
 pytestmark = pytest.mark.slow
 
@@ -82,6 +82,33 @@ def in_runs(platform: Platform, size: int) -> None:
         assert materialize_range(platform, sunday, sunday, WEEKLY).success, sunday
     for chunk in chunks:
         assert materialize_range(platform, chunk[0], chunk[-1], CHAIN).success, chunk
+
+
+def stored(platform: Platform, asset: str, day: str) -> dict[str, Any] | None:
+    path = platform.stored(asset, day, "json")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def registrations(platform: Platform, days: list[str]) -> dict[str, Any]:
+    """What registered_model decided each day, without run ids or times."""
+    registered = {}
+    for day in days:
+        value = stored(platform, "registered_model", day)
+        registered[day] = value and {
+            "decision": value["decision"],
+            "outcome": value["outcome"],
+            "champion_before": value["champion_before"],
+            "champion_after": value["champion_after"],
+            "challenger_after": value["challenger_after"],
+            "candidates": [
+                {
+                    key: candidate.get(key)
+                    for key in ("candidate", "decision", "champion_met", "alias", "improvements")
+                }
+                for candidate in value["candidates"]
+            ],
+        }
+    return registered
 
 
 def check_evaluations(platform: Platform, asset: str, check: str) -> dict[str, tuple[bool, str]]:
@@ -187,8 +214,14 @@ def test_the_chain_of_30_flights_days_is_the_same_one_by_one_and_in_runs_of_1_7_
     for check in GATE_CHECKS:
         assert set(chain["gate_checks"][check]) == set(DAYS), check
     registered = chain["registered"]
-    # Each day met the champion the day before left, and the monitoring scored that champion.
+    # Each day met the champion the day before left, and the monitoring scored that champion;
+    # the first champion met none, and candidates were also kept back, not only promoted.
     accepted = [day for day in DAYS if registered[day] is not None]
+    first = next(day for day in accepted if registered[day]["decision"] == "promote")
+    assert all(registered[day]["champion_after"] is None for day in accepted if day < first)
+    assert registered[first]["champion_before"] is None
+    decisions = {registered[day]["decision"] for day in accepted}
+    assert decisions & {"challenger", "reject"}, decisions
     for before, after in zip(accepted, accepted[1:], strict=False):
         assert registered[after]["champion_before"] == registered[before]["champion_after"]
         monitored = chain["monitoring"][after]
