@@ -61,7 +61,9 @@ How a day ends (docs/verdicts.md has the table):
   failure Dagster would spread to every later day and window.
 - **a software or infrastructure failure** (any other exception: a bug, storage, memory): the
   day fails. The other days of a range are still computed; the step then fails naming each
-  failed day, and the retry policy retries it when waiting can help.
+  failed day, and the retry policy retries it when waiting can help. A storage error names the
+  object, the asset and the day (`storage.partition_errors`); one that waiting cannot fix (a
+  full disk, a read-only lake, a permission refused) fails the day at once, never retried.
 """
 
 import dataclasses
@@ -85,7 +87,10 @@ from ml_platform.platform.storage import (
     FORMAT_KEY,
     DailyInput,
     LakeIOManager,
+    LakeStorageError,
     MissingPartitionError,
+    PermanentStorageError,
+    partition_errors,
 )
 
 # Dagster 1.13 marks `backfill_policy` as beta; runs of N days are what a year of days needs,
@@ -208,6 +213,8 @@ class DayOutcome:
     checks: list[dict[str, Any]]
     metadata: dict[str, Any] | None = None
     failure: str | None = None
+    # The failure's exception, chained to the step's, so that the run is classed by it.
+    error: dg.Failure | None = None
 
 
 def check_fields(result: dg.AssetCheckResult) -> dict[str, Any]:
@@ -266,7 +273,10 @@ def each_day(
     run_id = context.run.run_id
     days = list(context.partition_keys)
     # What runs that failed or were killed before recording these days left (`LakeIOManager`).
-    for key in store.sweep(instance, asset_key, days):
+    span = f"{days[0]}...{days[-1]}" if len(days) > 1 else days[0]
+    with partition_errors(asset_key, span):
+        swept = store.sweep(instance, asset_key, days)
+    for key in swept:
         context.log.info(f"{op_name}: deleted {store.storage.uri(key)}, which no run recorded")
     version = f"{run_id}-{context.retry_number}"
     written: list[str] = []
@@ -388,12 +398,16 @@ def each_day(
                 day, checks, metadata=tombstone(day, verdict.verdict.value, verdict.reason, extra)
             )
         except dg.Failure as exc:
-            return DayOutcome(day, checks, failure=exc.description or str(exc))
+            return DayOutcome(day, checks, failure=exc.description or str(exc), error=exc)
         raise dg.DagsterInvariantViolationError(f"{op_name} {day}: no MaterializeResult")
 
     def computed(day: str) -> DayOutcome:
         """The day's outcome, which the step's later days then read as recorded."""
-        outcome = compute_day(day)
+        try:
+            with partition_errors(asset_key, day):
+                outcome = compute_day(day)
+        except PermanentStorageError as exc:
+            outcome = DayOutcome(day, [], failure=exc.description, error=exc)
         meta = outcome.metadata
         if meta is not None and (LAKE_KEY in meta or not meta["accepted"]):
             store.step_computed(asset_key, day, meta.get(LAKE_KEY) if meta["accepted"] else None)
@@ -403,7 +417,12 @@ def each_day(
         # Nothing this attempt stored is recorded: its files go, and a retry stores them again.
         store.step_ended(asset_key, days)
         for key in written:
-            store.storage.delete(key)
+            try:
+                store.storage.delete(key)
+            except LakeStorageError as exc:
+                # The step's own error is the one to report; this file is unrecorded, so no
+                # reader sees it, and the lake sweep deletes it once the run is recorded failed.
+                context.log.warning(f"{op_name}: {exc}; the lake sweep deletes it later")
 
     failed: dict[str, str] = {}
     fields_by_day: dict[str, list[dict[str, Any]]] = {}
@@ -444,7 +463,7 @@ def each_day(
             ),
             metadata={"failed_partitions": list(failed)},
             allow_retries=False,
-        )
+        ) from next((o.error for o in outcomes if o.error is not None), None)
     # The days' materialisations first, so that each day's check evaluations target them.
     yield dg.MaterializeResult()
     store.step_ended(asset_key, days)

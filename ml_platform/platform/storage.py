@@ -5,12 +5,18 @@ value in the asset's declared format and hands bytes to the storage backend, whi
 partition atomically. A local directory is the embedded default; S3 is the production backend
 behind the same interface (`LakeStorage`), chosen by the settings' lake location
 (`at_location`), its client from `dagster_aws.s3.S3Resource`.
+
+A storage error names what failed where: the backend names the object (`LakeStorageError`),
+and the step or IO manager that knows it adds the asset and the partition (`partition_errors`).
+An error that waiting cannot fix (a full disk, a read-only file system, a permission refused)
+then fails the step at once (`PermanentStorageError`) instead of being retried.
 """
 
 import collections
 import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import io
 import json
 import os
@@ -24,12 +30,14 @@ from typing import IO, Any, TypeVar
 import dagster as dg
 import joblib
 import pandas as pd
+from botocore.exceptions import BotoCoreError, ClientError
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 from ml_platform.platform.observability import record_bytes_read
 from ml_platform.platform.records import LAKE_KEY, DayRecord, day_records, recorded_lake_keys
 from ml_platform.platform.settings import Location, Settings, parse_s3_url
+from ml_platform.troubleshooting.classify import CONFIGURATION, RESOURCE_EXHAUSTION, runbook_link
 
 FORMAT_KEY = "ml_platform/format"
 # An input with this metadata (the window's length in days) receives its partitions as a
@@ -61,6 +69,114 @@ def write_file_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> i
         Path(tmp).unlink(missing_ok=True)
         raise
     return size
+
+
+REFUSED = (
+    "the platform's user is not allowed to: fix the owner and mode of the lake directory, or "
+    "the S3 credentials' policy (deploy/iam-policy.json)",
+    CONFIGURATION,
+)
+# Storage errors that waiting does not fix, and what to do instead. The storage retry policy
+# would spend about 22 s on each before failing with the same error: a full disk stays full, a
+# read-only mount read-only, a refused permission refused.
+PERMANENT_STORAGE_ERRORS = {
+    errno.ENOSPC: (
+        "the disk it is written to is full: free space on the lake's volume (or, for an S3 "
+        "lake, in the temporary directory) or give it more",
+        RESOURCE_EXHAUSTION,
+    ),
+    errno.EDQUOT: (
+        "the disk quota of the platform's user is used up: free space or raise the quota",
+        RESOURCE_EXHAUSTION,
+    ),
+    errno.EROFS: (
+        "the lake's file system is mounted read-only: mount it read-write, or point "
+        "ML_PLATFORM_LAKE_DIR at a writable volume",
+        CONFIGURATION,
+    ),
+    errno.EACCES: REFUSED,
+    errno.EPERM: REFUSED,
+}
+# S3's answers that mean a permission refused, read as EACCES.
+S3_PERMISSION_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+
+
+class LakeStorageError(OSError):
+    """A lake read or write failed: the message says what was done to which object, and why.
+
+    An OSError with the cause's errno (EACCES for S3's AccessDenied), so that the failure
+    classifier reads a full disk as `[Errno 28]`; the cause stays chained. Retried by the
+    storage retry policy, unless `partition_errors` finds that waiting cannot help.
+    """
+
+
+class PartitionStorageError(LakeStorageError):
+    """A `LakeStorageError` that also names the asset and the partition it was for."""
+
+
+class PermanentStorageError(dg.Failure):
+    """A lake error that waiting does not fix (`PERMANENT_STORAGE_ERRORS`): never retried.
+
+    The message names the object, the asset and the partition, what to do and the runbook
+    section; the storage error stays chained, so the run is classed by it.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(description=message, allow_retries=False)
+
+
+def storage_errno(exc: BaseException) -> int | None:
+    """The errno of a storage error: an OSError's own, EACCES for S3's permission refusals."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in (
+        S3_PERMISSION_CODES
+    ):
+        return errno.EACCES
+    return None
+
+
+def storage_error(
+    doing: str, what: str, exc: BaseException, kind: type[OSError] = LakeStorageError
+) -> OSError:
+    """`exc` as a `kind` of error that says what was done to what ("writing s3://..."), and why."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return os_error(
+        kind, storage_errno(exc), f"{doing} {what} failed: {type(exc).__name__}: {reason}"
+    )
+
+
+def os_error(kind: type[OSError], code: int | None, message: str) -> OSError:
+    """An OSError of class `kind` with errno `code` (shown as `[Errno N]`) when there is one."""
+    return kind(code, message) if code else kind(message)
+
+
+@contextlib.contextmanager
+def partition_errors(asset_key: dg.AssetKey, partition: str | None) -> Iterator[None]:
+    """Name the asset and partition in storage errors of the block; fail now if waiting cannot help.
+
+    An error with an errno of `PERMANENT_STORAGE_ERRORS` becomes a `PermanentStorageError`, any
+    other `LakeStorageError` a `PartitionStorageError` (retried). A missing object
+    (FileNotFoundError, `MissingPartitionError`) and errors that are not storage errors go
+    through as they are.
+    """
+    where = asset_key.to_user_string() + (f" partition {partition}" if partition else "")
+    try:
+        yield
+    except PartitionStorageError:
+        raise
+    except OSError as exc:
+        if exc.errno in PERMANENT_STORAGE_ERRORS:
+            advice, failure_class = PERMANENT_STORAGE_ERRORS[exc.errno]
+            raise PermanentStorageError(
+                f"{where}: {exc}. Retrying cannot help: {advice}, then rerun the day. "
+                f"Runbook: {runbook_link(failure_class)}"
+            ) from exc
+        if isinstance(exc, LakeStorageError):
+            raise os_error(
+                PartitionStorageError, exc.errno, f"{where}: {exc.strerror or exc}"
+            ) from exc
+        raise
 
 
 class MissingPartitionError(dg.Failure, FileNotFoundError):
@@ -129,6 +245,20 @@ class LakeStorage(dg.ConfigurableResource):
         """Keys of the objects under a prefix (a folder), sorted; dot-files are left out."""
         raise NotImplementedError
 
+    @contextlib.contextmanager
+    def naming(self, doing: str, key: str) -> Iterator[None]:
+        """Raise the block's storage errors as `LakeStorageError`s that name the object.
+
+        A missing object (FileNotFoundError) goes through as it is: its message names it, and
+        readers tell "not stored" from "storage failed" by it.
+        """
+        try:
+            yield
+        except (FileNotFoundError, LakeStorageError):
+            raise
+        except (OSError, BotoCoreError, ClientError) as exc:
+            raise storage_error(doing, self.uri(key), exc) from exc
+
 
 class LocalStorage(LakeStorage):
     """Lake storage in a local directory; each write replaces the object atomically."""
@@ -144,41 +274,47 @@ class LocalStorage(LakeStorage):
 
     def exists(self, key: str) -> bool:
         """Whether a file is stored under `key`."""
-        return self._path(key).is_file()
+        with self.naming("looking up", key):
+            return self._path(key).is_file()
 
     def write_bytes(self, key: str, data: bytes) -> None:
         """Write to a temporary file beside the target, then rename it over the target."""
-        write_atomically(self._path(key), data)
+        with self.naming("writing", key):
+            write_atomically(self._path(key), data)
 
     def read_bytes(self, key: str) -> bytes:
         """The file's bytes."""
-        return self._path(key).read_bytes()
+        with self.naming("reading", key):
+            return self._path(key).read_bytes()
 
     def write_with(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
         """Let `write` fill a temporary file beside the target, then rename it over the target."""
-        return write_file_atomically(self._path(key), write)
+        with self.naming("writing", key):
+            return write_file_atomically(self._path(key), write)
 
     @contextlib.contextmanager
     def open_read(self, key: str) -> Iterator[IO[bytes]]:
         """The file itself, opened for reading."""
-        with self._path(key).open("rb") as handle:
+        with self.naming("reading", key), self._path(key).open("rb") as handle:
             yield handle
 
     def delete(self, key: str) -> None:
         """Remove the file, if there is one."""
-        self._path(key).unlink(missing_ok=True)
+        with self.naming("deleting", key):
+            self._path(key).unlink(missing_ok=True)
 
     def list_keys(self, prefix: str) -> list[str]:
         """Keys of the files below a folder, sorted, skipping temporary dot-files."""
         base = Path(self.base_dir)
         folder = self._path(prefix)
-        if not folder.is_dir():
-            return []
-        return sorted(
-            str(p.relative_to(base))
-            for p in folder.rglob("*")
-            if p.is_file() and not p.name.startswith(".")
-        )
+        with self.naming("listing", prefix):
+            if not folder.is_dir():
+                return []
+            return sorted(
+                str(p.relative_to(base))
+                for p in folder.rglob("*")
+                if p.is_file() and not p.name.startswith(".")
+            )
 
 
 def is_missing_key(exc: Exception) -> bool:
@@ -233,27 +369,30 @@ class S3Storage(S3Prefix, LakeStorage):
         (deploy/iam-policy.json) does not grant, AWS answers HEAD of a missing key with 403.
         """
         full = self.prefix + key
-        response = self.client().list_objects_v2(Bucket=self.bucket, Prefix=full, MaxKeys=1)
+        with self.naming("looking up", key):
+            response = self.client().list_objects_v2(Bucket=self.bucket, Prefix=full, MaxKeys=1)
         return any(item["Key"] == full for item in response.get("Contents", []))
 
     def write_bytes(self, key: str, data: bytes) -> None:
         """One PUT: S3 makes the new object visible whole or not at all."""
-        self.client().put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+        with self.naming("writing", key):
+            self.client().put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
 
     def _get_object(self, key: str) -> Any:
         """The object's GET response; FileNotFoundError naming its URI when there is none."""
-        from botocore.exceptions import ClientError
-
-        try:
-            return self.client().get_object(Bucket=self.bucket, Key=self.prefix + key)
-        except ClientError as exc:
-            if is_missing_key(exc):
-                raise FileNotFoundError(f"no object at {self.uri(key)}") from exc
-            raise
+        with self.naming("reading", key):
+            try:
+                return self.client().get_object(Bucket=self.bucket, Key=self.prefix + key)
+            except ClientError as exc:
+                if is_missing_key(exc):
+                    raise FileNotFoundError(f"no object at {self.uri(key)}") from exc
+                raise
 
     def read_bytes(self, key: str) -> bytes:
         """The object's bytes; FileNotFoundError naming its URI when there is none."""
-        return self._get_object(key)["Body"].read()
+        response = self._get_object(key)
+        with self.naming("reading", key):
+            return response["Body"].read()
 
     def write_with(self, key: str, write: Callable[[IO[bytes]], object]) -> int:
         """Spool what `write` writes to a local temporary file, then PUT it from there.
@@ -261,7 +400,7 @@ class S3Storage(S3Prefix, LakeStorage):
         One PUT still replaces the object whole; the spool keeps the bytes on disk, not in
         memory, while the SDK streams them.
         """
-        with tempfile.TemporaryFile() as spool:
+        with self.naming("writing", key), tempfile.TemporaryFile() as spool:
             write(spool)
             size = spool.tell()
             spool.seek(0)
@@ -272,7 +411,7 @@ class S3Storage(S3Prefix, LakeStorage):
     def open_read(self, key: str) -> Iterator[IO[bytes]]:
         """The object downloaded to a local temporary file (a parquet reader needs to seek)."""
         response = self._get_object(key)
-        with tempfile.TemporaryFile() as spool:
+        with self.naming("reading", key), tempfile.TemporaryFile() as spool:
             with contextlib.closing(response["Body"]) as body:
                 shutil.copyfileobj(body, spool, 1 << 20)
             spool.seek(0)
@@ -280,18 +419,20 @@ class S3Storage(S3Prefix, LakeStorage):
 
     def delete(self, key: str) -> None:
         """Remove the object; deleting a missing key is not an error in S3."""
-        self.client().delete_object(Bucket=self.bucket, Key=self.prefix + key)
+        with self.naming("deleting", key):
+            self.client().delete_object(Bucket=self.bucket, Key=self.prefix + key)
 
     def list_keys(self, prefix: str) -> list[str]:
         """Keys of the objects below a folder, sorted, listed page by page."""
         folder = self.prefix + prefix.strip("/") + "/"
         keys: list[str] = []
         paginator = self.client().get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=folder):
-            for item in page.get("Contents", []):
-                key = item["Key"][len(self.prefix) :]
-                if not key.rsplit("/", 1)[-1].startswith(".") and not key.endswith("/"):
-                    keys.append(key)
+        with self.naming("listing", prefix):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=folder):
+                for item in page.get("Contents", []):
+                    key = item["Key"][len(self.prefix) :]
+                    if not key.rsplit("/", 1)[-1].startswith(".") and not key.endswith("/"):
+                        keys.append(key)
         return sorted(keys)
 
 
@@ -528,18 +669,21 @@ class LakeIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         """Store an asset's output: a partition as a version of its own, as `each_day` does."""
         fmt = _format_of(context.definition_metadata, context.asset_key)
-        if context.has_partition_key:
+        partition = context.partition_key if context.has_partition_key else None
+        if partition is not None:
             version = f"{context.run_id}-{uuid.uuid4().hex[:8]}"
-            key = self.version_key(context.asset_key, context.partition_key, fmt, version)
+            key = self.version_key(context.asset_key, partition, fmt, version)
         else:
             key = self.key(context.asset_key, "all", fmt)
-        context.add_output_metadata(self.store_at(key, fmt, obj))
+        with partition_errors(context.asset_key, partition):
+            context.add_output_metadata(self.store_at(key, fmt, obj))
 
     def store_at(self, key: str, fmt: str, obj: Any) -> dict[str, Any]:
         """Store a value under `key`; its `path`, `lake_key` and `stored_bytes` metadata.
 
         Steps of a range of days (`steps.each_day`) store each day's version through this as
-        they go, under its `version_key`.
+        they go, under its `version_key`. A storage error names the object; the caller, which
+        knows them, adds the asset and the partition (`partition_errors`).
         """
         size = self.storage.write_with(key, lambda handle: serialise_into(obj, fmt, handle))
         return {
@@ -609,9 +753,10 @@ class LakeIOManager(dg.ConfigurableIOManager):
         For code that reads days no input maps, e.g. the reference days of a drift check.
         """
         key = self.recorded_versions(instance, asset_key, [day], fmt).get(day)
-        if key is None or not self.storage.exists(key):
-            return None
-        return self.load_key(key, fmt)
+        with partition_errors(asset_key, day):
+            if key is None or not self.storage.exists(key):
+                return None
+            return self.load_key(key, fmt)
 
     def load_input(self, context: dg.InputContext) -> Any:
         """An upstream partition or window of partitions as a `DailyInput`, read on access.
@@ -628,11 +773,14 @@ class LakeIOManager(dg.ConfigurableIOManager):
         # The step's `bytes_read` metadata (steps.day_metrics) counts what loads here.
         reader = context.op_def.name
         if not context.has_asset_partitions:
-            return self.load_key(self.key(context.asset_key, "all", fmt), fmt, reader)
+            with partition_errors(context.asset_key, None):
+                return self.load_key(self.key(context.asset_key, "all", fmt), fmt, reader)
         days = sorted(context.asset_partition_keys)
         window_days = context.definition_metadata.get(WINDOW_KEY)
         if window_days:
-            versions = self.stored_versions(context.instance, context.asset_key, days, fmt)
+            span = f"{days[0]}...{days[-1]}" if days else None
+            with partition_errors(context.asset_key, span):
+                versions = self.stored_versions(context.instance, context.asset_key, days, fmt)
             days = list(versions)
         else:
             versions = self.recorded_versions(context.instance, context.asset_key, days, fmt)
@@ -644,7 +792,8 @@ class LakeIOManager(dg.ConfigurableIOManager):
                     "(Dagster records no accepted version of it): materialise it first."
                 )
             what = f"{context.asset_key.to_user_string()} partition {day}"
-            return self.load_key(versions[day], fmt, reader, what)
+            with partition_errors(context.asset_key, day):
+                return self.load_key(versions[day], fmt, reader, what)
 
         return DailyInput(days, load, window_days, context.asset_key)
 

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from ml_platform.platform.settings import Settings
-from ml_platform.platform.storage import LakeStorage, deserialise, serialise
+from ml_platform.platform.storage import (
+    LakeStorage,
+    LakeStorageError,
+    deserialise,
+    serialise,
+    storage_error,
+)
 from ml_platform.training.model import TrainedModel
 
 ALIASES = ("champion", "challenger")
@@ -50,11 +56,12 @@ class RegistryError(LookupError):
     """A version or alias asked for is not in the registry, or not whole."""
 
 
-class RegistryStorageError(OSError):
+class RegistryStorageError(LakeStorageError):
     """The lake failed to read or write a registry object; the message names it and the version.
 
-    An OSError (with the cause's errno when it had one), so out-of-disk still reads as
-    `[Errno 28]` to the failure classifier, and the cause stays chained.
+    A `LakeStorageError` (with the cause's errno when it had one), so out-of-disk still reads as
+    `[Errno 28]` to the failure classifier, the step adds its asset and day, and a full disk or
+    a refused permission fails it at once (`storage.partition_errors`).
     """
 
 
@@ -75,10 +82,9 @@ class ModelRegistry:
     def _failed(self, doing: str, key: str, version: str | None, exc: Exception) -> OSError:
         """The storage error of `exc`, naming the object and the version it belongs to."""
         of = f" of version '{version}'" if version is not None else ""
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        message = f"{doing} {self.storage.uri(key)}{of} failed: {type(exc).__name__}: {reason}"
-        errno = exc.errno if isinstance(exc, OSError) else None
-        return RegistryStorageError(errno, message) if errno else RegistryStorageError(message)
+        # The backend's error already names the object; the reason is its cause's.
+        cause = exc.__cause__ if isinstance(exc, LakeStorageError) and exc.__cause__ else exc
+        return storage_error(doing, f"{self.storage.uri(key)}{of}", cause, RegistryStorageError)
 
     def _read(self, key: str, version: str | None = None) -> bytes:
         try:

@@ -1,12 +1,14 @@
 """Which kind of failure a failed run is, and so which runbook section to read.
 
-Five classes, because each needs a different fix and a different person:
+Six classes, because each needs a different fix and a different person:
 
 - data: a blocking check failed, a landed file is missing or unreadable, an upstream partition
   is not stored, too few days of a model's window are stored, or a step stopped on purpose
   (`dg.Failure`). Waiting does not help; the upstream file or the contract must change.
-- resource exhaustion: out of memory (MemoryError, an OOM kill) or out of disk (ENOSPC). The
-  same input fails again until the container gets more (see `ml-platform health`).
+- resource exhaustion: out of memory (MemoryError, an OOM kill) or out of disk (ENOSPC,
+  EDQUOT). The same input fails again until the container gets more (see `ml-platform health`).
+- configuration: the platform may not use its storage: a read-only file system (EROFS) or a
+  permission refused (EACCES, EPERM, S3's AccessDenied). Fix the mount, owner or credentials.
 - dependency mismatch: a module is missing or an installed version does not fit the code
   (ImportError, a version conflict). Rebuild the environment from the lock.
 - transient infrastructure: a timeout or a refused or dropped connection that outlasted the
@@ -15,7 +17,8 @@ Five classes, because each needs a different fix and a different person:
 
 The rules read the class names and messages of each failed step's whole error chain (the
 exception and its causes), so a `ConnectionRefusedError` wrapped in a storage error still
-counts as transient.
+counts as transient, and a full disk is resource exhaustion even when the step stopped with a
+`dg.Failure` (`PermanentStorageError`, which is never retried).
 """
 
 import dataclasses
@@ -24,6 +27,7 @@ from typing import Any
 
 DATA = "data"
 RESOURCE_EXHAUSTION = "resource_exhaustion"
+CONFIGURATION = "configuration"
 DEPENDENCY_MISMATCH = "dependency_mismatch"
 TRANSIENT_INFRASTRUCTURE = "transient_infrastructure"
 CODE_BUG = "code_bug"
@@ -31,10 +35,12 @@ CODE_BUG = "code_bug"
 # The run tag that carries the class, written by the failure alerts sensor; the UI filters on it.
 FAILURE_CLASS_TAG = "ml_platform/failure_class"
 
+RUNBOOK_PATH = "docs/runbook.md"
 # Every class and its docs/runbook.md section.
 RUNBOOK_ANCHORS = {
     DATA: "data-failure",
     RESOURCE_EXHAUSTION: "resource-exhaustion",
+    CONFIGURATION: "configuration",
     DEPENDENCY_MISMATCH: "dependency-mismatch",
     TRANSIENT_INFRASTRUCTURE: "transient-infrastructure",
     CODE_BUG: "code-bug",
@@ -59,6 +65,13 @@ RESOURCE_ERROR_CLASSES = frozenset({"MemoryError", "OutOfMemoryError"})
 RESOURCE_PATTERN = re.compile(
     r"OOMKilled|out of memory|signal 9\b|SIGKILL|exit(?:ed)? (?:with )?code (?:-9|137)\b"
     r"|\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded",
+    re.IGNORECASE,
+)
+# A read-only file system (errno 30) or a permission refused (errno 13, 1; S3's codes).
+CONFIGURATION_ERROR_CLASSES = frozenset({"PermissionError"})
+CONFIGURATION_PATTERN = re.compile(
+    r"\[Errno (?:1|13|30)\]|Read-only file system|Permission denied|Operation not permitted"
+    r"|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch",
     re.IGNORECASE,
 )
 DEPENDENCY_ERROR_CLASSES = frozenset(
@@ -91,6 +104,11 @@ TRANSIENT_PATTERN = re.compile(
     r"|Max retries exceeded|Service Unavailable",
     re.IGNORECASE,
 )
+
+
+def runbook_link(failure_class: str) -> str:
+    """The docs/runbook.md section of a failure class, as messages and alerts link it."""
+    return f"{RUNBOOK_PATH}#{RUNBOOK_ANCHORS[failure_class]}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,14 +182,24 @@ def _chain(failure: StepFailure) -> list[tuple[str, str]]:
     return pairs or [(failure.error_class, failure.message)]
 
 
-def _software_class(failure: StepFailure) -> Classification | None:
-    """The software class whose rule matches the step's error chain, if any."""
+# Resource and configuration rules come before the data rules: a step that ran out of disk or
+# may not write stops with a dg.Failure so as not to be retried, yet it is not a data failure.
+RESOURCE_RULES = [
+    (RESOURCE_EXHAUSTION, RESOURCE_ERROR_CLASSES, RESOURCE_PATTERN),
+    (CONFIGURATION, CONFIGURATION_ERROR_CLASSES, CONFIGURATION_PATTERN),
+]
+# Checked once no step's failure is a resource, configuration or data failure.
+SOFTWARE_RULES = [
+    (DEPENDENCY_MISMATCH, DEPENDENCY_ERROR_CLASSES, DEPENDENCY_PATTERN),
+    (TRANSIENT_INFRASTRUCTURE, TRANSIENT_ERROR_CLASSES, TRANSIENT_PATTERN),
+]
+
+
+def _software_class(
+    failure: StepFailure, rules: list[tuple[str, frozenset[str], re.Pattern[str]]]
+) -> Classification | None:
+    """The class of the first of `rules` that matches the step's error chain, if any."""
     retried = f" after {failure.attempts} attempts" if failure.attempts > 1 else ""
-    rules = [
-        (RESOURCE_EXHAUSTION, RESOURCE_ERROR_CLASSES, RESOURCE_PATTERN),
-        (DEPENDENCY_MISMATCH, DEPENDENCY_ERROR_CLASSES, DEPENDENCY_PATTERN),
-        (TRANSIENT_INFRASTRUCTURE, TRANSIENT_ERROR_CLASSES, TRANSIENT_PATTERN),
-    ]
     for failure_class, classes, pattern in rules:
         for cls_name, message in _chain(failure):
             if cls_name in classes or pattern.search(message):
@@ -186,15 +214,20 @@ def classify_failure(
 ) -> Classification:
     """The class of a failed run (see the module docstring for the rules, in order).
 
-    Data comes first: a failed blocking gate explains the run whatever else broke. Then the
-    software classes, for the first step whose error chain matches; then the run's own failure
-    message (a killed run process has no step failure); otherwise a code bug.
+    Data comes first: a failed blocking gate explains the run whatever else broke. Then, step
+    by step, a resource or configuration error in the chain (a full disk, a read-only lake),
+    else a data error or a deliberate stop; then the other software classes, for the first step
+    whose error chain matches; then the run's own failure message (a killed run process has no
+    step failure); otherwise a code bug.
     """
     errors = [c for c in failed_checks if c.severity == "ERROR"]
     if errors:
         names = ", ".join(f"{c.asset}:{c.check}" for c in errors)
         return Classification(DATA, f"failed blocking check(s) {names}")
     for failure in step_failures:
+        found = _software_class(failure, RESOURCE_RULES)
+        if found is not None:
+            return found
         if failure.error_class in DATA_ERROR_CLASSES:
             return Classification(
                 DATA, f"{failure.step} raised {failure.error_class}: {failure.message}"
@@ -202,7 +235,7 @@ def classify_failure(
         if failure.user_failure:
             return Classification(DATA, f"{failure.step} stopped on a failed gate (dg.Failure)")
     for failure in step_failures:
-        found = _software_class(failure)
+        found = _software_class(failure, SOFTWARE_RULES)
         if found is not None:
             return found
     if not step_failures and RESOURCE_PATTERN.search(run_message):

@@ -10,9 +10,13 @@ import logging
 
 import dagster as dg
 
-from ml_platform.troubleshooting.classify import FAILURE_CLASS_TAG, Classification, StepFailure
+from ml_platform.troubleshooting.classify import (
+    FAILURE_CLASS_TAG,
+    Classification,
+    StepFailure,
+    runbook_link,
+)
 from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome, run_outcome
-from ml_platform.troubleshooting.runbook import RUNBOOK_PATH
 
 FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
 
@@ -87,7 +91,7 @@ class Diagnosis:
         lines += [f"  {line}" for line in self.last_lines]
         verdict = self.classification
         lines.append(f"failure class: {verdict.failure_class} ({verdict.reason})")
-        lines.append(f"runbook: {RUNBOOK_PATH}#{verdict.runbook_anchor}")
+        lines.append(f"runbook: {runbook_link(verdict.failure_class)}")
         return "\n".join(lines)
 
 
