@@ -18,39 +18,64 @@ export ML_PLATFORM_LAKE_DIR ?= $(CURDIR)/data/lake
 export UV_PYTHON := $(PYTHON)
 
 UV := .tools/bin/uv
-VENV_STAMP := .venv/.synced
+# One .venv, synced two ways: the platform's dependencies alone (`make run`), and those plus the
+# dev group, the test, lint, type-check and browser-test tools (`make test`, `make env`).
+RUN_STAMP := .venv/.synced-run
+DEV_STAMP := .venv/.synced-dev
 
-.PHONY: run test test-fast env lint system-packages clean
+.PHONY: run serve instance test test-fast env lint system-packages clean
 
-env: $(VENV_STAMP)
+env: $(DEV_STAMP)
 
 $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/pip install --quiet uv==$(UV_VERSION)
 
-# The environment is rebuilt only when the lock or the project changes. Bytecode is compiled at
-# install: every run, test and service is a new Python process, and where
+# Each environment is synced again only when the lock or the project changes. Bytecode is
+# compiled at install: every run, test and service is a new Python process, and where
 # PYTHONDONTWRITEBYTECODE is set each of them would otherwise compile Great Expectations,
-# Dagster and scikit-learn from source again (about 10 s a process).
-$(VENV_STAMP): uv.lock pyproject.toml | $(UV)
-	$(UV) sync --frozen --compile-bytecode
+# Dagster and scikit-learn from source again (about 10 s a process). `--inexact` leaves the dev
+# tools of an earlier `make test` in place (removing them would only make the next `make test`
+# reinstall them); a fresh clone's `make run` installs none of them. The dev sync is exact and
+# holds every package the platform needs, so it stands for the run sync too.
+$(RUN_STAMP): uv.lock pyproject.toml | $(UV)
+	$(UV) sync --frozen --no-dev --inexact --compile-bytecode
 	touch $@
 
-run: env
+$(DEV_STAMP): uv.lock pyproject.toml | $(UV)
+	$(UV) sync --frozen --compile-bytecode
+	touch $@ $(RUN_STAMP)
+
+# The instance directory: Dagster reads its dagster.yaml there, and the dev server, which runs
+# there, reads the .env beside it.
+instance:
 	mkdir -p "$(DAGSTER_HOME)"
 	ln -sf "$(CURDIR)/dagster.yaml" "$(DAGSTER_HOME)/dagster.yaml"
+	if [ -f .env ]; then ln -sf "$(CURDIR)/.env" "$(DAGSTER_HOME)/.env"; fi
+
+run: $(RUN_STAMP) instance
 	.venv/bin/ml-platform land --dataset flights --start $(START) --days $(DAYS)
 	.venv/bin/ml-platform land --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS)
 	@# A failed day (bad data, say) must not keep the UI from showing it.
 	-.venv/bin/ml-platform materialize --dataset flights --start $(START) --days $(DAYS)
 	-.venv/bin/ml-platform materialize --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS)
-	@echo "Dagster UI on http://$(HOST):$(PORT) (Ctrl-C stops it)"
-	exec .venv/bin/dagster dev -h $(HOST) -p $(PORT) -w workspace.yaml
+	$(MAKE) --no-print-directory serve
 
-lint: env
+# The UI, the daemon and the code location over the instance as it is. The dev server runs in
+# DAGSTER_HOME: Dagster warns that a dagster.yaml in its working directory other than
+# DAGSTER_HOME is not used, and the repository root holds the one we link.
+serve: instance
+	@echo "Dagster UI on http://$(HOST):$(PORT) (Ctrl-C stops it)"
+	cd "$(DAGSTER_HOME)" && exec "$(CURDIR)/.venv/bin/dg" dev -h $(HOST) -p $(PORT) \
+	  -w "$(CURDIR)/workspace.yaml"
+
+# `dg check defs` loads the code location as `dg dev` and the daemon do. VIRTUAL_ENV says .venv
+# is the environment dg runs in, or dg warns that no environment is active.
+lint: env instance
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	VIRTUAL_ENV="$(CURDIR)/.venv" .venv/bin/dg check defs
 
 # Services the integration tests start themselves: a PostgreSQL server (production instance
 # storage) and Chromium (what a person sees in the UI). Installed only when missing.

@@ -113,6 +113,9 @@ def test_the_dockerfile_pins_its_base_installs_the_lock_first_and_runs_unprivile
     copies = [line for line in lines if line.startswith("COPY ")]
     assert "uv.lock" in copies[0] and "ml_platform" in copies[-1], copies
     assert any("uv sync --frozen --no-dev --no-install-project" in line for line in lines)
+    # The image runs the platform: no sync brings in the dev group's test and lint tools.
+    syncs = [line for line in lines if "uv sync" in line]
+    assert syncs and all("--no-dev" in line for line in syncs), syncs
     users = [line for line in lines if line.startswith("USER ")]
     assert users and users[-1] != "USER root"
     assert lines.index(users[-1]) < lines.index(next(li for li in lines if li.startswith("CMD ")))
