@@ -6,6 +6,7 @@ alert sensors (Dagster's run-status sensors and the delivery sensor) tick over t
 `SensorDefinition.evaluate_tick`, with their cursors carried as the daemon carries them.
 """
 
+import dataclasses
 import email
 import json
 import logging
@@ -26,7 +27,7 @@ from ml_platform.automation.alert_sensors import (
     RUN_SUCCESS_ALERTS_SENSOR,
     build_alert_sensors,
 )
-from ml_platform.automation.alerts import Notifier, evaluate_run
+from ml_platform.automation.alerts import Alert, Notifier, evaluate_run
 from ml_platform.platform.settings import Settings
 from ml_platform.troubleshooting.classify import (
     CODE_BUG,
@@ -551,6 +552,7 @@ def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_pat
         "landing-file-fits-no-partition",
         "alert-delivery-failed",
         "rerun-failed-days",
+        "data-did-not-arrive",
     ]:
         assert anchor in headings, anchor
 
@@ -655,3 +657,43 @@ def test_a_rejected_day_warns_once_pages_at_the_streak_and_a_backfill_leaves_it_
     assert told(4) == [("WARNING", "day_rejected")]
     # A backfill's runs leave their rejected days to the backfill's one summary.
     assert told(3, in_backfill=True) == []
+
+
+def test_every_alert_names_the_owners_of_the_dataset_it_is_about(tmp_path):
+    owners = {"flights": ["team:flight-analytics"], "sales": ["ana@example.com", "team:sales"]}
+    notifier = Notifier(owners=owners, failure_streak=1)
+    outcome = RunOutcome(
+        run_id="run-1",
+        root_run_id="run-1",
+        job_name="sales_daily_pipeline_job",
+        partition="2024-01-02",
+        succeeded=False,
+        step_failures=[StepFailure("sales__model", "ValueError", "bad shape", user_failure=False)],
+        succeeded_steps=["sales__raw_data"],
+        failed_checks=[FailedCheck("flights/features", "features_drift", "WARN", "drift")],
+        run_message="",
+    )
+    alerts = {
+        a.rule: a for a in evaluate_run(outcome, {"job sales_daily_pipeline_job": 1}, notifier, 0.0)
+    }
+    assert set(alerts) == {"check_failed", "run_failed", "failure_streak"}
+    # A check is its asset's dataset's; the run's own alerts are for every dataset it ran.
+    assert alerts["check_failed"].owners == ("team:flight-analytics",)
+    assert alerts["failure_streak"].owners == (
+        "team:flight-analytics",
+        "ana@example.com",
+        "team:sales",
+    )
+    assert "Owners: team:flight-analytics, ana@example.com, team:sales" in (
+        alerts["failure_streak"].text()
+    )
+    # A run that failed before any step is its job's dataset's.
+    no_step = dataclasses.replace(outcome, step_failures=[], succeeded_steps=[], failed_checks=[])
+    [failed] = evaluate_run(no_step, {}, notifier, 0.0)
+    assert failed.owners == ("ana@example.com", "team:sales")
+    # Owners survive the run tag and the cursor the alerts travel in.
+    assert Alert.from_json(json.loads(json.dumps(failed.to_json()))) == failed
+    assert (
+        "Owners: - (the contract names none)"
+        in evaluate_run(no_step, {}, Notifier(), 0.0)[0].text()
+    )

@@ -374,6 +374,7 @@ def backfill_summaries(
                 runbook=notifier.runbook(REJECTED_DAY_SECTION),
                 page=bool(rejected or runs_failed),
                 occurred_at=now,
+                owners=notifier.owners_of(dataset),
             )
         )
     return alerts

@@ -22,10 +22,11 @@ Rules (see docs/runbook.md for what to do about each):
   fatigue makes people ignore the alerts that matter.
 
 Every alert carries the run id, partition, failure class, the one-line cause, a link to the run
-in the UI and the runbook section. Alerts that say the same thing (same rule, subject,
-partition and cause) within the dedup window are sent once. Delivery state (what was sent, what
-still has to be sent after a sink failed) lives in the delivering sensor's cursor, so it
-survives restarts and moves with the instance.
+in the UI, the runbook section and the owners of the dataset it is about (the contract's
+`owners:`), so whoever receives it knows whose it is. Alerts that say the same thing (same rule,
+subject, partition and cause) within the dedup window are sent once. Delivery state (what was
+sent, what still has to be sent after a sink failed) lives in the delivering sensor's cursor, so
+it survives restarts and moves with the instance.
 """
 
 import dataclasses
@@ -36,7 +37,7 @@ import smtplib
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from email.message import EmailMessage
 from typing import Any
 
@@ -75,7 +76,7 @@ class Alert:
 
     severity: str  # CRITICAL | ERROR | WARNING | RESOLVED | INFO
     # failure_streak | recovered | run_failed | check_failed | day_rejected | rejected_streak |
-    # backfill_summary | landing_misfit
+    # backfill_summary | landing_misfit | data_late | data_arrived
     rule: str
     title: str  # what happened, one line
     cause: str  # why, one line
@@ -87,6 +88,8 @@ class Alert:
     runbook: str  # link to the runbook section
     page: bool  # sent to the webhook and email sinks, not only logged
     occurred_at: float
+    # The owners of the dataset(s) the alert is about (`team:<name>` or e-mail), from contracts.
+    owners: tuple[str, ...] = ()
 
     @property
     def fingerprint(self) -> str:
@@ -102,7 +105,10 @@ class Alert:
     def from_json(cls, data: dict[str, Any]) -> "Alert":
         """An alert read back from `to_json` (e.g. from a cursor's outbox)."""
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
+        values = {k: v for k, v in data.items() if k in fields}
+        # JSON has no tuples: owners come back as a list.
+        values["owners"] = tuple(values.get("owners", ()))
+        return cls(**values)
 
     def text(self) -> str:
         """A message for people: Slack text or an email body."""
@@ -111,6 +117,7 @@ class Alert:
             f"Cause: {self.cause}",
             f"Partition: {self.partition or '-'}   Failure class: {self.failure_class or '-'}",
             f"Run: {self.run_id or '-'}" + (f" {self.run_url}" if self.run_url else ""),
+            f"Owners: {', '.join(self.owners) or '- (the contract names none)'}",
             f"Runbook: {self.runbook}",
         ]
         return "\n".join(lines)
@@ -154,6 +161,13 @@ class Notifier(dg.ConfigurableResource):
     dedup_seconds: int = Field(default=3600, description="identical alerts are sent once per")
     failure_streak: int = Field(default=3, description="failed runs in a row that page")
     timeout_seconds: float = 10.0
+    owners: dict[str, list[str]] = Field(
+        default_factory=dict, description="dataset -> its contract's owners, named by its alerts"
+    )
+
+    def owners_of(self, *datasets: str) -> tuple[str, ...]:
+        """The owners of the datasets, each once, in the order the datasets are given."""
+        return tuple(dict.fromkeys(o for d in datasets for o in self.owners.get(d, ())))
 
     def run_url(self, run_id: str | None) -> str | None:
         """Link to a run in the Dagster UI."""
@@ -302,6 +316,23 @@ def dataset_of_asset(asset: str) -> str:
     return asset.split("/", 1)[0]
 
 
+def run_datasets(outcome: RunOutcome, datasets: Iterable[str]) -> list[str]:
+    """Those of `datasets` a run worked on: by its steps (`flights__raw_data`) and checks.
+
+    A run that failed before any step names its dataset in its job only
+    (`flights_daily_pipeline_job`); of the datasets whose prefix it starts with, the longest.
+    """
+    known = set(datasets)
+    found = {step.split("__", 1)[0] for step in outcome.succeeded_steps}
+    found |= {failure.step.split("__", 1)[0] for failure in outcome.step_failures}
+    found |= {dataset_of_asset(check.asset) for check in outcome.failed_checks}
+    found &= known
+    if not found:
+        by_job = [d for d in known if outcome.job_name.startswith(f"{d}_")]
+        found = {max(by_job, key=len)} if by_job else set()
+    return sorted(found)
+
+
 def evaluate_run(
     outcome: RunOutcome,
     streaks: Mapping[str, int],
@@ -323,9 +354,11 @@ def evaluate_run(
     run_url = notifier.run_url(outcome.run_id)
     threshold = notifier.failure_streak
     rejected_streaks = rejected_streaks or {}
+    run_owners = notifier.owners_of(*run_datasets(outcome, notifier.owners))
 
     def alert(**fields: Any) -> Alert:
         fields.setdefault("partition", outcome.partition)
+        fields.setdefault("owners", run_owners)
         return Alert(run_id=outcome.run_id, run_url=run_url, occurred_at=now, **fields)
 
     rejected = [c for c in outcome.failed_checks if c.check == DELIVERY_CHECK]
@@ -353,6 +386,7 @@ def evaluate_run(
                     failure_class=None,
                     runbook=notifier.runbook(REJECTED_DAY_SECTION),
                     page=True,
+                    owners=notifier.owners_of(dataset),
                 )
             )
     for check in outcome.failed_checks:
@@ -375,6 +409,7 @@ def evaluate_run(
                 failure_class=None,
                 runbook=notifier.runbook(check_anchor(check.check)),
                 page=check.check not in LOGGED_ONLY_CHECKS,
+                owners=notifier.owners_of(dataset_of_asset(check.asset)),
             )
         )
 
