@@ -127,6 +127,14 @@ class LandingStore(dg.ConfigurableResource):
         """
         raise NotImplementedError
 
+    def find(self, file_name: str) -> LandedObject | None:
+        """The entry of this name as a listing reports it, or None when nothing is there.
+
+        One look-up, whatever the size of the zone: what a check of a few expected day files
+        (the freshness sensor's) needs instead of a listing.
+        """
+        raise NotImplementedError
+
     def modified_slack_seconds(self) -> float:
         """Seconds by which a file's last-modified time can precede its content being readable.
 
@@ -211,6 +219,14 @@ class LandingZone(LandingStore):
         """One second: `modified` is the later of mtime and ctime, which a rename also sets."""
         return 1.0
 
+    def find(self, file_name: str) -> LandedObject | None:
+        """The entry's lstat as a listing reports it (never followed), or None if absent."""
+        try:
+            found = os.lstat(self.path_for(file_name))
+        except FileNotFoundError:
+            return None
+        return local_object(file_name, found)
+
     def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
         """Up to `limit` entries after `after` in name order, each with its version.
 
@@ -268,6 +284,23 @@ class S3LandingZone(S3Prefix, LandingStore):
     def path_for(self, file_name: str) -> str:
         """The s3:// URI of a landed file of this name."""
         return f"s3://{self.bucket}/{self.prefix}{file_name}"
+
+    def find(self, file_name: str) -> LandedObject | None:
+        """One HeadObject call: the object's LastModified and ETag, or None if absent."""
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self.client().head_object(Bucket=self.bucket, Key=self.prefix + file_name)
+        except ClientError as exc:
+            if is_missing_key(exc):
+                return None
+            raise
+        return LandedObject(
+            name=file_name,
+            modified=head["LastModified"].timestamp(),
+            version=str(head["ETag"]).strip('"'),
+            refused=unsafe_name_reason(file_name),
+        )
 
     @contextlib.contextmanager
     def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
