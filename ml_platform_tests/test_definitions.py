@@ -1,19 +1,26 @@
-"""The code location loads every contract of its directory, each dataset under its own names."""
+"""The code location loads every contract of its directory, each dataset under its own names.
 
+Each asset names its owners, dataset and stage, a code version and where its code is.
+"""
+
+import ast
 import shutil
+from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
 
 from ml_platform.automation.alert_sensors import ALERT_SENSORS
+from ml_platform.automation.freshness import FRESHNESS_SENSOR
 from ml_platform.automation.lake_sweep import LAKE_SWEEP_SENSOR
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import DAILY_JOB, defs
-from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.datasets import asset_key, dataset_name, source_version
+from ml_platform.platform.settings import Settings
 from ml_platform.validation.expectations import CHECKS
-from ml_platform_tests.conftest import ALL_ASSETS
+from ml_platform_tests.conftest import ALL_ASSETS, REPO
 
 GRAPH = [
     *ALL_ASSETS,
@@ -25,6 +32,19 @@ GRAPH = [
 PER_DATASET_JOBS = ["daily_pipeline_job", "weekly_retrain_job", "ingestion_job"]
 PER_DATASET_SCHEDULES = ["daily_pipeline_schedule", "weekly_retrain_schedule"]
 STAGES = ["ingestion", "validation", "features", "training", "evaluation", "registry"]
+# The stage tag of each asset: its stage package, or its module when that is a stage of its own.
+STAGE_OF = {
+    "raw_data": "ingestion",
+    "validated_data": "validation",
+    "features": "features",
+    "model": "training",
+    "full_model": "training",
+    "evaluation_report": "evaluation",
+    "full_evaluation_report": "evaluation",
+    "registered_model": "registry",
+    "champion_performance": "monitoring",
+}
+GIT_VARIABLES = ["ML_PLATFORM_GIT_URL", "ML_PLATFORM_GIT_BRANCH", "ML_PLATFORM_GIT_COMMIT"]
 
 
 @pytest.mark.parametrize("dataset", ["flights", "synthetic"])
@@ -92,6 +112,8 @@ def test_one_code_location_serves_every_bundled_dataset_under_its_own_names(monk
     # The alert sensors watch every run once, whichever dataset's; one sweep serves the lake.
     assert {s.name for s in repository.sensor_defs} == {
         *(dataset_name(dataset, "landing_sensor") for dataset in datasets),
+        # Only flights has a `freshness:` section, so only it has a freshness sensor.
+        dataset_name("flights", FRESHNESS_SENSOR),
         *ALERT_SENSORS,
         LAKE_SWEEP_SENSOR,
     }
@@ -164,3 +186,91 @@ def test_an_unknown_dataset_fails_with_the_served_names(monkeypatch):
     monkeypatch.setenv("ML_PLATFORM_DATASET", "weather")
     with pytest.raises(ValueError, match="no dataset named 'weather'; the datasets are: flights"):
         defs()
+
+
+def code_references(loaded: dg.Definitions, key: dg.AssetKey) -> list:
+    """The code references the UI shows for the asset."""
+    spec = next(s for s in loaded.get_assets_def(key).specs if s.key == key)
+    return spec.metadata["dagster/code_references"].code_references
+
+
+def test_every_asset_names_its_owners_dataset_stage_code_version_and_source(monkeypatch):
+    for variable in ["ML_PLATFORM_CONTRACTS", "ML_PLATFORM_DATASET", *GIT_VARIABLES]:
+        monkeypatch.delenv(variable, raising=False)
+    loaded = defs()
+    graph = loaded.resolve_asset_graph()
+    versions: dict[str, set[str]] = {}
+    for key in graph.get_all_asset_keys():
+        dataset, name = key.path
+        node = graph.get(key)
+        assert node.owners == load_contract(dataset).owners != [], key
+        # The builders' kinds stay beside the catalog's tags.
+        assert node.tags["dataset"] == dataset and node.tags["stage"] == STAGE_OF[name], node.tags
+        assert any(tag.startswith("dagster/kind/") for tag in node.tags), node.tags
+        [reference] = code_references(loaded, key)
+        assert isinstance(reference, dg.LocalFileCodeReference)
+        source = Path(reference.file_path)
+        # The line starts the function that computes the asset: its @dg.asset decorator.
+        [compute] = [
+            function
+            for function in ast.walk(ast.parse(source.read_text()))
+            if isinstance(function, ast.FunctionDef)
+            and function.decorator_list
+            and function.decorator_list[0].lineno == reference.line_number
+        ]
+        assert ast.unparse(compute.decorator_list[0]).startswith("dg.asset("), key
+        assert name.endswith(compute.name.lstrip("_")), (key, compute.name)
+        versions.setdefault(str(source.relative_to(REPO)), set()).add(node.code_version)
+    # One version per module of compute, whatever the dataset; another module, another version.
+    assert all(len(found) == 1 for found in versions.values()), versions
+    assert len({v for found in versions.values() for v in found}) == len(versions) == 7
+
+
+def test_a_code_version_follows_the_modules_an_asset_runs_not_the_platform_layer(tmp_path):
+    package = tmp_path / "shop"
+    modules = {
+        "__init__.py": "",
+        "orders.py": "from shop.prices import price\nfrom shop.platform import storage\n",
+        "prices.py": "def price():\n    return 1\n",
+        "platform/__init__.py": "",
+        "platform/storage.py": "def save(value):\n    return value\n",
+    }
+    for name, text in modules.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    first = source_version(package / "orders.py", package)
+
+    # Where the package is installed does not matter.
+    moved = shutil.copytree(package, tmp_path / "elsewhere" / "shop")
+    assert source_version(moved / "orders.py", moved) == first
+    # How values are stored is not what the asset computes.
+    (package / "platform" / "storage.py").write_text("def save(value):\n    return [value]\n")
+    assert source_version(package / "orders.py", package) == first
+    # A module the asset's module imports is its code.
+    (package / "prices.py").write_text("def price():\n    return 2\n")
+    assert source_version(package / "orders.py", package) != first
+
+
+def test_code_references_open_the_repository_when_its_url_is_set(monkeypatch):
+    for variable in GIT_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
+    local = defs()
+    repository = "https://github.com/example-org/ml-platform"
+    monkeypatch.setenv("ML_PLATFORM_GIT_URL", repository)
+    monkeypatch.setenv("ML_PLATFORM_GIT_COMMIT", "0123abc")
+    linked = defs()
+    for key in linked.resolve_asset_graph().get_all_asset_keys():
+        [file] = code_references(local, key)
+        path = Path(file.file_path).relative_to(REPO).as_posix()
+        # Without a branch, the links open the commit the code runs from.
+        assert code_references(linked, key) == [
+            dg.UrlCodeReference(url=f"{repository}/tree/0123abc/{path}#L{file.line_number}")
+        ]
+
+    monkeypatch.delenv("ML_PLATFORM_GIT_COMMIT")
+    with pytest.raises(ValueError, match="ML_PLATFORM_GIT_URL is set: set ML_PLATFORM_GIT_BRANCH"):
+        defs()
+    elsewhere = {"ML_PLATFORM_GIT_URL": "https://git.example.org/ml", "ML_PLATFORM_GIT_BRANCH": "x"}
+    with pytest.raises(ValueError, match="git.example.org/ml': code references link to GitHub"):
+        _ = Settings(elsewhere).code_links

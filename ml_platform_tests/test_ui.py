@@ -187,7 +187,11 @@ def test_a_partitions_checks_are_visible_with_their_runbook_link(page):
 
 
 def test_a_rejected_days_check_shows_that_day_failed_with_its_reason(page):
-    page.goto("/assets/flights/validated_data?view=checks&checkDetail=gx_validity")
+    # The README's way to a day's check result: the asset's Checks tab, a check, its Partitions
+    # tab, then the day.
+    page.goto("/assets/flights/validated_data")
+    page.get_by_role("tab", name="Checks").click()
+    page.get_by_text("gx_validity", exact=True).first.click()
     reason = (
         f"flights_{FAULTY_DAY}.csv (partition {FAULTY_DAY}): expect_column_values_to_be_in_set "
         f"failed on column carrier: {DAMAGED_ROWS} of"
@@ -235,7 +239,7 @@ def test_a_rejected_days_check_shows_that_day_failed_with_its_reason(page):
     ).to_be_visible()
 
 
-def test_evaluation_report_renders_with_its_plots(page):
+def test_the_evaluation_report_renders_and_its_metrics_plot_across_days(page):
     page.goto(f"/assets/flights/evaluation_report?view=partitions&partition={DAY}")
     page.get_by_text("[Show Markdown]").first.click()
     dialog = page.get_by_role("dialog")
@@ -248,3 +252,22 @@ def test_evaluation_report_renders_with_its_plots(page):
         # Decoded and drawn: a broken data URI leaves naturalWidth at 0.
         assert plots.nth(i).evaluate("img => img.complete && img.naturalWidth > 100"), alts[i]
     page.screenshot(path=SCREENSHOTS / "evaluation-report.png")
+    page.keyboard.press("Escape")
+
+    # The README's way to an asset's plots: Overview, Metadata, the Plots toggle, then Events
+    # (the Partitions view plots only the last 120 days of 2013, none of them materialised).
+    page.get_by_role("tab", name="Overview").click()
+    page.get_by_role("button", name="Plots").click()
+    page.get_by_role("button", name="Events").click()
+    # The innermost block holding both the metric's title and a chart is that metric's plot.
+    plot = (
+        page.locator("div")
+        .filter(has=page.get_by_text("roc_auc", exact=True))
+        .filter(has=page.get_by_role("img"))
+        .last
+    )
+    chart = plot.get_by_role("img")
+    expect(chart).to_be_visible()
+    assert chart.evaluate("canvas => canvas.width > 100 && canvas.height > 100")
+    chart.scroll_into_view_if_needed()
+    page.screenshot(path=SCREENSHOTS / "metadata-plots.png")
