@@ -12,6 +12,7 @@ import dagster as dg
 
 from ml_platform.automation.alert_sensors import build_alert_sensors
 from ml_platform.automation.alerts import Notifier
+from ml_platform.automation.freshness import build_freshness_sensors, with_freshness_policy
 from ml_platform.automation.jobs import TRAINING_TAGS, build_ingestion_job
 from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
 from ml_platform.automation.landing_sensor import build_landing_sensor
@@ -23,7 +24,7 @@ from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.landing import LandingZone, S3LandingZone
-from ml_platform.platform.datasets import dataset_name
+from ml_platform.platform.datasets import catalogued, dataset_name
 from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
 from ml_platform.platform.storage import (
@@ -42,12 +43,16 @@ WEEKLY_RETRAIN_JOB = "weekly_retrain_job"
 
 
 def dataset_definitions(
-    contract: Contract, sensor_interval_seconds: int, served: Sequence[Contract] = ()
+    contract: Contract,
+    sensor_interval_seconds: int,
+    served: Sequence[Contract] = (),
+    code_links: tuple[str, str] | None = None,
 ) -> dg.Definitions:
     """The daily graph of one dataset with its jobs, schedules and landing sensor.
 
     `served` are the contracts of every dataset of the code location: files named for one of
-    the others are left to that dataset's landing sensor.
+    the others are left to that dataset's landing sensor. `code_links` (repository URL, branch)
+    turns the assets' code references into links to the repository.
     """
     dataset = contract.name
     partitions = daily_partitions(contract)
@@ -64,6 +69,9 @@ def dataset_definitions(
             build_champion_performance,
         )
     ]
+    daily = catalogued(daily, dataset, contract.owners, code_links)
+    # The UI shows the dataset overdue when raw_data missed the contract's deadline.
+    daily = with_freshness_policy(daily, contract)
     full_days = contract.training.full_window_days
     # The weekly full retrain: a longer window, its candidate judged alone like the daily one.
     # It registers nothing itself: registered_model, the one step that moves the champion,
@@ -82,6 +90,7 @@ def dataset_definitions(
             kind="full",
         ),
     ]
+    full_retrain = catalogued(full_retrain, dataset, contract.owners, code_links)
     daily_job = dataset_name(dataset, DAILY_JOB)
     retrain_job = dataset_name(dataset, WEEKLY_RETRAIN_JOB)
     return dg.Definitions(
@@ -105,6 +114,7 @@ def dataset_definitions(
                 minimum_interval_seconds=sensor_interval_seconds,
                 other_datasets=served,
             ),
+            *build_freshness_sensors(contract, minimum_interval_seconds=sensor_interval_seconds),
         ],
     )
 
@@ -137,7 +147,9 @@ def build_definitions(
         resources={
             "s3": s3,
             "landing": at_location(landing, LandingZone, S3LandingZone, s3),
-            "notifier": Notifier(**settings.notifier_config),
+            "notifier": Notifier(
+                **settings.notifier_config, owners={c.name: c.owners for c in contracts}
+            ),
             "lake": lake,
             # Keys start with the dataset, so one IO manager stores every dataset in its folder.
             "io_manager": LakeIOManager(storage=lake),
@@ -147,7 +159,8 @@ def build_definitions(
         executor=dg.in_process_executor,
     )
     return dg.Definitions.merge(
-        *(dataset_definitions(c, interval, contracts) for c in contracts), shared
+        *(dataset_definitions(c, interval, contracts, settings.code_links) for c in contracts),
+        shared,
     )
 
 

@@ -366,6 +366,7 @@ def build_landing_sensor(
                     runbook=notifier.runbook("landing-file-fits-no-partition"),
                     page=True,
                     occurred_at=now,
+                    owners=tuple(contract.owners),
                 )
             )
         cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)

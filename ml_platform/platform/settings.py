@@ -39,6 +39,8 @@ BACKFILL_DAYS_PER_RUN_ENV = "ML_PLATFORM_BACKFILL_DAYS_PER_RUN"
 DEFAULT_BACKFILL_DAYS_PER_RUN = 183
 LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 GIT_COMMIT_ENV = "ML_PLATFORM_GIT_COMMIT"
+GIT_URL_ENV = "ML_PLATFORM_GIT_URL"
+GIT_BRANCH_ENV = "ML_PLATFORM_GIT_BRANCH"
 IMAGE_TAG_ENV = "ML_PLATFORM_IMAGE_TAG"
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
 
@@ -206,6 +208,29 @@ class Settings:
     def git_commit(self) -> str | None:
         """The commit the image was built from (set by the image build), when known."""
         return self._get(GIT_COMMIT_ENV)
+
+    @property
+    def code_links(self) -> tuple[str, str] | None:
+        """(repository URL, branch or commit) the assets' code references open; None: local files.
+
+        The branch defaults to `ML_PLATFORM_GIT_COMMIT`, so the links show the code that runs.
+        """
+        url, branch = self._get(GIT_URL_ENV), self._get(GIT_BRANCH_ENV) or self.git_commit
+        if url is None:
+            if self._get(GIT_BRANCH_ENV):
+                raise ValueError(f"{GIT_BRANCH_ENV} is set: set {GIT_URL_ENV} to the repository")
+            return None
+        if not any(host in url for host in ("github", "gitlab")):
+            raise ValueError(
+                f"{GIT_URL_ENV}={url!r}: code references link to GitHub or GitLab repositories "
+                "only; unset it to link to local files"
+            )
+        if branch is None:
+            raise ValueError(
+                f"{GIT_URL_ENV} is set: set {GIT_BRANCH_ENV} (or {GIT_COMMIT_ENV}) to the branch "
+                "or commit its links open"
+            )
+        return url.rstrip("/"), branch
 
     @property
     def image_tag(self) -> str | None:
