@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import signal
 import socket
 import sys
@@ -191,6 +192,11 @@ def run_errors(result: "dg.ExecuteInProcessResult") -> list[str]:
     return errors
 
 
+def say(prefix: str, line: str) -> None:
+    """Print a line of a day's progress at once (a person watches it, or a test waits on it)."""
+    print(f"{prefix} {line}", flush=True)
+
+
 class StopRequested(Exception):
     """SIGINT or SIGTERM arrived: stop after the current day's run is recorded."""
 
@@ -251,9 +257,18 @@ def materialize(args: argparse.Namespace) -> int:
     failed; 1 some day's run failed (a software or infrastructure failure). Ctrl-C (SIGINT) or
     SIGTERM stops the command: the day running is recorded failed in the instance, no later day
     runs, and the exit code is 130 or 143 (128 + the signal's number), as shells expect.
+    One writer per day: a day that another run (sensor, schedule, UI, backfill, another
+    `materialize`) has queued or in progress waits until that run ends, and says so
+    (`automation/day_writers.py`).
     """
     import dagster as dg
 
+    from ml_platform.automation.day_writers import (
+        cli_run_tags,
+        overlapping,
+        started_by,
+        wait_for_other_writers,
+    )
     from ml_platform.definitions import DAILY_JOB, build_definitions
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.platform.records import done_days
@@ -261,32 +276,50 @@ def materialize(args: argparse.Namespace) -> int:
 
     settings = Settings()
     contract = dataset_of(args, settings)
-    job = build_definitions(contract, settings).resolve_job_def(
-        dataset_name(contract.name, DAILY_JOB)
-    )
+    defs = build_definitions(contract, settings)
+    job = defs.resolve_job_def(dataset_name(contract.name, DAILY_JOB))
+    jobs = {j.name for j in defs.resolve_all_job_defs()}
     days = [d.isoformat() for d in _days(args.start, args.days)]
     failed = []
     rejected = []
     finished: str | None = None  # the last day whose run ended
     with stop_signals() as stop_signal, dg.DagsterInstance.get() as instance:
-        try:
+
+        def done(among: list[str]) -> set[str]:
             # A day is done once its last stages accepted it: a multi-run backfill materialises
             # the evaluation, the registry and the champion's monitoring in separate runs, and
             # a rejected day (recorded, but not accepted) is not done.
-            done = set.intersection(
+            return set.intersection(
                 *(
-                    done_days(instance, asset_key(contract.name, name), days)
+                    done_days(instance, asset_key(contract.name, name), among)
                     for name in ("evaluation_report", "registered_model", "champion_performance")
                 )
             )
+
+        try:
+            already = done(days)
             for i, day in enumerate(days, start=1):
                 prefix = f"[{i:>{len(str(len(days)))}}/{len(days)}] {day}"
-                if day in done and not args.force:
+                if day in already and not args.force:
                     print(f"{prefix} already materialised (use --force to rerun)", flush=True)
                     continue
+                waited = wait_for_other_writers(
+                    instance, contract.name, day, jobs, say=functools.partial(say, prefix)
+                )
+                after = f"waited for run {', '.join(waited)} to end, then " if waited else ""
+                if waited and not args.force and day in done([day]):
+                    print(
+                        f"{prefix} {after}found it materialised (use --force to rerun)", flush=True
+                    )
+                    continue
+                alone_since = time.time()
                 started = time.perf_counter()
                 result = job.execute_in_process(
-                    partition_key=day, instance=instance, raise_on_error=False, run_config=QUIET
+                    partition_key=day,
+                    instance=instance,
+                    raise_on_error=False,
+                    run_config=QUIET,
+                    tags=cli_run_tags(contract.name, day),
                 )
                 seconds = time.perf_counter() - started
                 finished = day
@@ -302,13 +335,27 @@ def materialize(args: argparse.Namespace) -> int:
                         flush=True,
                     )
                     return 128 + signum
+                others = overlapping(
+                    instance, result.run_id, contract.name, day, jobs, since=alone_since
+                )
+                if others:
+                    failed.append(day)
+                    named = ", ".join(f"{r.run_id} ({started_by(r)})" for r in others)
+                    print(
+                        f"{prefix} {after}FAILED: run {named} wrote this day while run "
+                        f"{result.run_id} did; its outputs may mix both: rerun the day once "
+                        f"no other run writes it (--force)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    continue
                 if not result.success:
                     # Later days may still succeed (a bad day does not spoil tomorrow's data),
                     # so go on and report every failed day at the end.
                     failed.append(day)
                     errors = "; ".join(run_errors(result)) or "the run failed outside any step"
                     print(
-                        f"{prefix} FAILED in {seconds:.1f}s: {errors} (run {result.run_id}; "
+                        f"{prefix} {after}FAILED in {seconds:.1f}s: {errors} (run {result.run_id}; "
                         "open it in the Dagster UI, Runs, or `ml-platform diagnose RUN_ID`)",
                         file=sys.stderr,
                         flush=True,
@@ -318,7 +365,7 @@ def materialize(args: argparse.Namespace) -> int:
                 if was_rejected:
                     rejected.append(day)
                 print(
-                    f"{prefix} {outcome} ({seconds:.1f}s, run {result.run_id[:8]})",
+                    f"{prefix} {after}{outcome} ({seconds:.1f}s, run {result.run_id[:8]})",
                     flush=True,
                 )
         except StopRequested as stop:

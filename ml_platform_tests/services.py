@@ -1,6 +1,7 @@
-"""Servers the integration tests start on 127.0.0.1: an S3 API (moto), PostgreSQL, Dagster.
+"""Servers the integration tests start on 127.0.0.1: an S3 API (moto), PostgreSQL, Dagster, and
+a log sink that pauses a run at a chosen event.
 
-Both are real servers that other processes (webserver, daemon, run workers) reach over the
+Each is a real server that other processes (webserver, daemon, run workers) reach over the
 network, as in production; nothing is mocked in-process.
 """
 
@@ -20,8 +21,9 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
@@ -81,6 +83,89 @@ def webhook_server() -> Iterator[WebhookServer]:
     try:
         yield server
     finally:
+        server.shutdown()
+        server.server_close()
+
+
+class HeldLogReceiver(http.server.BaseHTTPRequestHandler):
+    """Log records from `logging.handlers.HTTPHandler`; holds the first that `hold` matches."""
+
+    server: "HeldLog"
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        message = urllib.parse.parse_qs(body.decode()).get("msg", [""])[0]
+        server = self.server
+        with server.lock:
+            hold = server.hold in message and not server.held.is_set()
+            if hold:
+                server.held.set()
+        if hold:
+            # The emitting process waits for this answer: it stays inside the logged event.
+            server.released.wait()
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class HeldLog(http.server.ThreadingHTTPServer):
+    """A log sink that stops the process emitting a chosen record until the test releases it.
+
+    Named in an instance's `python_logs` (see `handler`), it receives every record of every
+    run; the first whose message contains `hold` gets no answer until `released` is set, so
+    its run is paused at that event (a step's start, say) for as long as the test needs.
+    """
+
+    hold: str
+    held: threading.Event
+    released: threading.Event
+    lock: threading.Lock
+
+    def handler(self) -> dict:
+        """The `dagster_handler_config` handler that sends every record of a run here."""
+        return {
+            "class": "logging.handlers.HTTPHandler",
+            "level": "DEBUG",
+            "host": f"127.0.0.1:{self.server_address[1]}",
+            "url": "/log",
+            "method": "POST",
+        }
+
+    def wait_held(
+        self, process: subprocess.Popen, timeout: float, output: Callable[[], str] | None = None
+    ) -> None:
+        """Until a record is held; fails at once if `process` ends first.
+
+        The failure shows `output()`, else the process's own output (killing it if it runs).
+        """
+        deadline = time.monotonic() + timeout
+        while not self.held.wait(0.2):
+            if process.poll() is None and time.monotonic() < deadline:
+                continue
+            if output is not None:
+                said = output()
+            else:
+                if process.poll() is None:
+                    process.kill()  # timed out: its output says where it was
+                out, err = process.communicate()
+                said = f"{out}\n{err[-3000:]}"
+            raise AssertionError(f"no record matched {self.hold!r}:\n{said}")
+
+
+@contextlib.contextmanager
+def held_log(hold: str) -> Iterator[HeldLog]:
+    """A HeldLog on 127.0.0.1 holding the first record containing `hold`; released at the end."""
+    server = HeldLog(("127.0.0.1", 0), HeldLogReceiver)
+    server.hold, server.lock = hold, threading.Lock()
+    server.held, server.released = threading.Event(), threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.released.set()
         server.shutdown()
         server.server_close()
 
@@ -271,8 +356,11 @@ class DagsterProcesses:
     port: int
     procs: list[subprocess.Popen]
 
-    def start(self) -> None:
-        """The instance's storage, then the webserver and the daemon, each in its own group."""
+    def start(self, webserver: bool = True) -> None:
+        """The instance's storage, then the webserver (unless not wanted) and the daemon.
+
+        Each process runs in its own group.
+        """
         bin_dir = Path(sys.executable).parent
         # Create the SQLite storage first: the webserver, the daemon and their code servers
         # creating it at once can race (alembic then finds two heads).
@@ -283,13 +371,14 @@ class DagsterProcesses:
             check=True,
             capture_output=True,
         )
-        self.spawn(
-            "webserver",
-            [
-                str(bin_dir / "dagster-webserver"),
-                *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
-            ],
-        )
+        if webserver:
+            self.spawn(
+                "webserver",
+                [
+                    str(bin_dir / "dagster-webserver"),
+                    *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
+                ],
+            )
         self.spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", "workspace.yaml"])
 
     def spawn(self, name: str, command: list[str]) -> None:
@@ -311,6 +400,7 @@ class DagsterProcesses:
         return "\n".join(
             f"--- {name} (last lines)\n" + (self.logs / f"{name}.log").read_text()[-4000:]
             for name in ("webserver", "daemon")
+            if (self.logs / f"{name}.log").exists()
         )
 
     def graphql(self, query: str, variables: dict | None = None) -> dict:

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import dagster as dg
 import pandas as pd
@@ -46,25 +45,44 @@ def registry_of(platform: Platform) -> ModelRegistry:
     return ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), platform.contract.name)
 
 
+# The run killed at an exact point of its training, placed by wrapping the model's checkpoint
+# store: once the checkpoint of epoch or iteration KILL_AT is saved (argv[4]; 0: when training
+# looks for a checkpoint to resume from, before it fits). The kill lands strictly while the
+# step trains, however fast the machine: nothing depends on when a test looks.
 KILL_SCRIPT = """
+import os
+import signal
 import sys
 from pathlib import Path
 from ml_platform.contracts import load_contract
+from ml_platform.training.assets import LakeCheckpoints
 from ml_platform_tests.conftest import Platform
 platform = Platform(load_contract(sys.argv[1]), Path(sys.argv[2]))
+kill_at = int(sys.argv[4])
+save, load = LakeCheckpoints.save, LakeCheckpoints.load
+def save_then_die(self, state):
+    save(self, state)
+    if state.epoch >= kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+def die_at_load(self):
+    if kill_at == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return load(self)
 # This process's instance records the window's days first: a model reads accepted days only.
-for day in sys.argv[4:]:
+for day in sys.argv[5:]:
     assert platform.materialize(day, selection=["raw_data", "validated_data", "features"]).success
+LakeCheckpoints.save, LakeCheckpoints.load = save_then_die, die_at_load
 result = platform.materialize(sys.argv[3], selection=["model"])
 sys.exit(0 if result.success else 1)
 """
+KILL_AT = 3
 
 
-# Each estimator's settings that make its training last a few seconds, with a checkpoint after
-# every epoch or boosting iteration (checkpoint_seconds 0), so the kill lands between two: SGD
-# in 512-row calls, each paying scikit-learn's input checks (which also exercises resuming a run
-# that cuts its epochs into many calls), without early stop; boosting one iteration a step on
-# 15,000 rows without early stop. A linear model has no checkpoint: a restart is the resume.
+# Each estimator's settings: a checkpoint after every epoch or boosting iteration
+# (checkpoint_seconds 0), many more of them than KILL_AT, so the kill lands between two: SGD in
+# 512-row calls (which also exercises resuming a run that cuts its epochs into many calls),
+# without early stop; boosting one iteration a step on 15,000 rows without early stop. A linear
+# model has no checkpoint: a restart is the resume.
 KILLED = {
     "sgd": (
         20000,
@@ -93,31 +111,24 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
             assert platform.materialize(day, selection=DAILY[:3]).success
 
     checkpoint = killed.lake_dir / "synthetic" / "checkpoints" / "model" / f"{DAYS[2]}.joblib"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILL_SCRIPT, str(path), str(tmp_path / "killed"), DAYS[2], *DAYS],
+    # Iterative estimators: killed once their third epoch or iteration is checkpointed. A linear
+    # model (no checkpoint): killed while the run is under way, before it fits.
+    kill_at = 0 if estimator == "linear" else KILL_AT
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, str(path), str(tmp_path / "killed"), DAYS[2]]
+        + [str(kill_at), *DAYS],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
     )
-    # Iterative estimators: killed after their third checkpointed epoch or iteration. A linear
-    # model: killed while the run is under way (importing, reading or fitting).
-    deadline = time.monotonic() + (240 if estimator != "linear" else 2)
-    done = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        if checkpoint.exists():
-            done = deserialise(checkpoint.read_bytes(), "joblib").epoch
-            if done >= 3:
-                break
-        time.sleep(0.02)
-    assert proc.poll() is None, "training finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert proc.returncode == -signal.SIGKILL, "training ended before its kill point"
     unit = "epoch" if estimator == "sgd" else "iteration"
     if estimator == "linear":
         assert not checkpoint.exists(), "a linear fit writes no checkpoint"
         killed_at = 0
     else:
         killed_at = deserialise(checkpoint.read_bytes(), "joblib").epoch
-        assert 3 <= killed_at < model.get("max_epochs", model.get("max_iter"))
+        assert killed_at == KILL_AT
 
     resumed = killed.materialize(DAYS[2], selection=["model"])
     uninterrupted = clean.materialize(DAYS[2], selection=["model"])

@@ -1,0 +1,240 @@
+"""One writer per day: `ml-platform materialize` of a day waits for a launched run of that day.
+
+A real dagster-daemon works the queue of a temporary instance with the repository's
+dagster.yaml; a run of the ingestion job for a landed synthetic day is launched through that
+queue.
+The instance's log handler sends every record to a sink that leaves the launched run's raw_data
+step start unanswered, so the run is paused inside its first step. `materialize` of the same
+day, started then, says it waits for that run; only after it says so is the run released. The
+instance's run start and end events show the two runs did not overlap. Which runs write a day,
+and what becomes of a killed command's run, on an instance of its own.
+"""
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from ml_platform.automation.day_writers import (
+    CLI_PROCESS_TAG,
+    cli_run_tags,
+    other_writers,
+    overlapping,
+    record_dead_cli_runs,
+    started_by,
+)
+from ml_platform.automation.jobs import DATASET_PARTITION_TAG
+from ml_platform.contracts import load_contract
+from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform_tests.conftest import REPO
+from ml_platform_tests.services import DagsterProcesses, held_log
+
+DAY = "2024-01-01"
+# The cheapest job that writes the day (raw_data, validated_data, features).
+JOB = "synthetic_ingestion_job"
+BIN = Path(sys.executable).parent
+RAW_DATA_START = " - synthetic__raw_data - STEP_START - "
+
+
+class Daemon(DagsterProcesses):
+    """dagster-daemon over a fresh instance: the repository's dagster.yaml plus a log handler."""
+
+    def __init__(self, tmp_path: Path, handler: dict):
+        home = tmp_path / "dagster_home"
+        home.mkdir()
+        config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+        config["python_logs"]["dagster_handler_config"]["handlers"]["sink"] = handler
+        (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+        zone = LandingZone(base_dir=str(tmp_path / "landing"))
+        list(land_days(load_contract("synthetic"), zone, [dt.date.fromisoformat(DAY)]))
+        self.home = home
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "ML_PLATFORM_DATASET": "synthetic",
+            "ML_PLATFORM_LANDING_DIR": zone.base_dir,
+            "ML_PLATFORM_LAKE_DIR": str(tmp_path / "lake"),
+        }
+        self.cwd = REPO
+        self.logs = tmp_path
+        self.port = 0  # no webserver
+        self.procs: list[subprocess.Popen] = []
+
+
+def first_event(instance: dg.DagsterInstance, run_id: str, kind: dg.DagsterEventType) -> float:
+    records = instance.get_records_for_run(run_id, of_type=kind).records
+    assert len(records) == 1, (run_id, kind, records)
+    return records[0].timestamp
+
+
+def add_run(
+    instance: dg.DagsterInstance,
+    job: str,
+    tags: dict,
+    status: dg.DagsterRunStatus = dg.DagsterRunStatus.STARTED,
+    asset_selection: set[dg.AssetKey] | None = None,
+) -> dg.DagsterRun:
+    run = dg.DagsterRun(
+        job_name=job,
+        run_id=str(uuid.uuid4()),
+        tags=tags,
+        status=status,
+        asset_selection=asset_selection,
+    )
+    return instance.add_run(run)
+
+
+def test_the_writers_of_a_day_are_found_by_tag_partition_or_range_and_dataset():
+    with dg.DagsterInstance.ephemeral() as instance:
+        sensor = add_run(
+            instance,
+            "synthetic_daily_pipeline_job",
+            {DATASET_PARTITION_TAG: f"synthetic:{DAY}", "dagster/sensor_name": "s"},
+        )
+        # Created by the UI, not yet started.
+        ui = add_run(
+            instance,
+            "__ASSET_JOB",
+            {"dagster/partition": DAY},
+            asset_selection={dg.AssetKey(["synthetic", "raw_data"])},
+            status=dg.DagsterRunStatus.NOT_STARTED,
+        )
+        backfill = add_run(
+            instance,
+            "__ASSET_JOB",
+            {
+                "dagster/backfill": "abc",
+                "dagster/asset_partition_range_start": "2023-12-30",
+                "dagster/asset_partition_range_end": "2024-01-05",
+            },
+            asset_selection={dg.AssetKey(["synthetic", "model"])},
+        )
+        # Not writers of the day: another dataset's run of it, another day, a run that ended.
+        add_run(instance, "flights_daily_pipeline_job", {DATASET_PARTITION_TAG: f"flights:{DAY}"})
+        add_run(instance, "flights_daily_pipeline_job", {"dagster/partition": DAY})
+        add_run(instance, "synthetic_ingestion_job", {"dagster/partition": "2024-01-02"})
+        add_run(
+            instance,
+            "synthetic_ingestion_job",
+            {"dagster/partition": DAY},
+            status=dg.DagsterRunStatus.SUCCESS,
+        )
+
+        found = other_writers(instance, "synthetic", DAY, {"synthetic_daily_pipeline_job"})
+
+    assert {run.run_id for run in found} == {r.run_id for r in (sensor, ui, backfill)}
+    assert [started_by(r) for r in (sensor, ui, backfill)] == [
+        "sensor s",
+        "the UI or the API",
+        "backfill abc",
+    ]
+
+
+def test_a_killed_commands_run_is_recorded_failed_and_a_living_ones_is_not():
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process
+    with dg.DagsterInstance.ephemeral() as instance:
+        tags = cli_run_tags("synthetic", DAY)
+        living = add_run(instance, JOB, tags)
+        host = tags[CLI_PROCESS_TAG].rpartition(":")[0]
+        dead = add_run(instance, JOB, {**tags, CLI_PROCESS_TAG: f"{host}:{gone.pid}"})
+
+        recorded = record_dead_cli_runs(instance)
+
+        assert [run.run_id for run in recorded] == [dead.run_id]
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert instance.get_run_by_id(living.run_id).status == dg.DagsterRunStatus.STARTED
+        assert [r.run_id for r in other_writers(instance, "synthetic", DAY, {JOB})] == [
+            living.run_id
+        ]
+
+
+def test_a_run_of_the_day_in_progress_during_a_run_is_found_overlapping_it():
+    # Two runs of the day on one instance: the first paused inside its step while the second
+    # runs whole; a third after both.
+    entered, release = threading.Event(), threading.Event()
+
+    @dg.op
+    def writes() -> None:
+        if not entered.is_set():  # the first run: it stays inside its step until released
+            entered.set()
+            assert release.wait(30)
+
+    job = dg.GraphDefinition(name="day", node_defs=[writes]).to_job()
+    tags = {DATASET_PARTITION_TAG: f"synthetic:{DAY}"}
+    with dg.DagsterInstance.ephemeral() as instance:
+        since = time.time()
+        results: list[dg.ExecuteInProcessResult] = []
+        first = threading.Thread(
+            target=lambda: results.append(job.execute_in_process(instance=instance, tags=tags))
+        )
+        first.start()
+        assert entered.wait(30)
+        second = job.execute_in_process(instance=instance, tags=tags)
+        release.set()
+        first.join()
+        later = job.execute_in_process(instance=instance, tags=tags)
+        first_id = results[0].run_id
+
+        assert [r.run_id for r in overlapping(instance, first_id, "synthetic", DAY, {}, since)] == [
+            second.run_id
+        ]
+        assert overlapping(instance, later.run_id, "synthetic", DAY, {}, since) == []
+
+
+@pytest.mark.integration
+def test_materialize_of_a_day_waits_for_the_launched_run_of_that_day(tmp_path):
+    with held_log(RAW_DATA_START) as sink:
+        daemon = Daemon(tmp_path, sink.handler())
+        daemon.start(webserver=False)
+        try:
+            subprocess.run(
+                [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", JOB]
+                + ["--tags", json.dumps({"dagster/partition": DAY})],
+                cwd=REPO,
+                env=daemon.env,
+                check=True,
+                capture_output=True,
+            )
+            # The daemon takes the run from the queue; its worker pauses inside raw_data.
+            sink.wait_held(daemon.procs[0], timeout=240, output=daemon.output)
+            with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
+                (launched,) = instance.get_runs()
+            out_path = tmp_path / "materialize.out"
+            with out_path.open("w") as out, (tmp_path / "materialize.err").open("w") as err:
+                cli = subprocess.Popen(
+                    [str(BIN / "ml-platform"), "materialize", "--start", DAY],
+                    cwd=tmp_path,
+                    env=daemon.env,
+                    stdout=out,
+                    stderr=err,
+                )
+            waiting = f"{DAY} waiting for run {launched.run_id} (the UI or the API, STARTED)"
+            # It says so strictly while the launched run is paused: that run cannot end first.
+            while waiting not in out_path.read_text():
+                assert cli.poll() is None, out_path.read_text()
+                time.sleep(0.2)
+            sink.released.set()
+            assert cli.wait(timeout=300) == 0, (tmp_path / "materialize.err").read_text()[-3000:]
+        finally:
+            daemon.stop()
+
+    said = out_path.read_text()
+    assert f"{DAY} waited for run {launched.run_id} to end, then " in said, said
+    with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
+        runs = {run.run_id: run for run in instance.get_runs()}
+        (own,) = [run for run in runs.values() if CLI_PROCESS_TAG in run.tags]
+        assert runs[launched.run_id].status == own.status == dg.DagsterRunStatus.SUCCESS
+        assert own.tags[DATASET_PARTITION_TAG] == f"synthetic:{DAY}"
+        launched_end = first_event(instance, launched.run_id, dg.DagsterEventType.RUN_SUCCESS)
+        own_start = first_event(instance, own.run_id, dg.DagsterEventType.RUN_START)
+    assert launched_end <= own_start
