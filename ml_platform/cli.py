@@ -113,12 +113,13 @@ def land(args: argparse.Namespace) -> int:
 
 
 def landing_status(args: argparse.Namespace) -> int:
-    """Map landed files to days; name misfits and refused entries, each with the reason.
+    """Map landed files to days; name misfits, refused entries and late days, with the reason.
 
     Refused: links, non-regular files and unsafe S3 keys, which nothing reads. Files named for
     another dataset of the code location are left to it. The zone is the
     code location's (a directory, or the S3 prefix of ML_PLATFORM_LANDING_URL) unless
-    --landing-dir names a directory.
+    --landing-dir names a directory. With a `freshness:` section, the days whose delivery has
+    not arrived and been accepted by the deadline are listed from the instance's records.
     """
     from ml_platform.ingestion.landing import LandingZone, S3LandingZone, own_files, scan_landing
     from ml_platform.platform.storage import at_location, s3_resource
@@ -145,7 +146,23 @@ def landing_status(args: argparse.Namespace) -> int:
             )
         for name, reason in refused.items():
             print(f"error: {zone.path_for(name)} is refused: {reason}", file=sys.stderr)
-    return 1 if scan.problems or refused else 0
+        late: list[str] = []
+        if contract.freshness is not None:
+            import dagster as dg
+
+            from ml_platform.automation.freshness import day_freshness, status_line, watched_days
+
+            now = dt.datetime.now(dt.UTC)
+            statuses = []
+            # Days past the dataset's last partition, or long ago, need no instance to judge.
+            if watched_days(contract, now):
+                with dg.DagsterInstance.get() as instance:
+                    statuses = day_freshness(contract, zone, instance, now)
+            late = [status_line(s, str(zone.path_for(""))) for s in statuses if s.late]
+            print(f"{len(late)} late day(s) (docs/runbook.md#data-did-not-arrive)")
+            for line in late:
+                print(f"late: {line}")
+    return 1 if scan.problems or refused or late else 0
 
 
 def day_outcome(result: "dg.ExecuteInProcessResult", dataset: str) -> tuple[str, bool]:
