@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform_tests.conftest import REPO, free_port
-from ml_platform_tests.services import moto_s3, s3_test_client
+from ml_platform_tests.services import HeldLog, held_log, moto_s3, s3_test_client
 from ml_platform_tests.test_automation_integration import Stack, created
 from ml_platform_tests.test_security import secret_findings
 
@@ -33,6 +34,9 @@ pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
 SYNTHETIC = load_contract("synthetic")
 BUCKET = "ml-platform-data"
+HOLD_NOTHING = "\0"  # no record holds this
+# The second step of a day beginning (Dagster's message for the event it records).
+VALIDATED_DATA_START = " - synthetic__validated_data - STEP_START - "
 # The prefixes of deploy/iam-policy.json.
 LANDING, LAKE, COMPUTE_LOGS = "landing/", "lake/", "compute-logs"
 DAILY_JOB = "synthetic_daily_pipeline_job"
@@ -86,11 +90,16 @@ def git_state() -> str:
 class ProductionStack(Stack):
     """Code server, webserver and daemon on the production instance config (one machine)."""
 
-    def __init__(self, tmp_path: Path, s3_endpoint: str, postgres):
+    def __init__(self, tmp_path: Path, s3_endpoint: str, postgres, sink: HeldLog):
         self.tmp = tmp_path
+        self.sink = sink
         home = tmp_path / "dagster_home"
         home.mkdir()
-        (home / "dagster.yaml").write_text((REPO / "deploy/local/dagster.yaml").read_text())
+        # The production config, whose runs also send their records to `sink`: a test holds a
+        # run at a chosen event there.
+        config = yaml.safe_load((REPO / "deploy/local/dagster.yaml").read_text())
+        config["python_logs"]["dagster_handler_config"]["handlers"]["sink"] = sink.handler()
+        (home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         (tmp_path / "tmp").mkdir()
         self.home = home
         self.postgres = postgres
@@ -199,9 +208,10 @@ def production(tmp_path_factory, postgres):
     """One stack for the module: starting it costs a minute, the tests below share it."""
     tmp_path = tmp_path_factory.mktemp("production")
     before = git_state()
-    with moto_s3() as endpoint:
+    # Holds nothing until a test names the record to hold.
+    with moto_s3() as endpoint, held_log(HOLD_NOTHING) as sink:
         database = postgres.database(f"dagster_{secrets.token_hex(4)}")
-        stack = ProductionStack(tmp_path, endpoint, database)
+        stack = ProductionStack(tmp_path, endpoint, database, sink)
         try:
             stack.start()
             stack.wait_for(lambda: stack.graphql("{ version }"), 180, "the webserver")
@@ -293,11 +303,15 @@ def test_a_postgres_outage_mid_run_ends_the_run_and_the_rerun_succeeds(productio
         new = [r for r in stack.runs(pipelineName=DAILY_JOB) if r["runId"] not in earlier]
         return new[0] if new and new[0]["status"] == "STARTED" else None
 
+    # The run is held inside its steps (raw_data stored, validated_data starting) while the
+    # database goes down, so the outage is certain to meet it.
+    stack.sink.hold = VALIDATED_DATA_START
     interrupted = stack.wait_for(started, 120, "the run of the new day to start")
-    time.sleep(3)  # the run is inside its steps, writing events and lake objects
+    stack.sink.wait_held(stack.procs[-1], 240, stack.output)
     stopped_at = time.time()
     stack.postgres.stop("fast")
-    time.sleep(10)
+    stack.sink.released.set()
+    time.sleep(10)  # the outage's length: the run writes events and lake objects meanwhile
     stack.postgres.start()
 
     def ended() -> str | None:
