@@ -1,25 +1,21 @@
-"""`dg` from the repository root, the run environment without the dev tools, and what the
-Makefile's start command prints before the UI is up.
+"""`dg` from the repository root, and the run environment without the dev tools.
+
+What `make run` prints before the UI is up (no Dagster warning) is checked by
+test_integration.py's `make run` test.
 """
 
-import contextlib
 import json
 import os
-import queue
 import re
-import signal
 import subprocess
 import sys
-import threading
-import time
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from ml_platform.definitions import defs
-from ml_platform_tests.conftest import REPO, free_port
-from ml_platform_tests.services import living_in_group
+from ml_platform_tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
 UV = REPO / ".tools" / "bin" / "uv"
@@ -124,50 +120,3 @@ def test_a_fresh_run_environment_holds_no_dev_tool_and_runs_the_platform(tmp_pat
         ran = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert ran.returncode == 0, f"{command}: {ran.stderr}"
     assert "materialize" in ran.stdout
-
-
-@pytest.mark.integration
-def test_make_serve_prints_no_dagster_warning_before_the_ui(instance_env, tmp_path):
-    port = free_port()
-    # As on a fresh clone: no instance directory yet, `make` creates it and links dagster.yaml.
-    fresh = {**instance_env, "DAGSTER_HOME": str(tmp_path / "fresh_home")}
-    serve = subprocess.Popen(
-        ["make", "--no-print-directory", "serve", f"PORT={port}"],
-        cwd=REPO,
-        env=fresh,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read_output() -> None:
-        for line in serve.stdout:
-            lines.put(line)
-
-    threading.Thread(target=read_output, daemon=True).start()
-    seen: list[str] = []
-    try:
-        # The webserver says it serves only while the dev server runs: the synchronisation point.
-        ui = f"Serving dagster-webserver on http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 240
-        while not any(ui in line for line in seen):
-            assert serve.poll() is None, "".join(seen)
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, "no UI line in 240 s:\n" + "".join(seen)
-            with contextlib.suppress(queue.Empty):
-                seen.append(lines.get(timeout=min(remaining, 1.0)))
-    finally:
-        # Ctrl-C, as a person stops it; then nothing of its group is left behind.
-        os.killpg(serve.pid, signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            serve.wait(timeout=30)
-        if living_in_group(serve.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(serve.pid, signal.SIGKILL)
-    before_ui = "".join(seen)
-    assert '/.venv/bin/dg" dev' in before_ui, before_ui
-    assert "SupersessionWarning" not in before_ui, before_ui
-    assert "Found a dagster instance configuration" not in before_ui, before_ui
-    assert "WARNING" not in before_ui and "Warning:" not in before_ui, before_ui

@@ -237,6 +237,12 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
             if proc.poll() is None or living_in_group(proc.pid):
                 os.killpg(proc.pid, signal.SIGKILL)
     output = (tmp_path / "run.log").read_text()
+    # The UI is served by `dg dev`, and Dagster warns of nothing before it: no superseded
+    # command, no instance configuration found beside the one DAGSTER_HOME names.
+    ui = output.index(f"Serving dagster-webserver on http://127.0.0.1:{port}")
+    assert '/.venv/bin/dg" dev' in output[:ui]
+    assert "SupersessionWarning" not in output[:ui], output[:ui][-3000:]
+    assert "Found a dagster instance configuration" not in output[:ui], output[:ui][-3000:]
     assert "2013-01-02 flights_2013-01-02.csv: 943 rows written" in output
     assert "landing 3 day(s) of synthetic" in output
     assert "Dagster services shut down" in output
