@@ -31,6 +31,7 @@ from ml_platform.automation.alerts import Alert, Notifier, evaluate_run
 from ml_platform.platform.settings import Settings
 from ml_platform.troubleshooting.classify import (
     CODE_BUG,
+    CONFIGURATION,
     DATA,
     DEPENDENCY_MISMATCH,
     FAILURE_CLASS_TAG,
@@ -468,7 +469,7 @@ def test_a_missing_landed_file_is_a_recorded_verdict_alerted_as_its_failed_check
     assert alert.runbook == "docs/runbook.md#rejected-day"
 
 
-def test_classifier_tells_the_five_classes_apart():
+def test_classifier_tells_the_six_classes_apart():
     gate = FailedCheck("validated_data", "gx_validity", "ERROR", "3 rows out of range")
     warn = FailedCheck("features", "drift_ks", "WARN", "drift")
     crash = StepFailure("model", "ValueError", "bad shape", user_failure=False)
@@ -488,6 +489,9 @@ def test_classifier_tells_the_five_classes_apart():
     conflict = StepFailure(
         "model", "RuntimeError", "version conflict: numpy 1.26 installed", user_failure=False
     )
+    read_only = StepFailure(
+        "validated_data", "OSError", "[Errno 30] Read-only file system", user_failure=False
+    )
 
     assert classify_failure([crash], [gate]).failure_class == DATA
     assert classify_failure([stop], []).failure_class == DATA
@@ -497,6 +501,7 @@ def test_classifier_tells_the_five_classes_apart():
     assert verdict.failure_class == TRANSIENT_INFRASTRUCTURE
     assert "after 4 attempts" in verdict.reason
     assert classify_failure([conflict], []).failure_class == DEPENDENCY_MISMATCH
+    assert classify_failure([read_only], []).failure_class == CONFIGURATION
     killed = classify_failure([], [], "run worker exited with code 137")
     assert killed.failure_class == RESOURCE_EXHAUSTION
     assert classify_failure([crash], [warn]).failure_class == CODE_BUG
