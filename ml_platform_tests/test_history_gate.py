@@ -201,7 +201,12 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     failures = check.metadata["history_failures"].value
     assert failures["labelled_share(delayed)"]["today"] == 0.0
     assert failures["labelled_share(delayed)"]["history_min"] > 0.95
-    assert failures["labelled_share(delayed)"]["reference_days"] == GOOD_DAYS
+    # The reference days are named once, and every statistic judged is in the table.
+    assert check.metadata["history_reference_days"].value == GOOD_DAYS
+    assert check.description.count(GOOD_DAYS[0]) == 1
+    table = {r.data["statistic"]: r.data for r in check.metadata["history_table"].value.records}
+    assert table["labelled_share(delayed)"]["verdict"] == "outside"
+    assert table["row_count"]["verdict"] == "within"
     # The day stops at its gate: it is recorded rejected, no asset after it accepts the day
     # (features has no accepted input, the model's window lacks its own day), nothing is
     # stored for it, no model, and the champion is unchanged.

@@ -266,7 +266,9 @@ def describe(report: DriftReport, contract: Contract) -> str:
             f"No drift on {report.partition} in {len(report.tested)} tested feature(s) "
             f"{where}.{nearest}{held}{missing}"
         )
-    drifted = "; ".join(_short(v) + f", {v.change}" for v in report.drifting)
+    # The worst first (furthest past its threshold), then one line per further feature.
+    worst, *others = sorted(report.drifting, key=lambda v: -(v.effect or 0.0) / v.threshold)
+    further = "".join(f"\n- {_short(v)}, {v.change}" for v in others)
     if spec.mode == "baseline":
         action = (
             "if the change is expected and lasting, retrain the model on data that has it and "
@@ -289,7 +291,8 @@ def describe(report: DriftReport, contract: Contract) -> str:
     alone = f" {why[:1].upper()}{why[1:]}." if why else ""
     return (
         f"{len(report.drifting)} of {len(report.tested)} feature(s) drifted on "
-        f"{report.partition} {where}: {drifted}. Check the upstream source of "
+        f"{report.partition} {where}, most {_short(worst)}, {worst.change}.{further}\n"
+        f"Check the upstream source of "
         f"{'this feature' if len(report.drifting) == 1 else 'these features'} for a change; "
         f"{action}.{stops}{held}{alone}{missing}"
     )

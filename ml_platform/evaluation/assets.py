@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
@@ -20,6 +21,7 @@ from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     BASELINE_STRATEGY,
     ELIGIBLE,
+    HeldOutRows,
     Verdict,
     improvement,
     judge_candidate,
@@ -31,7 +33,13 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
+from ml_platform.platform.steps import (
+    DataVerdict,
+    daily_backfill_policy,
+    daily_check_spec,
+    each_day,
+)
+from ml_platform.platform.steps import Verdict as DayVerdict
 from ml_platform.platform.storage import FORMAT_KEY
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
@@ -111,6 +119,16 @@ def build_evaluation_report(
             except ValueError as exc:
                 # The model and its window disagree: only rematerialising the model fixes that.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
+            unscorable = non_finite_predictions(model, holdout)
+            if unscorable:
+                # No metric exists for an infinite prediction, and waiting will not change it.
+                raise DataVerdict(
+                    DayVerdict.TRAINING_DATA,
+                    f"{name} {day}: the candidate cannot be scored: {unscorable}. Such values "
+                    "are far outside anything the model learnt from: bound the column in the "
+                    "contract (columns[].min / max) so the gate rejects them, fix the file "
+                    "upstream and re-land the day.",
+                )
             candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
             baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
             verdict = judge_candidate(contract, candidate, baseline)
@@ -167,6 +185,31 @@ def build_evaluation_report(
         yield from each_day(context, day_of_evaluation_report, model=model, features=features)
 
     return _evaluation_report
+
+
+def non_finite_predictions(model: TrainedModel, holdout: pd.DataFrame | HeldOutRows) -> str:
+    """What makes the model's predictions on held-out rows infinite or NaN; '' when none is.
+
+    A finite but extreme input (1e308 in a column the contract leaves unbounded) overflows a
+    prediction, which no metric can score: named here, with the input that caused it.
+    """
+    frames = holdout.chunks() if isinstance(holdout, HeldOutRows) else iter([holdout])
+    bad, total, worst = 0, 0, (0.0, "")
+    for frame in frames:
+        predicted, score = model.predictions(frame)
+        rows = ~(np.isfinite(predicted.astype("float64")) & np.isfinite(score))
+        bad, total = bad + int(rows.sum()), total + len(frame)
+        if rows.any():
+            inputs = frame.loc[rows, model.features].select_dtypes("number").abs()
+            if not inputs.empty:
+                feature = str(inputs.max().idxmax())
+                value = float(frame.loc[rows, feature].abs().max())
+                worst = max(worst, (value, feature))
+    if not bad:
+        return ""
+    value, feature = worst
+    largest = f" (largest input: |{feature}| = {value:.3g})" if feature else ""
+    return f"its predictions on {bad} of {total} held-out rows are not finite{largest}"
 
 
 def verdict_check(verdict: Verdict, version: str | None = None) -> dg.AssetCheckResult:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
+from ml_platform.evaluation.assets import non_finite_predictions
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.steps import (
@@ -48,6 +49,7 @@ DECAY_CHECK = "champion_decay"
 SCORED = "scored"
 NO_CHAMPION = "no_champion"
 NO_LABELLED_ROWS = "no_labelled_rows"
+UNSCORABLE = "predictions_not_finite"
 
 
 def threshold_results(
@@ -104,9 +106,16 @@ def champion_record(
             "note": f"{day} has no labelled rows yet: champion {champion_version} not scored",
         }
     spec = contract.evaluation
-    scores = score_model(
-        load(champion_version), rows, spec.bootstrap_samples, contract.training.random_seed
-    )
+    champion = load(champion_version)
+    unscorable = non_finite_predictions(champion, rows)
+    if unscorable:
+        # No metric exists for an infinite prediction: the day is told, not scored.
+        return {
+            **record,
+            "status": UNSCORABLE,
+            "note": f"champion {champion_version} cannot be scored on {day}: {unscorable}",
+        }
+    scores = score_model(champion, rows, spec.bootstrap_samples, contract.training.random_seed)
     thresholds = threshold_results(scores.values, spec.value_thresholds)
     meets = all(t["met"] for t in thresholds.values())
     return {
@@ -194,6 +203,19 @@ def decay_check(
             severity=dg.AssetCheckSeverity.WARN,
             description=description,
             metadata={**metadata, "days": ", ".join(days)},
+        )
+    if record["status"] == UNSCORABLE:
+        return dg.AssetCheckResult(
+            check_name=DECAY_CHECK,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=(
+                f"{record['note']}. The day's values are far outside anything the champion "
+                "learnt from: bound the column in the contract (columns[].min / max) so the "
+                "gate rejects them, fix the file upstream and re-land the day. A day without "
+                "a score breaks a decay streak."
+            ),
+            metadata=metadata,
         )
     if record["status"] != SCORED:
         description = f"{record['note']}; a day without a score breaks a decay streak."

@@ -254,9 +254,17 @@ def delivery_failed_result(file_name: str, reason: str) -> dg.AssetCheckResult:
 
 
 def schema_change_result(
-    current: dg.TableSchema, previous: dg.TableSchema | None, previous_day: str, where: str
+    current: dg.TableSchema,
+    previous: dg.TableSchema | None,
+    previous_day: str,
+    where: str,
+    rows: int,
 ) -> dg.AssetCheckResult:
-    """Warn when a day's columns differ from the previous day's: new, missing or retyped."""
+    """Warn when a day's columns differ from the previous day's: new, missing or retyped.
+
+    A file of `rows` 0 (a header alone) has no values to read types from: only the names of
+    its columns are compared, and the description says so.
+    """
     if previous is None:
         return dg.AssetCheckResult(
             check_name=SCHEMA_CHANGE_CHECK,
@@ -268,7 +276,9 @@ def schema_change_result(
     now = {c.name: c.type for c in current.columns}
     new = [c for c in now if c not in before]
     missing = [c for c in before if c not in now]
-    retyped = {c: f"{before[c]} -> {now[c]}" for c in now if c in before and now[c] != before[c]}
+    retyped = {
+        c: f"{before[c]} -> {now[c]}" for c in now if rows and c in before and now[c] != before[c]
+    }
     changes = []
     if new:
         changes.append(f"new column(s) {', '.join(new)}")
@@ -284,6 +294,9 @@ def schema_change_result(
             "upstream owner whether the change is intended before it reaches the model."
             if changes
             else f"{where}: same columns and types as {previous_day}."
+            if rows
+            else f"{where}: the file holds no rows, so its columns have no types to compare; "
+            f"same column names as {previous_day}."
         ),
         metadata={"new_columns": new, "missing_columns": missing, "retyped_columns": retyped},
     )
@@ -382,7 +395,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             schema = table_schema(frame)
             previous_day, previous = previous_column_schema(context, contract, day)
             previous = schemas.get(previous_day, previous)
-            yield schema_change_result(schema, previous, previous_day, where)
+            yield schema_change_result(schema, previous, previous_day, where, len(frame))
             rejected = rejected_key(contract, day, context.run.run_id)
             check = schema_check_result(
                 frame, contract, file_name, day, keep=lambda: keep_rejected(lake, rejected, frame)

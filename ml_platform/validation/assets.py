@@ -39,6 +39,7 @@ from ml_platform.validation.expectations import (
     CHECKS,
     HISTORY,
     SAMPLE_ROWS,
+    Failure,
     GateReport,
     json_bytes,
     quality_gate,
@@ -46,10 +47,13 @@ from ml_platform.validation.expectations import (
     result_bytes,
 )
 from ml_platform.validation.history import (
+    HISTORY_TABLE_COLUMNS,
     PROFILE_KEY,
     HistoryWindow,
     day_profile,
+    findings_text,
     gated_statistics,
+    history_table,
     history_window,
 )
 from ml_platform.validation.range_gate import (
@@ -81,6 +85,29 @@ def quarantine_allowed(contract: Contract, report: GateReport) -> bool:
     return policy.policy == "quarantine" and share <= policy.max_fraction
 
 
+def ordered(failures: list[Failure]) -> list[Failure]:
+    """Failures worst first.
+
+    History findings by `Finding.sort_key`; the others table-level (columns, types, row count)
+    first, then by the rows they affect.
+    """
+    return sorted(
+        failures,
+        key=lambda f: (
+            (0, *f.finding.sort_key()) if f.finding else (1, f.row_level, -f.unexpected_count)
+        ),
+    )
+
+
+def findings_description(failures: list[Failure], history: HistoryWindow | None) -> str:
+    """The worst failure in one sentence, then one short line per further failure."""
+    findings = [f.finding for f in failures if f.finding is not None]
+    if history is not None and findings and len(findings) == len(failures):
+        return findings_text(findings, history)
+    first, *rest = ordered(failures)
+    return "\n".join([first.sentence, *(f"- {f.sentence}" for f in rest)])
+
+
 def history_description(
     contract: Contract, report: GateReport, where: str, history: HistoryWindow | None
 ) -> str:
@@ -99,22 +126,37 @@ def history_description(
             f"{where}: all {judged} history statistics are within their bounds from "
             f"{history.note()}."
         )
-    sentences = " ".join(f.sentence for f in failures)
+    spec = contract.quality.history
     return (
-        f"{where}: {sentences} If the file is broken or incomplete, fix it upstream and re-land "
-        "it. If the change is real and lasting, tune quality.history in the contract: raise "
-        f"`spread` (now {contract.quality.history.spread}), `share_floor` (now "
-        f"{contract.quality.history.share_floor}) or `count_floor` (now "
-        f"{contract.quality.history.count_floor}), or leave the statistic out of `statistics`. "
-        "A failed day never becomes history, so until then every later day is judged against "
-        "the old normal."
+        f"{where}: {findings_description(failures, history)}\n"
+        f"{history.reference_line()} Every statistic is in the metadata (history_table).\n"
+        "If the file is broken or incomplete, fix it upstream and re-land it. If the change is "
+        f"real and lasting, tune quality.history in the contract (spread {spec.spread}, "
+        f"share_floor {spec.share_floor}, count_floor {spec.count_floor}) or leave the "
+        "statistic out of `statistics`: a failed day never becomes history."
     )
 
 
-def history_metadata(report: GateReport, history: HistoryWindow | None) -> dict[str, Any]:
-    """The numbers behind the history check: reference days and each failed statistic's."""
+def history_metadata(
+    report: GateReport, history: HistoryWindow | None, profile: dict[str, float | None] | None
+) -> dict[str, Any]:
+    """The numbers behind the history check: reference days, each statistic and each failure.
+
+    `profile` is the day's own (`day_profile`), for the table of every statistic judged.
+    """
     if history is None:
         return {}
+    failures = report.of(HISTORY)
+    table: dict[str, Any] = {}
+    if profile is not None:
+        failed = {f.finding.statistic.key for f in failures if f.finding is not None}
+        rows = history_table(history, profile, failed)
+        table["history_table"] = dg.MetadataValue.table(
+            records=[dg.TableRecord(row) for row in rows],
+            schema=dg.TableSchema(
+                columns=[dg.TableColumn(name, "string") for name in HISTORY_TABLE_COLUMNS]
+            ),
+        )
     return {
         "history_reference_days": history.stored,
         "history_missing_days": [d for d in history.wanted if d not in history.stored],
@@ -122,10 +164,12 @@ def history_metadata(report: GateReport, history: HistoryWindow | None) -> dict[
         "history_statistics_judged": len(history.bounds),
         # An expectation GE could not evaluate has no numbers, only its error.
         "history_failures": {
-            f.details.get("statistic", f"{f.expectation}({f.column})"): f.details
-            or {"error": f.sentence}
-            for f in report.of(HISTORY)
+            f.finding.statistic.key if f.finding else f"{f.expectation}({f.column})": (
+                f.finding.details() if f.finding else {"error": f.sentence}
+            )
+            for f in failures
         },
+        **table,
     }
 
 
@@ -136,6 +180,33 @@ def check_passes(contract: Contract, report: GateReport, name: str) -> bool:
     return not failures or (row_level_only and quarantine_allowed(contract, report))
 
 
+def findings_table(failures: list[Failure]) -> dg.MetadataValue:
+    """Every failed expectation of a check: rule, column, rows affected, examples, in words."""
+    return dg.MetadataValue.table(
+        records=[
+            dg.TableRecord(
+                {
+                    "expectation": f.expectation,
+                    "column": f.column,
+                    "unexpected_rows": f.unexpected_count,
+                    "examples": ", ".join(repr(v) for v in f.unexpected_values),
+                    "finding": f.sentence,
+                }
+            )
+            for f in ordered(failures)
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("expectation", "string"),
+                dg.TableColumn("column", "string"),
+                dg.TableColumn("unexpected_rows", "int"),
+                dg.TableColumn("examples", "string"),
+                dg.TableColumn("finding", "string"),
+            ]
+        ),
+    )
+
+
 def check_results(
     contract: Contract,
     report: GateReport,
@@ -143,28 +214,34 @@ def check_results(
     where: str,
     links: dict[str, dg.MetadataValue],
     history: HistoryWindow | None = None,
+    profile: dict[str, float | None] | None = None,
 ) -> list[dg.AssetCheckResult]:
-    """One blocking check per family of expectations, each saying what failed and where."""
+    """One blocking check per family of expectations, each saying what failed and where.
+
+    `profile` is the day's profile when the history gate is on (its table of statistics).
+    """
     results = []
     for name in CHECKS:
         failures = report.of(name)
         passed = check_passes(contract, report, name)
         rows = sorted({row for f in failures for row in f.rows})
-        sentences = " ".join(f.sentence for f in failures)
-        extra = history_metadata(report, history) if name == HISTORY else {}
+        extra = history_metadata(report, history, profile) if name == HISTORY else {}
+        if failures and name != HISTORY:
+            extra["findings"] = findings_table(failures)
         if name == HISTORY:
             description = history_description(contract, report, where, history)
         elif not failures:
             description = f"{where}: all {name} expectations pass."
         elif passed:
             description = (
-                f"{where}: {sentences} These {len(rows)} row(s) were quarantined with their "
-                "reasons; the day passes because their share is within the contract's limit."
+                f"{where}: {findings_description(failures, None)}\nThese {len(rows)} row(s) "
+                "were quarantined with their reasons; the day passes because their share is "
+                "within the contract's limit."
             )
         else:
             description = (
-                f"{where}: {sentences} Fix the upstream file and re-land it, or change the "
-                "contract if this is the new normal."
+                f"{where}: {findings_description(failures, None)}\nFix the upstream file and "
+                "re-land it, or change the contract if this is the new normal."
             )
         sample = typed.iloc[rows[:SAMPLE_ROWS]] if rows else typed.iloc[0:0]
         results.append(
@@ -190,6 +267,20 @@ def check_results(
             )
         )
     return results
+
+
+def verdict_reason(where: str, checks: list[dg.AssetCheckResult], report: GateReport) -> str:
+    """Why a day failed the gate, short: each failed check's worst finding, in check order."""
+    names = ", ".join(str(c.check_name) for c in checks)
+    worst = []
+    for check in checks:
+        failures = report.of(str(check.check_name))
+        if failures:
+            first = ordered(failures)[0]
+            text = first.finding.line() if first.finding else first.sentence.rstrip(".")
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            worst.append(f"{text}{more}")
+    return f"{where} failed the quality gate ({names}): {'; '.join(worst)}."
 
 
 def raw_rows(lake: LakeStorage, key: str | None) -> int:
@@ -357,26 +448,27 @@ def build_validated_data(
             if not all(check_passes(contract, report, name) for name in CHECKS):
                 # Typing emptied the raw frame; the staged (or published) parse is what failed.
                 links["rejected_parse"] = keep_rejected(lake, rejected, load_raw(day))
-            checks = check_results(contract, report, typed, where, links, history)
+            # The day's profile: the table of its history statistics, and its record as history
+            # if it passes (the screen profiled the same rows already).
+            today = screen_profiles.pop(day, None) if history_on else None
+            if history_on and today is None:
+                today = day_profile(typed, contract)
+            checks = check_results(contract, report, typed, where, links, history, today)
             yield from checks
             failed = [c for c in checks if not c.passed]
             if failed:
-                failed_names = ", ".join(str(c.check_name) for c in failed)
                 raise DataVerdict(
                     Verdict.QUALITY_GATE,
-                    f"{where} failed the quality gate ({failed_names}): "
-                    f"{' '.join(f.sentence for f in report.failures)} An earlier accepted "
-                    "version of the day, if any, is kept with everything after it; the file's "
-                    f"parse is kept at {lake.uri(rejected)}.",
+                    f"{verdict_reason(where, failed, report)} Each check's description has the "
+                    "rest. An earlier accepted version of the day, if any, is kept with "
+                    f"everything after it; the file's parse is kept at {lake.uri(rejected)}.",
                     links,
                 )
             kept = typed.drop(index=sorted(reasons)).reset_index(drop=True) if reasons else typed
             if history_on:
-                # Only a day that passed becomes history for the days after it.
-                # The screen profiled the same rows when none was quarantined.
-                profile = screen_profiles.pop(day, None)
-                if profile is None or reasons:
-                    profile = day_profile(kept, contract)
+                # Only a day that passed becomes history for the days after it: its rows less
+                # any quarantined.
+                profile = day_profile(kept, contract) if reasons or today is None else today
                 step_profiles[day] = profile
                 links[PROFILE_KEY] = dg.MetadataValue.json(profile)
             yield dg.MaterializeResult(

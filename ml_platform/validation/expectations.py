@@ -13,18 +13,21 @@ verdict, so that its vectorised code paths apply.
 import dataclasses
 import functools
 import json
+import sys
 from typing import Any
 
 import pandas as pd
 
-from ml_platform.contracts import Contract
+from ml_platform.contracts import ColumnSpec, Contract
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
 from ml_platform.validation.history import (
+    Finding,
     HistoryWindow,
     Statistic,
     gated_statistics,
+    history_finding,
     history_parameters,
-    history_sentence,
+    window_from_profiles,
 )
 from ml_platform.validation.schema import expected_typed_dtypes
 
@@ -61,6 +64,7 @@ GE_TYPES = {
     "datetime64[ns]": "datetime64[ns]",
 }
 SAMPLE_ROWS = 5
+FLOAT_MAX = sys.float_info.max
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +79,8 @@ class Failure:
     row_level: bool
     rows: list[int]  # positions of offending rows (row-level expectations)
     unexpected_values: list[Any]
-    # The numbers behind a history failure: today's value, the history's range, the bounds.
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # A history failure: today's value, the history's range and the bounds.
+    finding: Finding | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,12 +143,13 @@ def _expectations(contract: Contract) -> list[Any]:
                     column=col.name, mostly=mostly, meta={"check": COMPLETENESS}
                 )
             )
-        if col.min is not None or col.max is not None:
+        bounds = value_bounds(col)
+        if bounds is not None:
             suite.append(
                 e.ExpectColumnValuesToBeBetween(
                     column=col.name,
-                    min_value=col.min,
-                    max_value=col.max,
+                    min_value=bounds[0],
+                    max_value=bounds[1],
                     meta={"check": VALIDITY},
                 )
             )
@@ -173,6 +178,19 @@ def _expectations(contract: Contract) -> list[Any]:
     if contract.quality.history.enabled:
         suite += [_history_expectation(stat) for stat in gated_statistics(contract)]
     return suite
+
+
+def value_bounds(col: ColumnSpec) -> tuple[float | None, float | None] | None:
+    """The range a column's values must fall in; None when any value will do.
+
+    A float column is finite whatever its contract range: a CSV can carry `inf`, which no
+    model can learn from or be scored on, so an unbounded side is the largest finite float.
+    """
+    low, high = col.min, col.max
+    if col.dtype == "float":
+        low = -FLOAT_MAX if low is None else low
+        high = FLOAT_MAX if high is None else high
+    return None if low is None and high is None else (low, high)
 
 
 def whole_value(pattern: str) -> str:
@@ -266,7 +284,10 @@ class QualityGate:
             # scalar under numpy 2 ("np.float64(0.5)") is no number: it would drop the row.
             if r.result and "observed_value" in r.result:
                 r.result["observed_value"] = _plain(r.result["observed_value"])
-        failures = [_failure(r, len(frame), history) for r in result.results if not r.success]
+        # Without a history every history statistic is unbounded, yet GE fails one whose value
+        # it cannot measure (no rows): such a failure is told against an empty history.
+        judged = history if history is not None else window_from_profiles(self.contract, day, {})
+        failures = [_failure(r, len(frame), judged) for r in result.results if not r.success]
         report = GateReport(
             rows=len(frame),
             failures=failures,
@@ -314,7 +335,12 @@ def _what(kind: str, kwargs: dict) -> str:
         tolerated = 1.0 - kwargs.get("mostly", 1.0)
         return "are missing" + (f" (tolerated: {tolerated:.1%})" if tolerated > 0 else "")
     if kind == "expect_column_values_to_be_between":
-        low, high = kwargs.get("min_value"), kwargs.get("max_value")
+        low, high = (
+            "the largest finite float" if isinstance(v, float) and abs(v) == FLOAT_MAX else v
+            for v in (kwargs.get("min_value"), kwargs.get("max_value"))
+        )
+        if low == high == "the largest finite float":
+            return "are not finite numbers"
         return f"are outside [{low}, {high}]"
     if kind == "expect_column_values_to_be_in_set":
         return "are not among the contract's allowed values"
@@ -334,10 +360,10 @@ def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> F
     raised = bool(result.exception_info and result.exception_info.get("raised_exception"))
     if check == HISTORY and history is not None and not raised:
         observed = info.get("observed_value")
-        sentence, details = history_sentence(
-            history, config.meta["statistic"], None if observed is None else float(observed)
+        finding = history_finding(
+            history, config.meta["statistic"], None if observed is None else float(observed), total
         )
-        return Failure(check, kind, column, sentence, 0, False, [], [], details)
+        return Failure(check, kind, column, f"{finding.line()}.", 0, False, [], [], finding)
     if raised:
         message = result.exception_info.get("exception_message")
         return Failure(

@@ -235,6 +235,16 @@ class HistoryWindow:
             )
         return f"{len(self.stored)} reference days ({self.reference}: {', '.join(self.stored)})"
 
+    def reference_line(self) -> str:
+        """The reference days, named once in a description."""
+        stored = ", ".join(self.stored) or "none"
+        if self.too_short:
+            return (
+                f"Reference days: {len(self.stored)} of the {self.needed} needed are stored "
+                f"({self.reference}: {stored}), too few to bound the statistics yet."
+            )
+        return f"Reference days: {len(self.stored)} ({self.reference}: {stored})."
+
 
 def window_from_profiles(
     contract: Contract, day: str, profiles: dict[str, dict[str, float | None]]
@@ -282,29 +292,146 @@ def history_parameters(
     return parameters
 
 
-def history_sentence(
-    window: HistoryWindow, key: str, observed: float | None
-) -> tuple[str, dict[str, Any]]:
-    """A failed history statistic in words and numbers; `observed` is GE's observed value."""
+# The order findings are told in: a statistic before those that follow from it (no rows: no
+# null share; no label: no positive rate), so the first one named is the one to fix.
+KIND_ORDER: tuple[HistoryStatistic, ...] = (
+    "row_count",
+    "labelled_share",
+    "null_share",
+    "positive_rate",
+    "distinct_count",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A history statistic of the day outside its bounds, or undefined where GE needed a value.
+
+    `rows` is the day's row count, which says why a value is undefined. `bound` is None when
+    the history gave the statistic no bounds (too short, or undefined on too many reference
+    days): only an undefined value fails then.
+    """
+
+    statistic: Statistic
+    today: float | None
+    bound: Bound | None
+    rows: int
+
+    @property
+    def undefined_because(self) -> str:
+        """Why today's value is undefined (only meaningful when it is)."""
+        if self.rows == 0:
+            return "the day has no rows"
+        if self.statistic.kind == "positive_rate":
+            return "no row has a label"
+        return "GE measured no value"
+
+    def allowed(self) -> str:
+        """The range today's value had to fall in, in words."""
+        stat, bound = self.statistic, self.bound
+        if bound is None:
+            return "any defined value (the history gives it no bounds yet)"
+        return f"{stat.show(bound.low)} to {stat.show(bound.high)}"
+
+    def sort_key(self) -> tuple[int, bool, float]:
+        """Kind first (see KIND_ORDER), then the farthest outside its bounds."""
+        excess = 0.0
+        if self.today is not None and self.bound is not None:
+            width = max(self.bound.high - self.bound.low, 1e-12)
+            outside = max(self.bound.low - self.today, self.today - self.bound.high, 0.0)
+            excess = outside / width
+        return KIND_ORDER.index(self.statistic.kind), self.today is None, -excess
+
+    def headline(self, window: HistoryWindow) -> str:
+        """The finding as the sentence a description opens with."""
+        stat, bound = self.statistic, self.bound
+        if self.today is None:
+            return (
+                f"{stat.describe()} is undefined today: {self.undefined_because}; "
+                f"allowed: {self.allowed()}."
+            )
+        history = (
+            f" (they ranged {stat.show(bound.history_min)} to {stat.show(bound.history_max)})"
+            if bound is not None
+            else ""
+        )
+        return (
+            f"{stat.describe()} is {stat.show(self.today)} today, outside the {self.allowed()} "
+            f"its {len(window.stored)} reference days allow{history}."
+        )
+
+    def line(self) -> str:
+        """The finding as one short line after the headline."""
+        why = f" ({self.undefined_because})" if self.today is None else ""
+        return (
+            f"{self.statistic.describe()} is {self.statistic.show(self.today)} today{why}, "
+            f"allowed {self.allowed()}"
+        )
+
+    def details(self) -> dict[str, Any]:
+        """The numbers behind the finding, for the check's metadata."""
+        bound = self.bound
+        return {
+            "statistic": self.statistic.key,
+            "column": self.statistic.column,
+            "today": self.today,
+            "history_min": None if bound is None else bound.history_min,
+            "history_max": None if bound is None else bound.history_max,
+            "low": None if bound is None else bound.low,
+            "high": None if bound is None else bound.high,
+        }
+
+
+def history_finding(window: HistoryWindow, key: str, observed: float | None, rows: int) -> Finding:
+    """A failed history expectation as a finding; `observed` is GE's observed value.
+
+    Total over what GE can report: an undefined value (no rows, no labelled row) and a
+    statistic the history gave no bounds (GE fails an unbounded expectation whose value it
+    cannot measure) are findings like any other.
+    """
     stat = window.statistics[key]
-    bound = window.bounds[key]
-    today = stat.from_ge(observed)
-    sentence = (
-        f"{stat.describe()} is {stat.show(today)} today; over {window.note()} it ranged "
-        f"{stat.show(bound.history_min)} to {stat.show(bound.history_max)}, so the gate "
-        f"allowed {stat.show(bound.low)} to {stat.show(bound.high)}."
-    )
-    details = {
-        "statistic": key,
-        "column": stat.column,
-        "today": today,
-        "history_min": bound.history_min,
-        "history_max": bound.history_max,
-        "low": bound.low,
-        "high": bound.high,
-        "reference_days": window.stored,
-    }
-    return sentence, details
+    # GE measures the share of present values of no rows as 0: no share exists without rows.
+    today = None if rows == 0 and stat.is_share else stat.from_ge(observed)
+    return Finding(stat, today, window.bounds.get(key), rows)
+
+
+def findings_text(findings: Sequence[Finding], window: HistoryWindow) -> str:
+    """The worst finding in one sentence, then one short line per further finding."""
+    first, *rest = sorted(findings, key=Finding.sort_key)
+    return "\n".join([first.headline(window), *(f"- {finding.line()}" for finding in rest)])
+
+
+HISTORY_TABLE_COLUMNS = ("statistic", "today", "history", "allowed", "verdict")
+
+
+def history_table(
+    window: HistoryWindow, profile: dict[str, float | None], failed: set[str]
+) -> list[dict[str, Any]]:
+    """Every judged statistic of the day: today's value, its history, bounds and verdict."""
+    rows = []
+    for key, stat in window.statistics.items():
+        bound = window.bounds.get(key)
+        today = profile.get(key)
+        if key in failed:
+            verdict = "outside"
+        elif bound is None:
+            verdict = "not judged (no bounds)"
+        else:
+            verdict = "within"
+        rows.append(
+            {
+                "statistic": key,
+                "today": stat.show(today),
+                "history": "-"
+                if bound is None
+                else f"{stat.show(bound.history_min)} to {stat.show(bound.history_max)}",
+                "allowed": "-"
+                if bound is None
+                else f"{stat.show(bound.low)} to {stat.show(bound.high)}",
+                "verdict": verdict,
+            }
+        )
+    return rows
 
 
 # The validated_data metadata entry holding the profile of a day that passed the gate: the

@@ -37,6 +37,7 @@ from ml_platform.validation.expectations import (
     QualityGate,
     ge_frame,
     quality_gate,
+    value_bounds,
     whole_value,
 )
 from ml_platform.validation.history import (
@@ -183,10 +184,11 @@ class RangeScreen:
         for col in contract.columns:
             if not col.nullable and col.name not in self.tolerated:
                 rows.append(e.ExpectColumnValuesToNotBeNull(column=col.name))
-            if col.min is not None or col.max is not None:
+            bounds = value_bounds(col)
+            if bounds is not None:
                 rows.append(
                     e.ExpectColumnValuesToBeBetween(
-                        column=col.name, min_value=col.min, max_value=col.max
+                        column=col.name, min_value=bounds[0], max_value=bounds[1]
                     )
                 )
             if col.allowed_values is not None:
@@ -318,13 +320,10 @@ class RangeScreen:
             if len(frame)
         }
         # A statistic the day does not define (no labelled row) is judged by the day's own
-        # validation when it has bounds: the screen's pair would leave it out.
+        # validation, bounded or not (GE fails a value it cannot measure): the screen's pair
+        # would leave it out.
         judged = [
-            day
-            for day, rows in table.items()
-            if not any(
-                value is None and (low, high) != (None, None) for _, value, low, high in rows
-            )
+            day for day, rows in table.items() if not any(value is None for _, value, _, _ in rows)
         ]
         if not judged:
             return set(), None

@@ -326,6 +326,8 @@ def local_event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract
         if p.hhmm is not None:
             hhmm = typed[p.hhmm].astype("float64")
             dates += pd.to_timedelta(hhmm // 100 * 60 + hhmm % 100, unit="min")
+        # A year nanosecond times cannot hold (0, 99999) names no day either: no event time.
+        dates = dates.where((dates >= pd.Timestamp.min) & (dates <= pd.Timestamp.max))
         return dates.astype("datetime64[ns]")
     assert spec.column is not None
     source = _parse_times(raw[spec.column], "raise")
