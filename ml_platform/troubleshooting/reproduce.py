@@ -234,19 +234,13 @@ class InputRead:
             return f"{self.name} was stored when the run read it ({_by(self.read)}); it is gone"
         if self.read.storage_id == self.stored.storage_id:
             return None
-        before, now = _data_version(self.read), _data_version(self.stored)
-        if before is not None and before == now:
-            return None  # rewritten since with the same data (same data version)
+        # Another materialisation is another file of the lake, whatever its data version says:
+        # Dagster derives that from the code version and the upstream assets' versions, so a
+        # day landed again (raw_data reads the landing zone, no asset) keeps the same one.
         return (
-            f"{self.name} changed since the run read it: it read data version {before or '?'} "
-            f"({_by(self.read)}), the lake now holds {now or '?'} ({_by(self.stored)})"
+            f"{self.name} changed since the run read it: it read the version "
+            f"{_by(self.read)}, the lake now holds the one {_by(self.stored)}"
         )
-
-
-def _data_version(record: dg.EventLogRecord) -> str | None:
-    materialization = record.asset_materialization
-    tags = materialization.tags if materialization else None
-    return tags.get("dagster/data_version") if tags else None
 
 
 def _by(record: dg.EventLogRecord | None) -> str:
@@ -514,9 +508,13 @@ def reproduce(
         from ml_platform.definitions import build_definitions
 
         scaled, note = scaled_contract(contract, sample_rows / largest)
+        # The scaled contract's assets on the caller's resources: the lake and landing zone
+        # the run used, wherever `defs` put them.
+        resources = dict(defs.resources or {})
         defs = build_definitions(scaled)
         python_logger.info(note)
-    resources = dict(defs.resources or {})
+    else:
+        resources = dict(defs.resources or {})
     lake = resources.get("lake")
     io_manager = resources.get("io_manager")
     if not isinstance(lake, LakeStorage) or not isinstance(io_manager, LakeIOManager):
