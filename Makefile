@@ -88,14 +88,22 @@ system-packages:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
+# Everything but the integration tests runs on the machine's cores (pytest-xdist; each test has
+# its own temporary instance and lake); the integration tests, which start servers, daemons and
+# browsers and wait on them, run one at a time after. Both layers run whatever the first gives.
+PARALLEL := -n auto --maxprocesses=4
+
 test: lint system-packages
-	.venv/bin/pytest -ra --durations=15
+	status=0; \
+	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
+	.venv/bin/pytest -ra --durations=15 -m integration || status=$$?; \
+	exit $$status
 
 # The unit layer, for the edit-test loop (about 2 minutes): pure functions, sensors and schedules
 # ticked in-process, S3 against moto's server. Modules that run days of the real graph or start
 # processes are marked `slow` or `integration` and run only in `make test`.
 test-fast: env
-	.venv/bin/pytest -ra -m "not integration and not slow"
+	.venv/bin/pytest -ra $(PARALLEL) -m "not integration and not slow"
 
 clean:
 	rm -rf .venv .tools .dagster_home data
