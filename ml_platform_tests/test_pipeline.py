@@ -71,6 +71,11 @@ def test_three_consecutive_days_materialise_every_asset(platform_for, dataset, d
     assert last["window"] == days  # three days in, the window holds all three
     for value in last["metrics"].values():
         assert not isinstance(value, float) or pd.notna(value)
+    # The UI shows each metric to 4 significant digits; the stored report keeps full precision.
+    for metric in metrics:
+        shown, full = report[metric].value, last["metrics"][metric]
+        assert shown == float(f"{shown:.4g}") and shown == pytest.approx(full, rel=5e-4), metric
+    assert any(value != float(f"{value:.4g}") for value in last["metrics"].values())
 
 
 def test_flights_labels_and_features_follow_the_contract(platform_for):

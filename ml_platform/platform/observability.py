@@ -23,11 +23,16 @@ def readable(value: float) -> float:
 
 
 def readable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """`metadata` with its plain float values `readable`; structured values are left whole."""
-    return {
-        key: readable(value) if isinstance(value, float) else value
-        for key, value in metadata.items()
-    }
+    """`metadata` with its float values `readable`; structured values are left whole."""
+
+    def shown(value: Any) -> Any:
+        if isinstance(value, float):
+            return readable(value)
+        if isinstance(value, dg.FloatMetadataValue) and value.value is not None:
+            return dg.MetadataValue.float(readable(value.value))
+        return value
+
+    return {key: shown(value) for key, value in metadata.items()}
 
 
 def table_schema(frame: pd.DataFrame) -> dg.TableSchema:
