@@ -283,12 +283,12 @@ def materialize(args: argparse.Namespace) -> int:
     from ml_platform.automation.day_writers import (
         cli_run_tags,
         overlapping,
-        started_by,
         wait_for_other_writers,
     )
     from ml_platform.definitions import DAILY_JOB, build_definitions
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.platform.records import done_days
+    from ml_platform.platform.writers import started_by
     from ml_platform.troubleshooting.rejected import rerun_command
 
     settings = Settings()

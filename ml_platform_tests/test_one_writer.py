@@ -24,17 +24,16 @@ import dagster as dg
 import pytest
 import yaml
 
-from ml_platform.automation.day_writers import (
+from ml_platform.automation.day_writers import cli_run_tags, other_writers, overlapping
+from ml_platform.contracts import load_contract
+from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform.platform.writers import (
     CLI_PROCESS_TAG,
-    cli_run_tags,
-    other_writers,
-    overlapping,
+    DATASET_PARTITION_TAG,
+    earlier_writers,
     record_dead_cli_runs,
     started_by,
 )
-from ml_platform.automation.jobs import DATASET_PARTITION_TAG
-from ml_platform.contracts import load_contract
-from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform_tests.conftest import REPO
 from ml_platform_tests.services import DagsterProcesses, held_log
 
@@ -238,3 +237,124 @@ def test_materialize_of_a_day_waits_for_the_launched_run_of_that_day(tmp_path):
         launched_end = first_event(instance, launched.run_id, dg.DagsterEventType.RUN_SUCCESS)
         own_start = first_event(instance, own.run_id, dg.DagsterEventType.RUN_START)
     assert launched_end <= own_start
+
+
+def messages(instance: dg.DagsterInstance, run_id: str) -> list[tuple[float, str]]:
+    """(timestamp, message) of each record a run logged."""
+    return [
+        (r.timestamp, r.event_log_entry.user_message)
+        for r in instance.get_records_for_run(run_id).records
+    ]
+
+
+@pytest.mark.integration
+def test_a_run_launched_while_materialize_runs_the_day_waits_in_its_steps(tmp_path):
+    # The reverse: the command's run executes (paused inside raw_data by the log sink) when a
+    # run of the day is launched without the day's tag, as the UI or a backfill's range does,
+    # which the queue does not hold. Its first step waits for the command's run.
+    with held_log(RAW_DATA_START) as sink:
+        daemon = Daemon(tmp_path, sink.handler())
+        daemon.start(webserver=False)
+        err_path = tmp_path / "materialize.err"
+        try:
+            with (tmp_path / "materialize.out").open("w") as out, err_path.open("w") as err:
+                cli = subprocess.Popen(
+                    [str(BIN / "ml-platform"), "materialize", "--start", DAY],
+                    cwd=tmp_path,
+                    env=daemon.env,
+                    stdout=out,
+                    stderr=err,
+                )
+            sink.wait_held(cli, timeout=240, output=lambda: err_path.read_text()[-3000:])
+            subprocess.run(
+                [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", JOB]
+                + ["--tags", json.dumps({"dagster/partition": DAY})],
+                cwd=REPO,
+                env=daemon.env,
+                check=True,
+                capture_output=True,
+            )
+            with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
+                (own,) = [r for r in instance.get_runs() if CLI_PROCESS_TAG in r.tags]
+                (launched,) = [r for r in instance.get_runs() if r.run_id != own.run_id]
+                waiting = f"waiting for run {own.run_id} (ml-platform materialize, process "
+                # Said strictly while the command's run is paused: that run cannot end first.
+                deadline = time.monotonic() + 240
+                while not any(waiting in m for _, m in messages(instance, launched.run_id)):
+                    assert time.monotonic() < deadline, daemon.output()
+                    assert cli.poll() is None, err_path.read_text()[-3000:]
+                    time.sleep(0.5)
+            sink.released.set()
+            assert cli.wait(timeout=300) == 0, err_path.read_text()[-3000:]
+            with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
+                deadline = time.monotonic() + 240
+                while not instance.get_run_by_id(launched.run_id).is_finished:
+                    assert time.monotonic() < deadline, daemon.output()
+                    time.sleep(0.5)
+        finally:
+            daemon.stop()
+
+    with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
+        assert instance.get_run_by_id(launched.run_id).status == dg.DagsterRunStatus.SUCCESS
+        own_start = first_event(instance, own.run_id, dg.DagsterEventType.RUN_START)
+        own_end = first_event(instance, own.run_id, dg.DagsterEventType.RUN_SUCCESS)
+        launched_start = first_event(instance, launched.run_id, dg.DagsterEventType.RUN_START)
+        written = instance.get_records_for_run(
+            launched.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+        said = messages(instance, launched.run_id)
+    # The launched run started while the command's run executed, and wrote only after it ended.
+    assert own_start < launched_start < own_end
+    assert len(written) == 3 and min(r.timestamp for r in written) > own_end
+    (waited,) = [m for _, m in said if f"one writer per day: waited for run {own.run_id}" in m]
+    assert waited.startswith("synthetic__raw_data: "), waited
+    # The command saw the launched run wait for it, not write beside it: it did not fail the day.
+    assert "FAILED" not in (tmp_path / "materialize.out").read_text() + err_path.read_text()
+
+
+def test_a_run_waits_only_for_runs_that_started_before_it_and_write_its_days():
+    # Real runs of asset jobs on one instance, each paused inside its step: Dagster records
+    # when each started and what it plans to materialise.
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+    days = dg.DailyPartitionsDefinition(start_date="2024-01-01")
+
+    def paused(dataset: str) -> dg.AssetsDefinition:
+        @dg.asset(key=[dataset, "raw_data"], partitions_def=days)
+        def raw_data() -> None:
+            entered.release()
+            assert release.wait(60)
+
+        return raw_data
+
+    defs = dg.Definitions(assets=[paused("synthetic"), paused("flights")])
+    job = defs.resolve_implicit_global_asset_job_def()
+    # Files, not memory: the runs' threads write the instance at once.
+    with dg.instance_for_test() as instance:
+        threads, ids = [], []
+        runs = [
+            ("synthetic", DAY),
+            ("flights", DAY),
+            ("synthetic", "2024-01-02"),
+            ("synthetic", DAY),
+        ]
+        for dataset, day in runs:
+            subset = job.get_subset(asset_selection={dg.AssetKey([dataset, "raw_data"])})
+            kwargs = {"instance": instance, "partition_key": day}
+            threads.append(threading.Thread(target=subset.execute_in_process, kwargs=kwargs))
+            threads[-1].start()
+            assert entered.acquire(timeout=60)
+            ids.append(next(r.run_id for r in instance.get_runs() if r.run_id not in ids))
+        try:
+            held = earlier_writers(instance, ids[3], "synthetic", [DAY, "2024-01-03"])
+            first = earlier_writers(instance, ids[0], "synthetic", [DAY])
+            flights = earlier_writers(instance, ids[1], "flights", [DAY])
+        finally:
+            release.set()
+            for thread in threads:
+                thread.join()
+
+    # The earlier run of the day holds it, for that day only; another dataset's run of the day
+    # and another day's run do not; and no run is held by one that started after it.
+    assert {run_id: shared for run_id, (_, shared) in held.items()} == {ids[0]: [DAY]}
+    assert first == flights == {}

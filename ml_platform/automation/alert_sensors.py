@@ -43,6 +43,7 @@ from ml_platform.automation.alerts import (
     streak_keys,
 )
 from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.partitions import run_days
 from ml_platform.platform.records import ACCEPTED, UNCHANGED, day_records
 from ml_platform.troubleshooting.classify import FAILURE_CLASS_TAG
 from ml_platform.troubleshooting.rejected import rejected_days, rerun_command
@@ -317,19 +318,6 @@ def build_alert_sensors(
     ]
 
 
-def run_days(run: dg.DagsterRun) -> list[str]:
-    """The days a run materialised: its partition, or each day of its partition range."""
-    tags = run.tags
-    if "dagster/partition" in tags:
-        return [tags["dagster/partition"]]
-    start = tags.get("dagster/asset_partition_range_start")
-    end = tags.get("dagster/asset_partition_range_end")
-    if not (start and end):
-        return []
-    first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
-    return [(first + dt.timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
-
-
 def backfill_summaries(
     instance: dg.DagsterInstance, backfill_id: str, notifier: Notifier, now: float
 ) -> list[Alert]:
@@ -340,7 +328,7 @@ def backfill_summaries(
     for run in runs:
         datasets = {key.path[0] for key in run.asset_selection or ()}
         for dataset in datasets:
-            days.setdefault(dataset, set()).update(run_days(run))
+            days.setdefault(dataset, set()).update(run_days(run.tags))
             if run.status == dg.DagsterRunStatus.FAILURE:
                 failed.setdefault(dataset, []).append(run.run_id)
     alerts = []

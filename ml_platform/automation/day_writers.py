@@ -11,12 +11,14 @@ the rule itself, both ways:
 - its own run carries the day's `ml_platform/dataset_partition` tag, so a sensor or schedule run
   of the day queued meanwhile waits in the queue until it ends.
 
-Two cases are left, and reported rather than hidden: a run of the day launched while a
-command's run executes without the day's tag (from the UI, or a backfill's range), which the
-queue does not hold; and a tagged run that the daemon takes from the queue in the instant
-between the command's last look and its run's start (the daemon counts the runs in progress,
-then launches). After each of its runs the command looks for a run of the day that was in
-progress at the same time (`overlapping`) and fails the day naming it.
+A run that starts while a command's run of the day executes, without the day's tag (launched
+from the UI, or a backfill's range), is held by its own steps instead: each step waits while an
+earlier run writes its days (`platform/writers.py`). One race is left, and reported rather than
+hidden: a tagged run that the daemon takes from the queue in the instant between the command's
+last look and its run's start (the daemon counts the runs in progress, then launches); the
+later of the two then waits in its steps. After each of its runs the command looks for a run of
+the day that was in progress at the same time and did not wait for it, or it for that run
+(`overlapping`), and fails the day naming it.
 
 A command-line run has no run worker that run monitoring could watch: killed with SIGKILL it
 would stay STARTED, and its tag would hold the day's queued runs forever. Its tag names its host
@@ -31,21 +33,17 @@ from collections.abc import Callable, Collection
 
 import dagster as dg
 
-from ml_platform.automation.jobs import DATASET_PARTITION_TAG, day_run_tags
-from ml_platform.automation.lake_sweep import run_days
-
-# `<host>:<pid>` of the `ml-platform materialize` process executing a run.
-CLI_PROCESS_TAG = "ml_platform/cli_process"
-# Every status of a run that has not ended: it writes its days, or may start to.
-UNFINISHED = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-]
-# How often a waiting command looks at the instance again.
-POLL_SECONDS = 1.0
+from ml_platform.automation.jobs import day_run_tags
+from ml_platform.platform.partitions import run_days
+from ml_platform.platform.writers import (
+    CLI_PROCESS_TAG,
+    DATASET_PARTITION_TAG,
+    POLL_SECONDS,
+    UNFINISHED,
+    record_dead_cli_runs,
+    started_by,
+    waited_for,
+)
 
 
 def cli_run_tags(dataset: str, day: str) -> dict[str, str]:
@@ -68,62 +66,12 @@ def writes_day(run: dg.DagsterRun, dataset: str, day: str, jobs: Collection[str]
     return run.job_name in jobs or any(key.path[0] == dataset for key in selected)
 
 
-def started_by(run: dg.DagsterRun) -> str:
-    """Who started a run, in words: a sensor, a schedule, a backfill, a command, the UI or API."""
-    tags = run.tags
-    if "dagster/sensor_name" in tags:
-        return f"sensor {tags['dagster/sensor_name']}"
-    if "dagster/schedule_name" in tags:
-        return f"schedule {tags['dagster/schedule_name']}"
-    if "dagster/backfill" in tags:
-        return f"backfill {tags['dagster/backfill']}"
-    if CLI_PROCESS_TAG in tags:
-        return f"ml-platform materialize, process {tags[CLI_PROCESS_TAG]}"
-    return "the UI or the API"
-
-
 def other_writers(
     instance: dg.DagsterInstance, dataset: str, day: str, jobs: Collection[str]
 ) -> list[dg.DagsterRun]:
     """The runs of the instance, queued or in progress, that write `day` of `dataset`."""
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED))
     return [run for run in runs if writes_day(run, dataset, day, jobs)]
-
-
-def _process_gone(tag: str) -> bool:
-    host, _, pid = tag.rpartition(":")
-    if host != socket.gethostname():
-        return False  # another machine's process: only that machine can tell
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, another user's
-    return False
-
-
-def record_dead_cli_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
-    """Record failed each unfinished command-line run of this host whose process is gone.
-
-    Run monitoring records a launched run failed when its worker dies; a command-line run has
-    no worker it watches. The failure also lets lake_sweep_sensor delete its unrecorded files.
-    """
-    dead = [
-        run
-        for run in instance.get_runs(filters=dg.RunsFilter(statuses=UNFINISHED))
-        if CLI_PROCESS_TAG in run.tags and _process_gone(run.tags[CLI_PROCESS_TAG])
-    ]
-    for run in dead:
-        instance.report_run_failed(
-            run,
-            message=(
-                f"the ml-platform materialize process {run.tags[CLI_PROCESS_TAG]} that executed "
-                "this run ended without recording it (killed, e.g. SIGKILL or out of memory); "
-                "rerun the day"
-            ),
-        )
-    return dead
 
 
 def _advice(run: dg.DagsterRun) -> str:
@@ -152,7 +100,7 @@ def wait_for_other_writers(
     while True:
         for run in record_dead_cli_runs(instance):
             say(
-                f"recorded run {run.run_id} of {', '.join(run_days(dict(run.tags)))} failed: "
+                f"recorded run {run.run_id} of {', '.join(run_days(run.tags))} failed: "
                 f"its process {run.tags[CLI_PROCESS_TAG]} is gone"
             )
         writers = other_writers(instance, dataset, day, jobs)
@@ -186,6 +134,8 @@ def overlapping(
     )
     own = next(r for r in records if r.dagster_run.run_id == run_id)
     start, end = own.start_time or since, own.end_time or time.time()
+    # Runs in progress beside this one whose steps waited for it, or it for them, wrote apart.
+    apart = waited_for(instance, run_id)
     return [
         record.dagster_run
         for record in records
@@ -194,4 +144,6 @@ def overlapping(
         and record.start_time < end
         and (record.end_time is None or record.end_time > start)
         and writes_day(record.dagster_run, dataset, day, jobs)
+        and record.dagster_run.run_id not in apart
+        and run_id not in waited_for(instance, record.dagster_run.run_id)
     ]

@@ -11,16 +11,13 @@ it).
 import dagster as dg
 
 from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.writers import DATASET_PARTITION_TAG
 
 WORKLOAD_TAG = "ml_platform/workload"
 TRAINING = "training"
 INGESTION = "ingestion"
 TRAINING_TAGS = {WORKLOAD_TAG: TRAINING}
 INGESTION_TAGS = {WORKLOAD_TAG: INGESTION}
-# `dagster/partition` holds the day only, the same for every dataset: a limit per unique value
-# of it would make one dataset's run of a day wait for another dataset's run of that day.
-DATASET_PARTITION_TAG = "ml_platform/dataset_partition"
-
 INGESTION_JOB = "ingestion_job"
 INGESTION_ASSETS = ["raw_data", "validated_data", "features"]
 

@@ -8,25 +8,12 @@ the run's assets and days that no materialisation records (`LakeIOManager.sweep`
 of those days would delete them too; this does it without waiting for one.
 """
 
-import datetime as dt
-
 import dagster as dg
 
+from ml_platform.platform.partitions import run_days
 from ml_platform.platform.storage import LakeIOManager
 
 LAKE_SWEEP_SENSOR = "lake_sweep_sensor"
-
-
-def run_days(tags: dict[str, str]) -> list[str]:
-    """The days a run materialised: its partition, or its partition range day by day."""
-    if "dagster/partition" in tags:
-        return [tags["dagster/partition"]]
-    first = tags.get("dagster/asset_partition_range_start")
-    last = tags.get("dagster/asset_partition_range_end")
-    if first is None or last is None:
-        return []
-    start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
-    return [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
 
 
 def build_lake_sweep_sensor(*, minimum_interval_seconds: int = 30) -> dg.SensorDefinition:
@@ -45,7 +32,7 @@ def build_lake_sweep_sensor(*, minimum_interval_seconds: int = 30) -> dg.SensorD
         context: dg.RunFailureSensorContext, io_manager: dg.ResourceParam[LakeIOManager]
     ) -> None:
         run = context.dagster_run
-        days = run_days(dict(run.tags))
+        days = run_days(run.tags)
         # The assets the run planned to materialise (a run of an asset job, or of a selection).
         planned = context.instance.get_records_for_run(
             run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED

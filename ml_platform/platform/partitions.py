@@ -1,6 +1,7 @@
 """Daily partitions of a dataset, from its contract."""
 
 import datetime as dt
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -15,3 +16,15 @@ def daily_partitions(contract: Contract) -> dg.DailyPartitionsDefinition:
         end_date=(end + dt.timedelta(days=1)).isoformat() if end else None,
         timezone=contract.event_time.timezone,
     )
+
+
+def run_days(tags: Mapping[str, str]) -> list[str]:
+    """The days a run materialises: its partition, or each day of its partition range."""
+    if "dagster/partition" in tags:
+        return [tags["dagster/partition"]]
+    first = tags.get("dagster/asset_partition_range_start")
+    last = tags.get("dagster/asset_partition_range_end")
+    if not (first and last):
+        return []
+    start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    return [(start + dt.timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
