@@ -69,6 +69,18 @@ class Daemon(DagsterProcesses):
         self.procs: list[subprocess.Popen] = []
 
 
+def launch(daemon: Daemon) -> None:
+    """A run of the day through the queue, without the day's tag, as the UI launches it."""
+    subprocess.run(
+        [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", JOB]
+        + ["--tags", json.dumps({"dagster/partition": DAY})],
+        cwd=REPO,
+        env=daemon.env,
+        check=True,
+        capture_output=True,
+    )
+
+
 def first_event(instance: dg.DagsterInstance, run_id: str, kind: dg.DagsterEventType) -> float:
     records = instance.get_records_for_run(run_id, of_type=kind).records
     assert len(records) == 1, (run_id, kind, records)
@@ -196,14 +208,7 @@ def test_materialize_of_a_day_waits_for_the_launched_run_of_that_day(tmp_path):
         daemon = Daemon(tmp_path, sink.handler())
         daemon.start(webserver=False)
         try:
-            subprocess.run(
-                [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", JOB]
-                + ["--tags", json.dumps({"dagster/partition": DAY})],
-                cwd=REPO,
-                env=daemon.env,
-                check=True,
-                capture_output=True,
-            )
+            launch(daemon)
             # The daemon takes the run from the queue; its worker pauses inside raw_data.
             sink.wait_held(daemon.procs[0], timeout=240, output=daemon.output)
             with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
@@ -266,14 +271,7 @@ def test_a_run_launched_while_materialize_runs_the_day_waits_in_its_steps(tmp_pa
                     stderr=err,
                 )
             sink.wait_held(cli, timeout=240, output=lambda: err_path.read_text()[-3000:])
-            subprocess.run(
-                [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", JOB]
-                + ["--tags", json.dumps({"dagster/partition": DAY})],
-                cwd=REPO,
-                env=daemon.env,
-                check=True,
-                capture_output=True,
-            )
+            launch(daemon)
             with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
                 (own,) = [r for r in instance.get_runs() if CLI_PROCESS_TAG in r.tags]
                 (launched,) = [r for r in instance.get_runs() if r.run_id != own.run_id]
