@@ -81,6 +81,19 @@ def launch(daemon: Daemon) -> None:
     )
 
 
+def materialize(daemon: Daemon, tmp_path: Path) -> subprocess.Popen:
+    """`ml-platform materialize` of the day, its output in materialize.out and .err."""
+    out, err = tmp_path / "materialize.out", tmp_path / "materialize.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        return subprocess.Popen(
+            [str(BIN / "ml-platform"), "materialize", "--start", DAY],
+            cwd=tmp_path,
+            env=daemon.env,
+            stdout=stdout,
+            stderr=stderr,
+        )
+
+
 def first_event(instance: dg.DagsterInstance, run_id: str, kind: dg.DagsterEventType) -> float:
     records = instance.get_records_for_run(run_id, of_type=kind).records
     assert len(records) == 1, (run_id, kind, records)
@@ -214,14 +227,7 @@ def test_materialize_of_a_day_waits_for_the_launched_run_of_that_day(tmp_path):
             with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
                 (launched,) = instance.get_runs()
             out_path = tmp_path / "materialize.out"
-            with out_path.open("w") as out, (tmp_path / "materialize.err").open("w") as err:
-                cli = subprocess.Popen(
-                    [str(BIN / "ml-platform"), "materialize", "--start", DAY],
-                    cwd=tmp_path,
-                    env=daemon.env,
-                    stdout=out,
-                    stderr=err,
-                )
+            cli = materialize(daemon, tmp_path)
             waiting = f"{DAY} waiting for run {launched.run_id} (the UI or the API, STARTED)"
             # It says so strictly while the launched run is paused: that run cannot end first.
             while waiting not in out_path.read_text():
@@ -262,14 +268,7 @@ def test_a_run_launched_while_materialize_runs_the_day_waits_in_its_steps(tmp_pa
         daemon.start(webserver=False)
         err_path = tmp_path / "materialize.err"
         try:
-            with (tmp_path / "materialize.out").open("w") as out, err_path.open("w") as err:
-                cli = subprocess.Popen(
-                    [str(BIN / "ml-platform"), "materialize", "--start", DAY],
-                    cwd=tmp_path,
-                    env=daemon.env,
-                    stdout=out,
-                    stderr=err,
-                )
+            cli = materialize(daemon, tmp_path)
             sink.wait_held(cli, timeout=240, output=lambda: err_path.read_text()[-3000:])
             launch(daemon)
             with dg.DagsterInstance.from_config(str(daemon.home)) as instance:
