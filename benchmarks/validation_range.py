@@ -32,7 +32,6 @@ from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.platform.storage import LakeStorage, LocalStorage
 from ml_platform.validation.expectations import (
     GateReport,
-    json_bytes,
     quality_gate,
     render_data_docs,
     result_bytes,
@@ -96,13 +95,13 @@ def store(
     pages = 0
     for validation in range_validations(screened):
         key = validation.key(contract, "run")
-        lake.write_bytes(f"{key}.json", json_bytes(validation.result.to_json_dict()))
+        lake.write_bytes(f"{key}.json", result_bytes(validation.result))
         lake.write_bytes(f"{key}.html", render_data_docs(validation.result).encode())
         pages += 1
-    for day, (report, result) in verdicts.items():
+    for day, (_, result) in verdicts.items():
         if result is not None:
             prefix = f"{contract.name}/quality/validated_data/{day}/run"
-            lake.write_bytes(f"{prefix}.json", result_bytes(report))
+            lake.write_bytes(f"{prefix}.json", result_bytes(result))
             lake.write_bytes(f"{prefix}.html", render_data_docs(result).encode())
             pages += 1
     return pages

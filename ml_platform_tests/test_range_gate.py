@@ -150,15 +150,17 @@ def test_a_range_reaches_each_days_one_by_one_verdict_and_failures(contract, fra
     # The screen passed every good day, and no broken one.
     assert set(screened) == set(DAYS) - set(failed)
     for day in DAYS:
-        report, _, _ = in_range[day]
-        expected, _, _ = one_by_one[day]
+        report, result, _ = in_range[day]
+        expected, expected_result, _ = one_by_one[day]
         assert report.failures == expected.failures, day
         assert report.rows == expected.rows and report.evaluated == expected.evaluated
         if day in failed:
             # A day the screen did not pass is validated on its own: GE's result is its own.
-            assert without_meta(report.result_json) == without_meta(expected.result_json), day
+            assert without_meta(result.to_json_dict()) == without_meta(
+                expected_result.to_json_dict()
+            ), day
         else:
-            assert report.result_json is None, day
+            assert result is None, day
     # Every good day passed on the screen's verdict, judged against the days before it that
     # passed: the screen assumed the broken days fail once it had not passed them.
     assert [day for day in DAYS if in_range[day][2]] == sorted(set(DAYS) - set(failed))

@@ -41,7 +41,6 @@ from ml_platform.validation.expectations import (
     SAMPLE_ROWS,
     Failure,
     GateReport,
-    json_bytes,
     quality_gate,
     render_data_docs,
     result_bytes,
@@ -429,7 +428,7 @@ def build_validated_data(
             else:
                 report, result = quality_gate(contract).validate(typed, day, history)
                 prefix = f"{contract.name}/quality/validated_data/{day}/{context.run.run_id}"
-                lake.write_bytes(f"{prefix}.json", result_bytes(report))
+                lake.write_bytes(f"{prefix}.json", result_bytes(result))
                 lake.write_bytes(f"{prefix}.html", render_data_docs(result).encode())
                 links = {
                     "validation_result": dg.MetadataValue.path(lake.uri(f"{prefix}.json")),
@@ -525,7 +524,7 @@ def build_validated_data(
             # GE's results of the screen, as GE returned them, with their Data Docs pages.
             for validation in range_validations(screened):
                 key = validation.key(contract, context.run.run_id)
-                lake.write_bytes(f"{key}.json", json_bytes(validation.result.to_json_dict()))
+                lake.write_bytes(f"{key}.json", result_bytes(validation.result))
                 lake.write_bytes(f"{key}.html", render_data_docs(validation.result).encode())
                 stored_at[id(validation)] = key
             context.log.info(

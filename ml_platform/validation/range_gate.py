@@ -385,11 +385,9 @@ class RangeScreen:
         """The report of a day the screen passed: no failure, each rule of the gate judged.
 
         Its rules were judged in the range's validations, whose results are the range's: the
-        day has no GE result of its own (`result_json` is None).
+        day has no GE result of its own.
         """
-        return GateReport(
-            rows=len(typed), failures=[], result_json=None, evaluated=self.gate.expectation_count
-        )
+        return GateReport(rows=len(typed), failures=[], evaluated=self.gate.expectation_count)
 
 
 @functools.cache
