@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine with Python 3.11:
-#   make run    environment, a month of real flights and 3 synthetic days landed and materialised, Dagster UI + daemon
+#   make run    environment, Dagster UI + daemon, then a month of real flights and 3 synthetic days
+#               landed and run through them (the days fill in while you watch)
 #   make test   environment, lint, type check, the whole test suite (what CI runs)
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -15,6 +16,8 @@ SYNTHETIC_DAYS ?= 3
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export ML_PLATFORM_LANDING_DIR ?= $(CURDIR)/data/landing
 export ML_PLATFORM_LAKE_DIR ?= $(CURDIR)/data/lake
+# The webserver `ml-platform materialize` launches its runs through: the one `make serve` starts.
+export ML_PLATFORM_DAGSTER_URL ?= http://$(HOST):$(PORT)
 export UV_PYTHON := $(PYTHON)
 
 UV := .tools/bin/uv
@@ -53,12 +56,16 @@ instance:
 	ln -sf "$(CURDIR)/dagster.yaml" "$(DAGSTER_HOME)/dagster.yaml"
 	if [ -f .env ]; then ln -sf "$(CURDIR)/.env" "$(DAGSTER_HOME)/.env"; fi
 
+# The UI first: the demo days are landed and launched beside it, through its webserver, once it
+# answers, and a person watches them fill in (Runs, Catalog). A day already done is skipped, so a
+# second `make run` launches nothing. Ctrl-C stops the UI and the command, which terminates the
+# run of the day it was on.
 run: $(RUN_STAMP) instance
-	.venv/bin/ml-platform land --dataset flights --start $(START) --days $(DAYS)
-	.venv/bin/ml-platform land --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS)
-	@# A failed day (bad data, say) must not keep the UI from showing it.
-	-.venv/bin/ml-platform materialize --dataset flights --start $(START) --days $(DAYS)
-	-.venv/bin/ml-platform materialize --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS)
+	( .venv/bin/ml-platform land --dataset flights --start $(START) --days $(DAYS) \
+	  && .venv/bin/ml-platform land --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS) \
+	  && .venv/bin/ml-platform materialize --dataset flights --start $(START) --days $(DAYS) --wait 300; \
+	  .venv/bin/ml-platform materialize --dataset synthetic --start $(SYNTHETIC_START) \
+	    --days $(SYNTHETIC_DAYS) --wait 300 ) &
 	$(MAKE) --no-print-directory serve
 
 # The UI, the daemon and the code location over the instance as it is. The dev server runs in

@@ -3,14 +3,12 @@
 import argparse
 import contextlib
 import datetime as dt
-import functools
 import signal
-import socket
 import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
 
 # The exit code of a command whose days' data was rejected (a data verdict), no run failing.
 REJECTED_EXIT = 3
-# Step events go to the instance (and the UI); the terminal shows one line a day and errors.
-QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 R = TypeVar("R")
 DATASET_HELP = (
     "the dataset's name, or a contract file; default: the only dataset of the code location "
@@ -165,57 +161,62 @@ def landing_status(args: argparse.Namespace) -> int:
     return 1 if scan.problems or refused or late else 0
 
 
-def day_outcome(result: "dg.ExecuteInProcessResult", dataset: str) -> tuple[str, bool]:
+def day_outcome(instance: "dg.DagsterInstance", run_id: str, dataset: str) -> tuple[str, bool]:
     """What a successful day's run did, and whether the day's data was rejected.
 
     `promoted`, `kept champion (challenger)` or `rejected: <reason>` (a rejected candidate,
     an outcome of an accepted day) as registered_model recorded it; or, for a day an asset
-    rejected, `REJECTED by <asset>: <verdict>: <reason>`.
+    rejected, `REJECTED by <asset>: <verdict>: <reason>`. Read from the run's materialisations
+    in the instance, whoever executed the run.
     """
-    from ml_platform.platform.datasets import op_name
+    import dagster as dg
+
+    from ml_platform.platform.datasets import asset_key
     from ml_platform.platform.records import ACCEPTED, UNCHANGED
     from ml_platform.troubleshooting.rejected import DAY_ASSETS, first_sentence
 
+    records = instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    metadata = {
+        m.asset_key: m.metadata
+        for m in (r.event_log_entry.asset_materialization for r in records)
+        if m is not None
+    }
     for name in DAY_ASSETS:
-        for event in result.asset_materializations_for_node(op_name(dataset, name)):
-            verdict = event.metadata.get("verdict")
-            if verdict is not None and verdict.value not in (ACCEPTED, UNCHANGED):
-                reason = event.metadata.get("reason")
-                text = first_sentence(str(reason.value) if reason else "")
-                kept = event.metadata.get("kept_previous_version") is not None
-                where = f"{name} (earlier accepted version kept)" if kept else name
-                return f"REJECTED by {where}: {verdict.value}: {text}", True
-    for event in result.asset_materializations_for_node(op_name(dataset, "registered_model")):
-        outcome = event.metadata.get("outcome")
-        if outcome is not None:
-            return str(outcome.value), False
+        meta = metadata.get(asset_key(dataset, name), {})
+        verdict = meta.get("verdict")
+        if verdict is not None and verdict.value not in (ACCEPTED, UNCHANGED):
+            reason = meta.get("reason")
+            text = first_sentence(str(reason.value) if reason else "")
+            kept = meta.get("kept_previous_version") is not None
+            where = f"{name} (earlier accepted version kept)" if kept else name
+            return f"REJECTED by {where}: {verdict.value}: {text}", True
+    outcome = metadata.get(asset_key(dataset, "registered_model"), {}).get("outcome")
+    if outcome is not None:
+        return str(outcome.value), False
     return "materialised", False
 
 
-def run_errors(result: "dg.ExecuteInProcessResult") -> list[str]:
-    """Each failed step of a run and the first line of its error."""
-    from ml_platform.troubleshooting.classify import user_error
+def run_errors(instance: "dg.DagsterInstance", run_id: str) -> list[str]:
+    """Each failed step of a finished run and the first line of its error."""
+    from ml_platform.troubleshooting.run_events import run_outcome
 
+    outcome = run_outcome(instance, run_id, succeeded=False)
+    if outcome is None:
+        return []
     errors = []
-    for event in result.get_step_failure_events():
-        data = event.event_specific_data
-        user = getattr(data, "user_failure_data", None)
-        error = user_error(getattr(data, "error", None))
-        message = (user.description if user and user.description else None) or (
-            error.message.split(": ", 1)[-1] if error else "unknown error"
-        )
-        first = next((line for line in message.strip().splitlines() if line.strip()), message)
-        errors.append(f"{event.step_key}: {first.strip()}")
+    for failure in outcome.step_failures:
+        message = failure.message.strip()
+        first = next((line for line in message.splitlines() if line.strip()), message)
+        errors.append(f"{failure.step}: {first.strip()}")
+    if not errors and outcome.run_message:
+        errors.append(outcome.run_message.strip().splitlines()[0])
     return errors
 
 
-def say(prefix: str, line: str) -> None:
-    """Print a line of a day's progress at once (a person watches it, or a test waits on it)."""
-    print(f"{prefix} {line}", flush=True)
-
-
 class StopRequested(Exception):
-    """SIGINT or SIGTERM arrived: stop after the current day's run is recorded."""
+    """SIGINT or SIGTERM arrived."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -223,84 +224,145 @@ class StopRequested(Exception):
 
 
 @contextlib.contextmanager
-def stop_signals() -> Iterator[Callable[[], int | None]]:
-    """Catch SIGINT and SIGTERM for the whole command; yield a probe of the signal received.
+def stop_signals() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into StopRequested for the whole command.
 
-    While a run executes, Dagster's own handler takes SIGINT and SIGTERM: it stops the step and
-    marks the run failed, and `execute_in_process` returns as if the day had just failed. Which
-    signal that was, and that one came at all, is read back from the signal wakeup file
-    descriptor, to which Python writes the number of every signal it handles, whoever's
-    handler runs. Between runs our handler raises StopRequested at once.
+    The command only launches runs and watches them; their steps execute in run workers, so a
+    signal can stop the command at any point and the command then terminates its run.
     """
     if threading.current_thread() is not threading.main_thread():
         # Only the main thread can take signals: a caller's thread leaves them to the caller.
-        yield lambda: None
+        yield
         return
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    writer.setblocking(False)
-    received: list[int] = []
 
     def stop(signum: int, frame: types.FrameType | None) -> None:
         raise StopRequested(signum)
 
-    def probe() -> int | None:
-        # Nothing to read (no signal since the last look) is the usual case, not an error.
-        with contextlib.suppress(BlockingIOError):
-            received.extend(reader.recv(64))
-        stops = [n for n in received if n in (signal.SIGINT, signal.SIGTERM)]
-        return stops[0] if stops else None
-
     previous = {n: signal.signal(n, stop) for n in (signal.SIGINT, signal.SIGTERM)}
-    old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
     try:
-        yield probe
+        yield
     finally:
-        signal.set_wakeup_fd(old_fd)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        reader.close()
-        writer.close()
+
+
+# How often the command looks at the run it follows, and at the daemon while the run is queued.
+POLL_SECONDS = 0.5
+QUEUE_CHECK_SECONDS = 30.0
+# How long a launched run may take to appear in DAGSTER_HOME's instance.
+APPEAR_SECONDS = 30.0
+# How long a terminated run may take to be recorded as ended.
+TERMINATE_SECONDS = 120.0
+
+
+def follow(instance: "dg.DagsterInstance", webserver, run_id: str) -> "dg.DagsterRun":
+    """Wait for the command's own run to end; the run as the instance recorded it.
+
+    A run that the webserver launched but this instance never sees means the two are not the
+    same instance; a run left queued with no daemon to take it is canceled, not waited on
+    forever. Either is a `LaunchError`.
+    """
+    import dagster as dg
+
+    from ml_platform.automation.launch import FINISHED, LaunchError
+
+    launched = time.monotonic()
+    checked = launched
+    while True:
+        run = instance.get_run_by_id(run_id)
+        now = time.monotonic()
+        if run is None:
+            if now - launched > APPEAR_SECONDS:
+                raise LaunchError(
+                    f"the webserver at {webserver.url} launched run {run_id}, but the instance of "
+                    "DAGSTER_HOME has no such run: the command and the webserver must share one "
+                    "instance (DAGSTER_HOME)"
+                )
+        elif run.status in FINISHED:
+            return run
+        elif run.status == dg.DagsterRunStatus.QUEUED and now - checked > QUEUE_CHECK_SECONDS:
+            checked = now
+            try:
+                webserver.check_queue()
+            except LaunchError:
+                webserver.terminate(run_id)
+                raise
+        time.sleep(POLL_SECONDS)
+
+
+def ready(webserver, wait: float) -> None:
+    """Return once the webserver answers and a daemon works its queue, waiting up to `wait` s.
+
+    `make run` starts the command beside the UI it launches through, which needs a few seconds
+    to answer; past `wait`, the `LaunchError` says what to start.
+    """
+    from ml_platform.automation.launch import LaunchError
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            webserver.check_queue()
+            return
+        except LaunchError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(1.0)
+
+
+def terminated(instance: "dg.DagsterInstance", webserver, run_id: str) -> str:
+    """Terminate the command's run and wait until it is recorded ended; its status, in words."""
+    from ml_platform.automation.launch import FINISHED, LaunchError
+
+    try:
+        webserver.terminate(run_id)
+    except LaunchError as exc:
+        return f"not terminated: {exc}"
+    deadline = time.monotonic() + TERMINATE_SECONDS
+    while time.monotonic() < deadline:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in FINISHED:
+            return f"terminated, recorded {run.status.value}"
+        time.sleep(POLL_SECONDS)
+    return f"terminated, not recorded ended after {TERMINATE_SECONDS:.0f}s: see it in the UI (Runs)"
 
 
 def materialize(args: argparse.Namespace) -> int:
-    """Run the daily job for each day in this process, recording runs in the Dagster instance.
+    """Launch the daily job's run of each day through the instance, one day after the other.
+
+    Each day is a run of the dataset's daily job launched through the Dagster webserver
+    (`ML_PLATFORM_DAGSTER_URL`), as the UI's Materialize launches it: it waits in the
+    instance's queue while another run writes its assets (dagster.yaml), and a run worker
+    started by the run launcher executes it. The command launches a day once the day before
+    has ended, so the days run in date order, as the chain of the registry needs.
 
     One line a day says what the day did to the registry: `promoted`, `kept champion
     (challenger)` or `rejected: <reason>` (a rejected candidate is an outcome, not a failure),
     or that the day's data was rejected (`REJECTED by <asset>: <verdict>: <reason>`). Days
     already accepted are skipped unless `--force`; a rejected day is not done, so it runs again.
     Exit codes: 0 every day accepted; 3 some day's data rejected (a data verdict) and no run
-    failed; 1 some day's run failed (a software or infrastructure failure). Ctrl-C (SIGINT) or
-    SIGTERM stops the command: the day running is recorded failed in the instance, no later day
-    runs, and the exit code is 130 or 143 (128 + the signal's number), as shells expect.
-    One writer per day: a day that another run (sensor, schedule, UI, backfill, another
-    `materialize`) has queued or in progress waits until that run ends, and says so
-    (`automation/day_writers.py`).
+    failed; 1 some day's run failed (a software or infrastructure failure), or no webserver or
+    daemon to run it. Ctrl-C (SIGINT) or SIGTERM terminates the day's run, no later day runs, and
+    the exit code is 130 or 143 (128 + the signal's number), as shells expect. A command killed
+    outright (SIGKILL) leaves its run to the instance: the run goes on, or run monitoring
+    records it failed.
     """
     import dagster as dg
 
-    from ml_platform.automation.day_writers import (
-        cli_run_tags,
-        overlapping,
-        wait_for_other_writers,
-    )
-    from ml_platform.definitions import DAILY_JOB, build_definitions
+    from ml_platform.automation.jobs import day_run_tags
+    from ml_platform.automation.launch import LaunchError, Webserver
+    from ml_platform.definitions import DAILY_JOB
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.platform.records import done_days
-    from ml_platform.platform.writers import started_by
     from ml_platform.troubleshooting.rejected import rerun_command
 
     settings = Settings()
     contract = dataset_of(args, settings)
-    defs = build_definitions(contract, settings)
-    job = defs.resolve_job_def(dataset_name(contract.name, DAILY_JOB))
-    jobs = {j.name for j in defs.resolve_all_job_defs()}
+    job = dataset_name(contract.name, DAILY_JOB)
+    webserver = Webserver(settings.dagster_url)
     days = [d.isoformat() for d in _days(args.start, args.days)]
     failed = []
     rejected = []
-    finished: str | None = None  # the last day whose run ended
-    with stop_signals() as stop_signal, dg.DagsterInstance.get() as instance:
+    with stop_signals(), dg.DagsterInstance.get() as instance:
 
         def done(among: list[str]) -> set[str]:
             # A day is done once its last stages accepted it: a multi-run backfill materialises
@@ -313,86 +375,59 @@ def materialize(args: argparse.Namespace) -> int:
                 )
             )
 
+        i, prefix = 0, ""
+        run_id: str | None = None  # the run of the day in progress
+        finished: str | None = None  # the last day whose run ended
         try:
             already = done(days)
+            if args.force or set(days) - already:
+                ready(webserver, args.wait)
             for i, day in enumerate(days, start=1):
                 prefix = f"[{i:>{len(str(len(days)))}}/{len(days)}] {day}"
                 if day in already and not args.force:
                     print(f"{prefix} already materialised (use --force to rerun)", flush=True)
                     continue
-                waited = wait_for_other_writers(
-                    instance, contract.name, day, jobs, say=functools.partial(say, prefix)
-                )
-                after = f"waited for run {', '.join(waited)} to end, then " if waited else ""
-                if waited and not args.force and day in done([day]):
-                    print(
-                        f"{prefix} {after}found it materialised (use --force to rerun)", flush=True
-                    )
-                    continue
-                alone_since = time.time()
                 started = time.perf_counter()
-                result = job.execute_in_process(
-                    partition_key=day,
-                    instance=instance,
-                    raise_on_error=False,
-                    run_config=QUIET,
-                    tags=cli_run_tags(contract.name, day),
-                )
+                tags = {"dagster/partition": day, **day_run_tags(contract.name, day)}
+                run_id = webserver.launch(job, tags)
+                run = follow(instance, webserver, run_id)
                 seconds = time.perf_counter() - started
-                finished = day
-                signum = stop_signal()
-                if signum is not None:
-                    status = instance.get_run_by_id(result.run_id)
-                    shown = status.status.value if status else "unknown"
-                    print(
-                        f"{prefix} stopped by {signal.Signals(signum).name} after {seconds:.1f}s: "
-                        f"run {result.run_id} is recorded {shown}; "
-                        f"{len(days) - i} later day(s) not run",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    return 128 + signum
-                others = overlapping(
-                    instance, result.run_id, contract.name, day, jobs, since=alone_since
-                )
-                if others:
-                    failed.append(day)
-                    named = ", ".join(f"{r.run_id} ({started_by(r)})" for r in others)
-                    print(
-                        f"{prefix} {after}FAILED: run {named} wrote this day while run "
-                        f"{result.run_id} did; its outputs may mix both: rerun the day once "
-                        f"no other run writes it (--force)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    continue
-                if not result.success:
+                finished, run_id = day, None
+                if run.status != dg.DagsterRunStatus.SUCCESS:
                     # Later days may still succeed (a bad day does not spoil tomorrow's data),
                     # so go on and report every failed day at the end.
                     failed.append(day)
-                    errors = "; ".join(run_errors(result)) or "the run failed outside any step"
+                    errors = "; ".join(run_errors(instance, run.run_id)) or run.status.value
                     print(
-                        f"{prefix} {after}FAILED in {seconds:.1f}s: {errors} (run {result.run_id}; "
-                        "open it in the Dagster UI, Runs, or `ml-platform diagnose RUN_ID`)",
+                        f"{prefix} FAILED in {seconds:.1f}s: {errors} (run {run.run_id}; open it "
+                        "in the Dagster UI, Runs, or `ml-platform diagnose RUN_ID`)",
                         file=sys.stderr,
                         flush=True,
                     )
                     continue
-                outcome, was_rejected = day_outcome(result, contract.name)
+                outcome, was_rejected = day_outcome(instance, run.run_id, contract.name)
                 if was_rejected:
                     rejected.append(day)
+                print(f"{prefix} {outcome} ({seconds:.1f}s, run {run.run_id[:8]})", flush=True)
+        except StopRequested as stop:
+            if run_id is not None:
+                status = terminated(instance, webserver, run_id)
                 print(
-                    f"{prefix} {after}{outcome} ({seconds:.1f}s, run {result.run_id[:8]})",
+                    f"{prefix} stopped by {stop}: run {run_id} {status}; "
+                    f"{len(days) - i} later day(s) not run",
+                    file=sys.stderr,
                     flush=True,
                 )
-        except StopRequested as stop:
-            # Arrived outside a run (between days, or while the instance was read): nothing
-            # is left half-recorded.
-            after = f"after {finished}" if finished else "before the first day"
-            print(
-                f"stopped by {stop} between runs ({after}); no run was cut short", file=sys.stderr
-            )
+            else:
+                after = f"after {finished}" if finished else "before the first day"
+                print(
+                    f"stopped by {stop} between runs ({after}); no run was cut short",
+                    file=sys.stderr,
+                )
             return 128 + stop.signum
+        except LaunchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     if rejected:
         print(
             f"{len(rejected)} of {len(days)} day(s) rejected: {', '.join(rejected)}; once their "
@@ -619,10 +654,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--landing-dir", help="default: $ML_PLATFORM_LANDING_DIR")
     p.set_defaults(func=landing_status)
 
-    p = sub.add_parser("materialize", help="materialise days of the whole graph in-process")
+    p = sub.add_parser(
+        "materialize", help="run days of the whole graph through the Dagster webserver and daemon"
+    )
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
     p.add_argument("--days", type=int, default=1, help="number of consecutive days")
     p.add_argument("--force", action="store_true", help="rerun days already accepted")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the webserver and its daemon to answer (default: not at all)",
+    )
     p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=materialize)
 

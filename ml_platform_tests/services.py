@@ -27,9 +27,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import boto3
+import dagster as dg
+import yaml
 from moto.server import ThreadedMotoServer
 
-from ml_platform_tests.conftest import free_port
+from ml_platform_tests.conftest import REPO, free_port
 
 # moto accepts any credentials; these only make the SDK's default chain find some.
 FAKE_AWS = {
@@ -152,6 +154,13 @@ class HeldLog(http.server.ThreadingHTTPServer):
                 out, err = process.communicate()
                 said = f"{out}\n{err[-3000:]}"
             raise AssertionError(f"no record matched {self.hold!r}:\n{said}")
+
+    def arm(self, hold: str) -> None:
+        """Hold the next record containing `hold` (the one held before, if any, is released)."""
+        with self.lock:
+            self.released.set()
+            self.hold = hold
+            self.held, self.released = threading.Event(), threading.Event()
 
 
 @contextlib.contextmanager
@@ -456,3 +465,50 @@ def living_in_group(pgid: int) -> list[str]:
         check=False,
     )
     return [line for line in ps.stdout.splitlines() if line.split()[1][0] != "Z"]
+
+
+class DagsterServices(DagsterProcesses):
+    """dagster-webserver and dagster-daemon over a fresh instance, as `make serve` runs them.
+
+    The repository's dagster.yaml (queue, limits, pools, run monitoring) plus, when given, a log
+    `handler`; the bundled datasets, served from a landing zone and a lake of their own. `env`
+    is the environment of a user whose `ml-platform` reaches them (ML_PLATFORM_DAGSTER_URL).
+    """
+
+    def __init__(self, root: Path, handler: dict | None = None):
+        home = root / "dagster_home"
+        home.mkdir()
+        config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+        if handler is not None:
+            config["python_logs"]["dagster_handler_config"]["handlers"]["sink"] = handler
+        (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+        self.home = home
+        self.landing = root / "landing"
+        self.lake = root / "lake"
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            "DAGSTER_HOME": str(home),
+            "ML_PLATFORM_LANDING_DIR": str(self.landing),
+            "ML_PLATFORM_LAKE_DIR": str(self.lake),
+            "ML_PLATFORM_DAGSTER_URL": f"http://127.0.0.1:{self.port}",
+        }
+        self.env.pop("ML_PLATFORM_DATASET", None)
+        self.cwd = REPO
+        self.logs = root
+        self.procs = []
+
+    def start(self, webserver: bool = True) -> None:
+        """Start both and wait until the webserver answers and the daemon works the queue."""
+        super().start(webserver=webserver)
+        self.wait_for(self.queue_daemon_healthy, 240, "the webserver and the queue's daemon")
+
+    def queue_daemon_healthy(self) -> bool:
+        data = self.graphql(
+            '{ instance { daemonHealth { daemonStatus(daemonType: "QUEUED_RUN_COORDINATOR") '
+            "{ healthy } } } }"
+        )
+        return data["instance"]["daemonHealth"]["daemonStatus"]["healthy"]
+
+    def instance(self) -> dg.DagsterInstance:
+        return dg.DagsterInstance.from_config(str(self.home))

@@ -283,7 +283,7 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
     assert registered["registered"] is False and registered["reason"] == stored["cause"]
     assert registered["champion_met"] == registered["champion_after"] == before[0]
     # A rejected candidate is an outcome of an accepted day, not a rejected day.
-    outcome, day_rejected = cli.day_outcome(result, "synthetic")
+    outcome, day_rejected = cli.day_outcome(noise.instance, result.run_id, "synthetic")
     assert outcome == registered["outcome"] == f"rejected: {stored['cause']}"
     assert day_rejected is False
     assert champion_state(noise) == before

@@ -193,5 +193,5 @@ def test_a_day_without_a_landed_file_is_rejected_naming_the_file(platform_for):
     assert not list(platform.lake_dir.rglob("*2013-01-05*"))
     failed = {c.check_name for c in result.get_asset_check_evaluations() if not c.passed}
     assert {"raw_schema", "delivery_accepted"} <= failed
-    outcome, rejected = cli.day_outcome(result, "flights")
+    outcome, rejected = cli.day_outcome(platform.instance, result.run_id, "flights")
     assert rejected and outcome.startswith("REJECTED by raw_data: missing file: No landed file")

@@ -373,52 +373,33 @@ def test_a_tombstoned_day_neither_counts_nor_ends_the_streak_and_an_accepted_one
     assert rejected_in_a_row(far.get, "2024-01-14", "reject", 3) == ["2024-01-14"]
 
 
-def test_materialize_prints_what_each_day_did_to_the_registry(tmp_path, monkeypatch, capsys):
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    monkeypatch.setenv("ML_PLATFORM_LANDING_DIR", str(tmp_path / "landing"))
-    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(tmp_path / "lake"))
+def test_each_days_line_says_what_it_did_to_the_registry(tmp_path):
+    # The line `ml-platform materialize` prints for a day, read from the run's records: three
+    # versions of one dataset's contract over one instance and lake, a day each.
     contracts = {
         "normal": synthetic_contract(tmp_path, "normal"),
         # No improvement can clear it: a good candidate stays challenger.
         "unbeatable": synthetic_contract(tmp_path, "unbeatable", change_thresholds={"rmse": 10.0}),
         "strict": synthetic_contract(tmp_path, "strict", **UNREACHABLE),
     }
-    assert (
-        cli.main(
-            ["land", "--dataset", str(tmp_path / "normal.yaml"), "--start", DAYS[0], "--days", "3"]
-        )
-        == 0
-    )
-    capsys.readouterr()
+    platforms = {name: Platform(c, tmp_path / "root") for name, c in contracts.items()}
+    instance = platforms["normal"].instance
+    platforms["normal"].land(DAYS[0], 3)
 
-    def materialize(contract: str, day: str, days: int = 1) -> tuple[int, str, str]:
-        monkeypatch.setenv("ML_PLATFORM_DATASET", str(tmp_path / f"{contract}.yaml"))
-        code = cli.main(["materialize", "--start", day, "--days", str(days)])
-        out, err = capsys.readouterr()
-        return code, out, err
+    def line(contract: str, day: str) -> tuple[str, bool]:
+        platform = platforms[contract]
+        platform.instance = instance
+        result = platform.materialize(day)
+        assert result.success
+        return cli.day_outcome(instance, result.run_id, "synthetic")
 
-    assert contracts["normal"].name == "synthetic"
-    code, out, err = materialize("normal", DAYS[0])
-    assert (code, err) == (0, "")
-    assert re.fullmatch(rf"\[1/1\] {DAYS[0]} promoted \(\d+\.\ds, run \w{{8}}\)\n", out)
-
-    code, out, err = materialize("unbeatable", DAYS[1])
-    assert (code, err) == (0, "")
-    assert re.fullmatch(
-        rf"\[1/1\] {DAYS[1]} kept champion \(challenger\) \(\d+\.\ds, run \w{{8}}\)\n", out
-    )
-
-    # A rejected candidate is an outcome of an accepted day: the run succeeds, exit 0.
-    code, out, err = materialize("strict", DAYS[2])
-    assert (code, err) == (0, "")
-    assert re.fullmatch(
-        rf"\[1/1\] {DAYS[2]} rejected: r2 0\.\d{{4}} misses the bound \(at least 0\.9999\) "
-        r"\(\d+\.\ds, run \w{8}\)\n",
-        out,
-    )
+    assert {c.name for c in contracts.values()} == {"synthetic"}
+    assert line("normal", DAYS[0]) == ("promoted", False)
+    assert line("unbeatable", DAYS[1]) == ("kept champion (challenger)", False)
+    # A rejected candidate is an outcome of an accepted day: the day is not rejected.
+    outcome, day_rejected = line("strict", DAYS[2])
+    assert not day_rejected
+    assert re.fullmatch(r"rejected: r2 0\.\d{4} misses the bound \(at least 0\.9999\)", outcome)
 
 
 def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):

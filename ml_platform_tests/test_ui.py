@@ -1,20 +1,14 @@
 """What a person sees: headless Chromium against a real dagster-webserver over materialised days.
 
-Two real flights days are landed and materialised with the CLI into a temporary instance, then a
-third whose file arrives damaged and is rejected by its quality gate; the webserver serves them from
-workspace.yaml as a user runs it. Playwright drives the system's Chromium (no browser download).
+The webserver and daemon serve a temporary instance from workspace.yaml as a user runs them; two
+real flights days are landed and run through them with the CLI, then a third whose file arrives
+damaged and is rejected by its quality gate. Playwright drives the system's Chromium (no browser download).
 Screenshots land in test-output/screenshots/ for CI artifacts.
 """
 
 import csv
 import io
-import os
-import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +16,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from ml_platform import cli
-from ml_platform_tests.conftest import ALL_ASSETS, REPO, free_port
+from ml_platform_tests.conftest import ALL_ASSETS, REPO
+from ml_platform_tests.services import DagsterServices
 
 pytestmark = pytest.mark.integration
 CHROMIUM = Path("/usr/bin/chromium")
@@ -62,80 +57,30 @@ def damage_carriers(path: Path, rows: int = DAMAGED_ROWS) -> None:
     path.write_text(out.getvalue())
 
 
-def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "dagster-webserver exited before serving"
-        try:
-            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(1)
-    raise AssertionError(f"dagster-webserver did not serve {url} within {timeout}s")
-
-
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory) -> Iterator[str]:
     """The URL of a webserver serving two materialised days of flights and one rejected day."""
-    root = tmp_path_factory.mktemp("ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
-    env = {
-        "DAGSTER_HOME": str(home),
-        "ML_PLATFORM_DATASET": "flights",
-        "ML_PLATFORM_LANDING_DIR": str(root / "landing"),
-        "ML_PLATFORM_LAKE_DIR": str(root / "lake"),
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        assert (
-            cli.main(["land", "--dataset", "flights", "--start", DAYS[0], "--days", str(len(DAYS))])
-            == 0
-        )
-        code = cli.main(["materialize", "--start", DAYS[0], "--days", str(len(DAYS))])
-        # The first day's one-day model may be rejected: an outcome, not a failed run.
-        assert code == 0
-        assert cli.main(["land", "--dataset", "flights", "--start", FAULTY_DAY, "--days", "1"]) == 0
-        damage_carriers(root / "landing" / f"flights_{FAULTY_DAY}.csv")
-        # The quality gate rejects the day at validated_data: a verdict of the day, recorded by
-        # a run that succeeds, which the command's exit code tells from a failed run.
-        assert cli.main(["materialize", "--start", FAULTY_DAY, "--days", "1"]) == cli.REJECTED_EXIT
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (root / "webserver.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(BIN / "dagster-webserver"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-w",
-            "workspace.yaml",
-        ],
-        cwd=REPO,
-        env={**os.environ, **env},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    services = DagsterServices(tmp_path_factory.mktemp("ui"))
+    services.env["ML_PLATFORM_DATASET"] = "flights"
+    services.start()
     try:
-        wait_until_serving(url, proc)
-        yield url
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in services.env.items():
+                patch.setenv(name, value)
+            land = ["land", "--dataset", "flights", "--start", DAYS[0], "--days", str(len(DAYS))]
+            assert cli.main(land) == 0
+            code = cli.main(["materialize", "--start", DAYS[0], "--days", str(len(DAYS))])
+            # The first day's one-day model may be rejected: an outcome, not a failed run.
+            assert code == 0
+            assert cli.main(["land", "--dataset", "flights", "--start", FAULTY_DAY]) == 0
+            damage_carriers(services.landing / f"flights_{FAULTY_DAY}.csv")
+            # The quality gate rejects the day at validated_data: a verdict of the day, recorded
+            # by a run that succeeds, which the command's exit code tells from a failed run.
+            faulty = cli.main(["materialize", "--start", FAULTY_DAY, "--days", "1"])
+            assert faulty == cli.REJECTED_EXIT
+        yield services.env["ML_PLATFORM_DAGSTER_URL"]
     finally:
-        # The webserver and its code server stop on SIGTERM (10-20 s); the group goes at once.
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        services.stop()
 
 
 @pytest.fixture

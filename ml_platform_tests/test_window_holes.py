@@ -347,7 +347,7 @@ def test_below_coverage_the_days_model_is_rejected_once_naming_the_days_and_comm
         assert "model 2024-01-07 was rejected (window below coverage)" in record["reason"]
         assert not platform.stored(asset, "2024-01-07", "json").exists()
     # What `ml-platform materialize` prints, and `ml-platform rejected` lists.
-    outcome, rejected = cli.day_outcome(result, "synthetic")
+    outcome, rejected = cli.day_outcome(platform.instance, result.run_id, "synthetic")
     assert rejected
     assert outcome.startswith("REJECTED by model: window below coverage: model 2024-01-07 was")
     (day,) = rejected_days(platform.instance, "synthetic", ["2024-01-07"])

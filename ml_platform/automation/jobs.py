@@ -1,18 +1,19 @@
 """Jobs of the automation and the run tags that the instance's concurrency limits key on.
 
-`dagster.yaml` limits runs by two tags: `ml_platform/dataset_partition` (one run per day of a
-dataset at a time, so two runs never write the same partition, while the same day of another
-dataset runs beside it) and `ml_platform/workload` (runs that train take at most one of the run
-slots, so ingestion always has one, and days train one after the other, in the order they were
-queued, which the training window needs: day D's model reads the features of the days before
-it).
+`dagster.yaml` limits runs by two tags: `ml_platform/dataset_partition` (one single-day run per
+day of a dataset at a time, while the same day of another dataset runs beside it) and
+`ml_platform/workload` (runs that train take at most one of the run slots, so ingestion always
+has one). Ranges are kept apart by the assets' pools (`platform/datasets.py` `writer_pool`).
 """
 
 import dagster as dg
 
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.writers import DATASET_PARTITION_TAG
 
+# `<dataset>:<day>`: the tag the queue's one-run-per-day limit keys on (dagster.yaml).
+# `dagster/partition` holds the day only, the same for every dataset: a limit per unique value
+# of it would make one dataset's run of a day wait for another dataset's run of that day.
+DATASET_PARTITION_TAG = "ml_platform/dataset_partition"
 WORKLOAD_TAG = "ml_platform/workload"
 TRAINING = "training"
 INGESTION = "ingestion"
@@ -23,10 +24,10 @@ INGESTION_ASSETS = ["raw_data", "validated_data", "features"]
 
 
 def day_run_tags(dataset: str, day: str) -> dict[str, str]:
-    """Tags of a dataset's run of one day that sensors and schedules request.
+    """Tags of a dataset's run of one day: sensors, schedules and `ml-platform materialize`.
 
-    Backfill runs of several days (`multi_run`) carry Dagster's range tags instead; the per-day
-    limit is for the runs of one day that automation requests.
+    Backfill runs of several days (`multi_run`) carry Dagster's range tags instead; the assets'
+    pools keep them apart from the runs of one day.
     """
     return {DATASET_PARTITION_TAG: f"{dataset}:{day}"}
 

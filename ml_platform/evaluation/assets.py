@@ -32,7 +32,7 @@ from ml_platform.evaluation.metrics import (
     score_model,
     split_of,
 )
-from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.steps import (
     DataVerdict,
     daily_backfill_policy,
@@ -62,6 +62,7 @@ def build_evaluation_report(
     @dg.asset(
         name=name,
         key_prefix=contract.name,
+        pool=writer_pool(contract.name, name),
         partitions_def=partitions,
         backfill_policy=daily_backfill_policy(),
         group_name=dataset_name(contract.name, "evaluation"),

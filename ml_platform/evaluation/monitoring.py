@@ -29,7 +29,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.assets import non_finite_predictions
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
-from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,
@@ -260,6 +260,7 @@ def build_champion_performance(
     @dg.asset(
         name=CHAMPION_PERFORMANCE,
         key_prefix=contract.name,
+        pool=writer_pool(contract.name, CHAMPION_PERFORMANCE),
         partitions_def=partitions,
         backfill_policy=chained_backfill_policy(),
         group_name=dataset_name(contract.name, "evaluation"),

@@ -10,7 +10,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.profile import feature_profile
 from ml_platform.features.transforms import build_features
-from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import table_schema
 from ml_platform.platform.steps import daily_backfill_policy, each_day
 from ml_platform.platform.storage import FORMAT_KEY
@@ -24,6 +24,7 @@ def build_features_asset(
     @dg.asset(
         name="features",
         key_prefix=contract.name,
+        pool=writer_pool(contract.name, "features"),
         ins={"validated_data": dg.AssetIn(asset_key(contract.name, "validated_data"))},
         partitions_def=partitions,
         backfill_policy=daily_backfill_policy(),

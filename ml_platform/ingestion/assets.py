@@ -26,7 +26,7 @@ from ml_platform.ingestion.landing import (
     MissingLandingFileError,
     RefusedLandingFileError,
 )
-from ml_platform.platform.datasets import asset_key, dataset_name, op_name
+from ml_platform.platform.datasets import asset_key, dataset_name, op_name, writer_pool
 from ml_platform.platform.observability import record_bytes_read, table_schema
 from ml_platform.platform.steps import (
     DataVerdict,
@@ -326,6 +326,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
     @dg.asset(
         name="raw_data",
         key_prefix=contract.name,
+        pool=writer_pool(contract.name, "raw_data"),
         partitions_def=partitions,
         backfill_policy=daily_backfill_policy(),
         retry_policy=STORAGE_RETRY_POLICY,

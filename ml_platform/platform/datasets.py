@@ -39,6 +39,16 @@ def dataset_name(dataset: str, name: str) -> str:
     return f"{dataset}_{name}"
 
 
+def writer_pool(dataset: str, name: str) -> str:
+    """The concurrency pool of the dataset's asset `name`: the runs that write the asset.
+
+    dagster.yaml gives every pool a limit of one run (`concurrency: pools:`, granularity `run`),
+    so the queue starts a run only when no run in progress writes any of its assets: two runs
+    never write a day at once, whether they hold one day or a range, and whoever launched them.
+    """
+    return dataset_name(dataset, name)
+
+
 def op_name(dataset: str, name: str) -> str:
     """The op Dagster names for the dataset's asset `name`: the key's path joined by `__`."""
     return f"{dataset}__{name}"

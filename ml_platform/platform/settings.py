@@ -27,6 +27,9 @@ LAKE_DIR_ENV = "ML_PLATFORM_LAKE_DIR"
 S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
 S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
 SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
+DAGSTER_URL_ENV = "ML_PLATFORM_DAGSTER_URL"
+# `make serve`'s webserver.
+DEFAULT_DAGSTER_URL = "http://127.0.0.1:3000"
 DEFAULT_SENSOR_INTERVAL = 30
 BACKFILL_DAYS_PER_RUN_ENV = "ML_PLATFORM_BACKFILL_DAYS_PER_RUN"
 # Half a year a run. The evaluation, chained to the day before, advances one run per backfill-daemon
@@ -176,6 +179,11 @@ class Settings:
     def sensor_interval_seconds(self) -> int:
         """Seconds between sensor ticks (default 30)."""
         return self._positive_int(SENSOR_INTERVAL_ENV) or DEFAULT_SENSOR_INTERVAL
+
+    @property
+    def dagster_url(self) -> str:
+        """The Dagster webserver `ml-platform materialize` launches runs through."""
+        return self._get(DAGSTER_URL_ENV) or DEFAULT_DAGSTER_URL
 
     @property
     def backfill_days_per_run(self) -> int:

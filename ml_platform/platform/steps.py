@@ -92,7 +92,6 @@ from ml_platform.platform.storage import (
     PermanentStorageError,
     partition_errors,
 )
-from ml_platform.platform.writers import wait_for_earlier_writers
 
 # Dagster 1.13 marks `backfill_policy` as beta; runs of N days are what a year of days needs,
 # so the warning every daily asset would print at each code load is muted.
@@ -273,10 +272,6 @@ def each_day(
     instance = context.instance
     run_id = context.run.run_id
     days = list(context.partition_keys)
-    # One writer per day: a run that started earlier and writes these days goes first.
-    wait_for_earlier_writers(
-        instance, run_id, asset_key.path[0], days, say=lambda m: context.log.info(f"{op_name}: {m}")
-    )
     # What runs that failed or were killed before recording these days left (`LakeIOManager`).
     span = f"{days[0]}...{days[-1]}" if len(days) > 1 else days[0]
     with partition_errors(asset_key, span):

@@ -40,7 +40,7 @@ from ml_platform.evaluation.metrics import (
     score_model,
     split_of,
 )
-from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.records import day_records
 from ml_platform.platform.steps import (
     chained_backfill_policy,
@@ -213,6 +213,7 @@ def build_registered_model(
     @dg.asset(
         name=REGISTERED_MODEL,
         key_prefix=dataset,
+        pool=writer_pool(dataset, REGISTERED_MODEL),
         partitions_def=partitions,
         backfill_policy=chained_backfill_policy(),
         group_name=dataset_name(dataset, "registry"),
@@ -240,8 +241,6 @@ def build_registered_model(
                 ),
             )
         ],
-        # Alias moves read and write one small file: two runs must not interleave them.
-        pool=dataset_name(dataset, "model_registry"),
     )
     def _registered_model(
         context: dg.AssetExecutionContext,

@@ -24,7 +24,7 @@ import pandas as pd
 from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.checks import report_key
-from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.steps import (
@@ -424,6 +424,7 @@ def build_model(
     @dg.asset(
         name=name,
         key_prefix=contract.name,
+        pool=writer_pool(contract.name, name),
         partitions_def=partitions,
         backfill_policy=daily_backfill_policy(),
         group_name=dataset_name(contract.name, "training"),

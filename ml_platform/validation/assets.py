@@ -17,7 +17,7 @@ from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, rejected_key
-from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import table_schema
 from ml_platform.platform.steps import (
     DataVerdict,
@@ -303,6 +303,7 @@ def build_validated_data(
     @dg.asset(
         name="validated_data",
         key_prefix=contract.name,
+        pool=writer_pool(contract.name, "validated_data"),
         partitions_def=partitions,
         backfill_policy=daily_backfill_policy(),
         retry_policy=STORAGE_RETRY_POLICY,

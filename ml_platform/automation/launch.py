@@ -1,0 +1,111 @@
+"""Runs submitted to the instance as the UI submits them: through the Dagster webserver's API.
+
+`ml-platform materialize` launches each day as a run of the dataset's daily job through the
+webserver's GraphQL API (`ML_PLATFORM_DAGSTER_URL`), the way the UI's Materialize does. The run
+goes into the instance's queue; dagster-daemon starts it when the instance's limits allow
+(dagster.yaml: the assets' pools, one run of a day at a time), the run launcher starts its run
+worker, and run monitoring watches that worker. So a run of the command is like any other: the
+queue keeps it apart from other runs writing its assets, and a command killed mid-day leaves a
+run that goes on (or that run monitoring records failed), never one STARTED forever.
+"""
+
+import dataclasses
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import dagster as dg
+
+# The daemon that takes queued runs from the queue and launches them.
+QUEUE_DAEMON = "QUEUED_RUN_COORDINATOR"
+DAEMON_HEALTH = """
+query QueueDaemon($daemonType: String!) {
+  instance { daemonHealth { daemonStatus(daemonType: $daemonType) { healthy } } }
+}
+"""
+# A run's status once it no longer executes or waits.
+FINISHED = frozenset(
+    {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+)
+
+
+class LaunchError(Exception):
+    """The webserver cannot take the run: not reachable, no daemon, or it refused the run.
+
+    Nothing was launched; the message says what to start or fix. Waiting does not help.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class Webserver:
+    """The Dagster webserver at `url`, through which runs are launched and terminated."""
+
+    url: str
+
+    def _client(self):
+        from dagster_graphql import DagsterGraphQLClient
+
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise LaunchError(f"ML_PLATFORM_DAGSTER_URL={self.url!r} is not an http(s) URL")
+        return DagsterGraphQLClient(
+            parts.hostname, port_number=parts.port, use_https=parts.scheme == "https"
+        )
+
+    def _query(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"{self.url.rstrip('/')}/graphql",
+            data=json.dumps({"query": query, "variables": variables}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                payload = json.loads(response.read())
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            raise LaunchError(
+                f"no Dagster webserver answers at {self.url} ({exc}): start the UI and daemon "
+                "(`make serve`, or `dg dev`), or set ML_PLATFORM_DAGSTER_URL to the "
+                "webserver of this instance"
+            ) from exc
+        if payload.get("errors"):
+            raise LaunchError(f"the webserver at {self.url} answered {payload['errors']}")
+        return payload["data"]
+
+    def check_queue(self) -> None:
+        """Raise `LaunchError` unless the webserver answers and a daemon works the run queue.
+
+        A run queued with no daemon would wait in the queue until one starts.
+        """
+        data = self._query(DAEMON_HEALTH, {"daemonType": QUEUE_DAEMON})
+        if not data["instance"]["daemonHealth"]["daemonStatus"]["healthy"]:
+            raise LaunchError(
+                f"no dagster-daemon works the run queue of the instance served at {self.url}: "
+                "a run launched now would wait in the queue. Start it (`make serve` or `dg dev` "
+                "start one; alone: `dagster-daemon run -w workspace.yaml`) and run this again"
+            )
+
+    def launch(self, job: str, tags: dict[str, str]) -> str:
+        """Submit a run of `job` with `tags` to the instance's queue; its run id."""
+        from dagster_graphql import DagsterGraphQLClientError
+
+        try:
+            return self._client().submit_job_execution(job, tags=tags)
+        except DagsterGraphQLClientError as exc:
+            raise LaunchError(
+                f"the webserver at {self.url} did not launch {job}: {exc}; is it serving this "
+                "code location (workspace.yaml) with the same contracts?"
+            ) from exc
+
+    def terminate(self, run_id: str) -> None:
+        """Ask the instance to terminate a run (a queued one is canceled before it starts)."""
+        from dagster_graphql import DagsterGraphQLClientError
+
+        try:
+            self._client().terminate_run(run_id)
+        except DagsterGraphQLClientError as exc:
+            raise LaunchError(
+                f"the webserver at {self.url} did not terminate run {run_id}: {exc}; terminate "
+                "it in the UI (Runs) or leave it to end"
+            ) from exc
