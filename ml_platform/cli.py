@@ -26,6 +26,8 @@ from ml_platform.platform.settings import Location, Settings
 if TYPE_CHECKING:
     import dagster as dg
 
+    from ml_platform.automation.launch import Webserver
+
 # The exit code of a command whose days' data was rejected (a data verdict), no run failing.
 REJECTED_EXIT = 3
 R = TypeVar("R")
@@ -255,7 +257,7 @@ APPEAR_SECONDS = 30.0
 TERMINATE_SECONDS = 120.0
 
 
-def follow(instance: "dg.DagsterInstance", webserver, run_id: str) -> "dg.DagsterRun":
+def follow(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str) -> "dg.DagsterRun":
     """Wait for the command's own run to end; the run as the instance recorded it.
 
     A run that the webserver launched but this instance never sees means the two are not the
@@ -290,7 +292,7 @@ def follow(instance: "dg.DagsterInstance", webserver, run_id: str) -> "dg.Dagste
         time.sleep(POLL_SECONDS)
 
 
-def ready(webserver, wait: float) -> None:
+def ready(webserver: "Webserver", wait: float) -> None:
     """Return once the webserver answers and a daemon works its queue, waiting up to `wait` s.
 
     `make run` starts the command beside the UI it launches through, which needs a few seconds
@@ -309,7 +311,7 @@ def ready(webserver, wait: float) -> None:
         time.sleep(1.0)
 
 
-def terminated(instance: "dg.DagsterInstance", webserver, run_id: str) -> str:
+def terminated(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str) -> str:
     """Terminate the command's run and wait until it is recorded ended; its status, in words."""
     from ml_platform.automation.launch import FINISHED, LaunchError
 

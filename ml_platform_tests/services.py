@@ -365,8 +365,8 @@ class DagsterProcesses:
     port: int
     procs: list[subprocess.Popen]
 
-    def start(self, webserver: bool = True) -> None:
-        """The instance's storage, then the webserver (unless not wanted) and the daemon.
+    def start(self, webserver: bool = True, daemon: bool = True) -> None:
+        """The instance's storage, then the webserver and the daemon (each unless not wanted).
 
         Each process runs in its own group.
         """
@@ -388,7 +388,8 @@ class DagsterProcesses:
                     *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
                 ],
             )
-        self.spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+        if daemon:
+            self.spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", "workspace.yaml"])
 
     def spawn(self, name: str, command: list[str]) -> None:
         """Start a process in its own group (stop() ends the group), logging to <name>.log."""
@@ -498,10 +499,13 @@ class DagsterServices(DagsterProcesses):
         self.logs = root
         self.procs = []
 
-    def start(self, webserver: bool = True) -> None:
-        """Start both and wait until the webserver answers and the daemon works the queue."""
-        super().start(webserver=webserver)
-        self.wait_for(self.queue_daemon_healthy, 240, "the webserver and the queue's daemon")
+    def start(self, webserver: bool = True, daemon: bool = True) -> None:
+        """Start them, and wait until the webserver answers and the daemon works the queue."""
+        super().start(webserver=webserver, daemon=daemon)
+        if daemon:
+            self.wait_for(self.queue_daemon_healthy, 240, "the webserver and the queue's daemon")
+        else:
+            self.wait_for(lambda: self.graphql("{ version }"), 240, "the webserver")
 
     def queue_daemon_healthy(self) -> bool:
         data = self.graphql(

@@ -214,7 +214,9 @@ def test_two_runs_of_the_registry_of_a_dataset_never_execute_at_once(services):
     assert services.runs(second)[0].status == dg.DagsterRunStatus.QUEUED
     services.sink.released.set()
 
-    assert services.finished(held).is_success and services.finished(other).is_success
+    # Neither day has an evaluation to register, so each run fails in its step (a day never
+    # recorded upstream is no verdict): what matters is when each executed.
+    assert services.finished(held).is_finished and services.finished(other).is_finished
     assert services.span(held)[1] <= services.span(other)[0]
 
 
@@ -319,3 +321,48 @@ def test_without_a_webserver_the_command_says_what_to_start(tmp_path):
     assert done.returncode == 1
     assert "error: no Dagster webserver answers at http://127.0.0.1:9" in done.stderr
     assert "start the UI and daemon (`make serve`, or `dg dev`)" in done.stderr
+
+
+def test_without_a_daemon_the_command_launches_nothing_and_says_what_to_start(tmp_path):
+    services = DagsterServices(tmp_path)
+    services.start(daemon=False)
+    try:
+        done = subprocess.run(
+            [str(BIN / "ml-platform"), "materialize", "--start", "2024-01-01", "--dataset"]
+            + ["synthetic"],
+            env=services.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        services.stop()
+    assert done.returncode == 1, done.stderr
+    assert "error: no dagster-daemon works the run queue of the instance served at" in done.stderr
+    assert "`dagster-daemon run -w workspace.yaml`" in done.stderr
+    with services.instance() as instance:
+        assert instance.get_runs() == []
+
+
+def test_a_command_on_another_instance_than_the_webservers_says_so(services, tmp_path):
+    # The webserver's instance runs the day; the command's own DAGSTER_HOME never sees it.
+    day = "2024-04-01"
+    services.land(SYNTHETIC, [day])
+    home = tmp_path / "other_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    done = subprocess.run(
+        [str(BIN / "ml-platform"), "materialize", "--start", day, "--dataset", "synthetic"],
+        env={**services.env, "DAGSTER_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    (run,) = services.runs(day)
+    assert f"launched run {run.run_id}, but the instance of DAGSTER_HOME has no such run" in (
+        done.stderr
+    )
+    services.finished(run.run_id)

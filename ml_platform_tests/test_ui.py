@@ -2,8 +2,8 @@
 
 The webserver and daemon serve a temporary instance from workspace.yaml as a user runs them; two
 real flights days are landed and run through them with the CLI, then a third whose file arrives
-damaged and is rejected by its quality gate. Playwright drives the system's Chromium (no browser download).
-Screenshots land in test-output/screenshots/ for CI artifacts.
+damaged and is rejected by its quality gate. Playwright drives the system's Chromium (no browser
+download). Screenshots land in test-output/screenshots/ for CI artifacts.
 """
 
 import csv
