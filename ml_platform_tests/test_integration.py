@@ -133,9 +133,11 @@ def test_cli_materialises_a_landed_day_and_records_a_day_without_its_file_reject
 
 def test_materialize_command_skips_days_already_done(user_env):
     ml = str(BIN / "ml-platform")
-    assert run(
+    landed = run(
         [ml, "land", "--dataset", "flights", "--start", "2013-01-01", "--days", "2"], user_env
     )
+    assert landed.returncode == 0, landed.stderr[-3000:]
+    assert landed.stdout.count(" rows written") == 2, landed.stdout
     first = run([ml, "materialize", "--start", "2013-01-01", "--days", "2"], user_env)
     days = ["2013-01-01", "2013-01-02"]
     rejected = rejected_days(FLIGHTS, Path(user_env["ML_PLATFORM_LAKE_DIR"]), days)
