@@ -102,14 +102,19 @@ class HeldLogReceiver(http.server.BaseHTTPRequestHandler):
             hold = server.hold in message and not server.held.is_set()
             if hold:
                 server.held.set()
-        if hold:
-            # The emitting process waits for this answer: it stays inside the logged event.
-            server.released.wait()
+        # The emitting process waits for this answer: it stays inside the logged event, until
+        # the test releases it or, a test having forgotten to, HOLD_LIMIT_SECONDS later.
+        if hold and not server.released.wait(HOLD_LIMIT_SECONDS):
+            server.expired = True
         self.send_response(200)
         self.end_headers()
 
     def log_message(self, *args):
         pass
+
+
+# Longer than any test waits with a run held; a hold that lasts it fails the test (held_log).
+HOLD_LIMIT_SECONDS = 900
 
 
 class HeldLog(http.server.ThreadingHTTPServer):
@@ -123,6 +128,7 @@ class HeldLog(http.server.ThreadingHTTPServer):
     hold: str
     held: threading.Event
     released: threading.Event
+    expired: bool
     lock: threading.Lock
 
     def handler(self) -> dict:
@@ -151,7 +157,7 @@ class HeldLog(http.server.ThreadingHTTPServer):
             else:
                 if process.poll() is None:
                     process.kill()  # timed out: its output says where it was
-                out, err = process.communicate()
+                out, err = process.communicate(timeout=30)
                 said = f"{out}\n{err[-3000:]}"
             raise AssertionError(f"no record matched {self.hold!r}:\n{said}")
 
@@ -169,6 +175,7 @@ def held_log(hold: str) -> Iterator[HeldLog]:
     server = HeldLog(("127.0.0.1", 0), HeldLogReceiver)
     server.hold, server.lock = hold, threading.Lock()
     server.held, server.released = threading.Event(), threading.Event()
+    server.expired = False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -177,6 +184,9 @@ def held_log(hold: str) -> Iterator[HeldLog]:
         server.released.set()
         server.shutdown()
         server.server_close()
+    assert not server.expired, (
+        f"a run held at {server.hold!r} was never released: it went on after {HOLD_LIMIT_SECONDS}s"
+    )
 
 
 @contextlib.contextmanager
@@ -379,6 +389,7 @@ class DagsterProcesses:
             env=self.env,
             check=True,
             capture_output=True,
+            timeout=180,
         )
         if webserver:
             self.spawn(
@@ -464,6 +475,7 @@ def living_in_group(pgid: int) -> list[str]:
         capture_output=True,
         text=True,
         check=False,
+        timeout=30,
     )
     return [line for line in ps.stdout.splitlines() if line.split()[1][0] != "Z"]
 

@@ -101,7 +101,9 @@ def test_a_fresh_run_environment_holds_no_dev_tool_and_runs_the_platform(tmp_pat
     uv("sync", "--no-dev")
     python = tmp_path / "venv" / "bin" / "python"
     names = "import importlib.metadata as m; print(*(d.name for d in m.distributions()))"
-    listing = subprocess.run([str(python), "-c", names], capture_output=True, text=True, check=True)
+    listing = subprocess.run(
+        [str(python), "-c", names], capture_output=True, text=True, check=True, timeout=120
+    )
     installed = {canonical(name) for name in listing.stdout.split()} - {"ml-platform"}
 
     dev_only = locked() - locked("--no-dev")

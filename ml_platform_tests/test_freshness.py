@@ -326,6 +326,32 @@ def test_with_a_real_daemon_a_late_day_warns_once_and_resolves_once_when_landed(
             with dg.DagsterInstance.get() as instance:
                 # Dagster holds the day as late: an observation of raw_data's day says so.
                 assert freshness_seen(instance, "synthetic") == [(day, LATE)]
+                raw = asset_key("synthetic", "raw_data")
+
+                def dagster_freshness() -> str | None:
+                    """raw_data's state as Dagster's freshness daemon last recorded it."""
+                    record = instance.get_freshness_state_records([raw]).get(raw)
+                    return record.freshness_state.value if record else None
+
+                # Dagster's policy judges raw_data's latest materialisation, whatever its day:
+                # a dataset that never delivered is UNKNOWN to it, not late.
+                daemon.wait_for(lambda: dagster_freshness() == "UNKNOWN", 60, "Dagster's UNKNOWN")
+                # The dataset's previous delivery, the day before, materialised before today's
+                # window opened (midnight, UTC: the contract's). Dagster stamps an event with the
+                # time it is written and has no public way to record one at another: the test
+                # process's clock is set back for this one write; the daemon keeps the real one.
+                window_opened = dt.datetime.combine(deadline.date(), dt.time(), dt.UTC)
+                previous = (dt.date.fromisoformat(day) - dt.timedelta(days=1)).isoformat()
+                with monkeypatch.context() as clock:
+                    earlier = (window_opened - dt.timedelta(hours=1)).timestamp()
+                    clock.setattr(time, "time", lambda: earlier)
+                    instance.report_runless_asset_event(
+                        dg.AssetMaterialization(raw, partition=previous)
+                    )
+                # Nothing came in today's window, the day is late: Dagster's own state fails.
+                daemon.wait_for(
+                    lambda: dagster_freshness() == "FAIL", 60, f"Dagster's FAIL while {day} is late"
+                )
                 platform.instance = instance
                 platform.land(day, 1)
                 result = platform.materialize(day, selection=["raw_data", "validated_data"])
@@ -336,12 +362,6 @@ def test_with_a_real_daemon_a_late_day_warns_once_and_resolves_once_when_landed(
                 assert freshness_seen(instance, "synthetic") == [(day, LATE), (day, FRESH)]
                 # Dagster's own freshness daemon judged raw_data by the contract's policy: the
                 # delivery came after midnight, inside the window that ended at the deadline.
-                raw = asset_key("synthetic", "raw_data")
-
-                def dagster_freshness() -> str | None:
-                    record = instance.get_freshness_state_records([raw]).get(raw)
-                    return record.freshness_state.value if record else None
-
                 daemon.wait_for(lambda: dagster_freshness() == "PASS", 60, "Dagster's PASS")
                 # A tick that began after the RESOLVED was sent tells nothing new.
                 [state] = [

@@ -120,6 +120,7 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         check=False,
+        timeout=600,
     )
     assert proc.returncode == -signal.SIGKILL, "training ended before its kill point"
     unit = "epoch" if estimator == "sgd" else "iteration"

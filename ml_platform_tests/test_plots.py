@@ -194,4 +194,4 @@ def test_loading_the_code_location_leaves_matplotlib_unimported():
         "import sys, ml_platform.definitions; "
         "assert not [m for m in sys.modules if m.split('.')[0] == 'matplotlib']"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -67,7 +67,7 @@ def test_the_scanner_ignores_placeholders():
 
 def test_no_tracked_file_holds_a_secret():
     files = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, timeout=60
     ).stdout.split(b"\0")
     found = []
     for name in filter(None, files):

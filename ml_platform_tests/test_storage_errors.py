@@ -41,11 +41,13 @@ def tmpfs(path: Path, size: str, *options: str) -> Iterator[Path]:
     """A tmpfs of `size` mounted at `path` for the block."""
     path.mkdir(parents=True, exist_ok=True)
     flags = ",".join([f"size={size}", *options])
-    subprocess.run(["mount", "-t", "tmpfs", "-o", flags, "tmpfs", str(path)], check=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", flags, "tmpfs", str(path)], check=True, timeout=30
+    )
     try:
         yield path
     finally:
-        subprocess.run(["umount", str(path)], check=True)
+        subprocess.run(["umount", str(path)], check=True, timeout=30)
 
 
 def fill(folder: Path, leave_pages: int) -> Path:

@@ -24,6 +24,6 @@ def test_pools_found_before_scikit_learn_is_imported_still_limit_its_openmp_thre
         """
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
     ).stdout
     assert out.strip() == '[["blas", 1], ["openmp", 1]]'
