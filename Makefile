@@ -16,8 +16,6 @@ SYNTHETIC_DAYS ?= 3
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export ML_PLATFORM_LANDING_DIR ?= $(CURDIR)/data/landing
 export ML_PLATFORM_LAKE_DIR ?= $(CURDIR)/data/lake
-# The webserver `ml-platform materialize` launches its runs through: the one `make serve` starts.
-export ML_PLATFORM_DAGSTER_URL ?= http://$(HOST):$(PORT)
 export UV_PYTHON := $(PYTHON)
 
 UV := .tools/bin/uv
@@ -59,9 +57,11 @@ instance:
 # The UI first: the demo days are landed and launched beside it, through its webserver, once it
 # answers, and a person watches them fill in (Runs, Catalog). A day already done is skipped, so a
 # second `make run` launches nothing. Ctrl-C stops the UI and the command, which terminates the
-# run of the day it was on.
+# run of the day it was on. The command launches through the webserver `make serve` starts here,
+# whatever ML_PLATFORM_DAGSTER_URL the caller's environment names.
 run: $(RUN_STAMP) instance
-	( .venv/bin/ml-platform land --dataset flights --start $(START) --days $(DAYS) \
+	( export ML_PLATFORM_DAGSTER_URL=http://$(HOST):$(PORT); \
+	  .venv/bin/ml-platform land --dataset flights --start $(START) --days $(DAYS) \
 	  && .venv/bin/ml-platform land --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS) \
 	  && .venv/bin/ml-platform materialize --dataset flights --start $(START) --days $(DAYS) --wait 300; \
 	  .venv/bin/ml-platform materialize --dataset synthetic --start $(SYNTHETIC_START) \

@@ -149,7 +149,7 @@ DAEMONS_QUERY = """
 """
 
 
-def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen):
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: Path):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"the run command exited while waiting for {what}"
@@ -160,12 +160,16 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen):
         except (urllib.error.URLError, ConnectionError, KeyError, TypeError):
             pass
         time.sleep(1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    # What the command printed tells why (a launch refused, a webserver not answering).
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}:\n{log.read_text()[-3000:]}"
+    )
 
 
 def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env, tmp_path):
     port = free_port()
-    log = (tmp_path / "run.log").open("w")
+    log_path = tmp_path / "run.log"
+    log = log_path.open("w")
     # `make run` serves every bundled dataset: flights and the synthetic one side by side.
     env = {k: v for k, v in user_env.items() if k != "ML_PLATFORM_DATASET"}
     proc = subprocess.Popen(
@@ -180,7 +184,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
     )
     try:
         # The UI answers first; the demo days are launched through it and fill in after.
-        wait_for(lambda: graphql(port, ASSETS_QUERY)["assetNodes"], 240, "the UI", proc)
+        wait_for(lambda: graphql(port, ASSETS_QUERY)["assetNodes"], 240, "the UI", proc, log_path)
         # Each dataset's daily graph is materialised for its landed days (a rejected model's
         # day records it as not registered); the weekly retrain waits for Monday.
         days = {"flights": 2, "synthetic": 3}
@@ -195,7 +199,9 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
             done = all(counts.get(key) == days[key[0]] for key in daily)
             return by_key if done else None
 
-        by_key = wait_for(materialised, 600, "the demo days through the UI's daemon", proc)
+        by_key = wait_for(
+            materialised, 600, "the demo days through the UI's daemon", proc, log_path
+        )
         assert {
             (dataset, name)
             for dataset in days
@@ -211,7 +217,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
             required = [d for d in statuses["allDaemonStatuses"] if d["required"]]
             return required and all(d["healthy"] for d in required)
 
-        wait_for(daemons_healthy, 120, "a healthy daemon", proc)
+        wait_for(daemons_healthy, 120, "a healthy daemon", proc, log_path)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -221,7 +227,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
             log.close()
             if proc.poll() is None or living_in_group(proc.pid):
                 os.killpg(proc.pid, signal.SIGKILL)
-    output = (tmp_path / "run.log").read_text()
+    output = log_path.read_text()
     # The UI is served by `dg dev`, and Dagster warns of nothing before it: no superseded
     # command, no instance configuration found beside the one DAGSTER_HOME names.
     ui = output.index(f"Serving dagster-webserver on http://127.0.0.1:{port}")
