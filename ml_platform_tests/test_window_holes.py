@@ -17,7 +17,7 @@ import pytest
 from dagster_aws.s3 import S3Resource
 
 from ml_platform import cli
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import DataVerdict, Verdict, daily_backfill_policy, each_day
 from ml_platform.platform.storage import (
     FORMAT_KEY,

@@ -16,7 +16,6 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     BASELINE_STRATEGY,
@@ -33,6 +32,7 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import (
     DataVerdict,
     daily_backfill_policy,

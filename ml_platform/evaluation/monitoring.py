@@ -25,11 +25,11 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.assets import non_finite_predictions
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,

@@ -19,7 +19,6 @@ from typing import IO, Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import (
     LandingStore,
@@ -28,6 +27,7 @@ from ml_platform.ingestion.landing import (
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, op_name, writer_pool
 from ml_platform.platform.observability import record_bytes_read, table_schema
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,

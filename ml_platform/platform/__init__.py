@@ -1,1 +1,1 @@
-"""Platform plumbing: lake storage, IO manager, step execution, logs, metrics, plots."""
+"""Platform plumbing: lake storage, IO manager, step execution, retry policy, logs, metrics, plots."""

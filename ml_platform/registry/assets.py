@@ -31,7 +31,6 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     Comparison,
@@ -42,6 +41,7 @@ from ml_platform.evaluation.metrics import (
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.records import day_records
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,

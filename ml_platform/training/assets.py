@@ -21,12 +21,12 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.checks import report_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,

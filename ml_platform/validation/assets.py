@@ -13,12 +13,12 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, rejected_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import table_schema
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
