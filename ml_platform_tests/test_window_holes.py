@@ -17,6 +17,7 @@ import pytest
 from dagster_aws.s3 import S3Resource
 
 from ml_platform import cli
+from ml_platform.platform.failures import DATA
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import DataVerdict, Verdict, daily_backfill_policy, each_day
 from ml_platform.platform.storage import (
@@ -33,7 +34,6 @@ from ml_platform.training.assets import (
     window_coverage,
     window_input,
 )
-from ml_platform.troubleshooting.classify import DATA
 from ml_platform.troubleshooting.rejected import rejected_days
 from ml_platform.troubleshooting.run_events import classify_outcome, run_outcome
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from

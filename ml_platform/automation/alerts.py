@@ -81,7 +81,7 @@ class Alert:
     title: str  # what happened, one line
     cause: str  # why, one line
     subject: str  # what failed: a job, an asset, a check or a file
-    failure_class: str | None  # a key of classify.RUNBOOK_ANCHORS; None: no failure
+    failure_class: str | None  # a key of failures.RUNBOOK_ANCHORS; None: no failure
     run_id: str | None
     partition: str | None
     run_url: str | None

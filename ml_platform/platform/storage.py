@@ -34,10 +34,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
+from ml_platform.platform.failures import CONFIGURATION, RESOURCE_EXHAUSTION, runbook_link
 from ml_platform.platform.observability import record_bytes_read
 from ml_platform.platform.records import LAKE_KEY, DayRecord, day_records, recorded_lake_keys
 from ml_platform.platform.settings import Location, Settings, parse_s3_url
-from ml_platform.troubleshooting.classify import CONFIGURATION, RESOURCE_EXHAUSTION, runbook_link
 
 FORMAT_KEY = "ml_platform/format"
 # An input with this metadata (the window's length in days) receives its partitions as a

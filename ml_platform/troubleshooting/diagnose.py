@@ -10,7 +10,7 @@ import logging
 
 import dagster as dg
 
-from ml_platform.troubleshooting.classify import (
+from ml_platform.platform.failures import (
     FAILURE_CLASS_TAG,
     Classification,
     StepFailure,

@@ -1,6 +1,6 @@
 """Links into docs/runbook.md, the one place that says what to do about each alert and check."""
 
-from ml_platform.troubleshooting.classify import RUNBOOK_PATH
+from ml_platform.platform.failures import RUNBOOK_PATH
 from ml_platform.validation.expectations import CHECKS as GATE_CHECKS
 
 # The checks with a section "## Check <name>" of their own; a test keeps this list, the checks
