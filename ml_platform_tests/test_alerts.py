@@ -530,7 +530,7 @@ def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_pat
     from ml_platform.contracts import load_contract
     from ml_platform.definitions import build_definitions
     from ml_platform.platform.failures import RUNBOOK_ANCHORS
-    from ml_platform.troubleshooting.runbook import RUNBOOK_PATH, check_anchor
+    from ml_platform.platform.runbook import RUNBOOK_PATH, check_anchor
 
     runbook = (REPO / "docs" / "runbook.md").read_text()
     headings = {
@@ -543,7 +543,7 @@ def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_pat
     )
     graph = defs.resolve_asset_graph()
     specs = [graph.get_check_spec(key) for key in graph.asset_check_keys]
-    from ml_platform.troubleshooting.runbook import CHECK_SECTIONS
+    from ml_platform.platform.runbook import CHECK_SECTIONS
 
     assert {spec.name for spec in specs} == CHECK_SECTIONS
     for spec in specs:

@@ -33,6 +33,7 @@ from ml_platform.evaluation.metrics import (
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     DataVerdict,
     daily_backfill_policy,
@@ -43,7 +44,6 @@ from ml_platform.platform.steps import Verdict as DayVerdict
 from ml_platform.platform.storage import FORMAT_KEY
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
-from ml_platform.troubleshooting.runbook import check_description
 
 VERDICT_CHECK = "promotion_verdict"
 

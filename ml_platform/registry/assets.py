@@ -42,6 +42,7 @@ from ml_platform.evaluation.metrics import (
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.records import day_records
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,
@@ -63,7 +64,6 @@ from ml_platform.registry.store import (
 )
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
-from ml_platform.troubleshooting.runbook import check_description
 
 REGISTERED_MODEL = "registered_model"
 REJECTION_STREAK_CHECK = "rejection_streak"

@@ -27,6 +27,7 @@ from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -42,7 +43,6 @@ from ml_platform.training.model import (
     TrainingState,
     train_model,
 )
-from ml_platform.troubleshooting.runbook import check_description
 
 LOSS_PLATEAU_CHECK = "loss_plateau"
 FINITE_WEIGHTS_CHECK = "finite_weights"

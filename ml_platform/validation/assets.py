@@ -19,6 +19,7 @@ from ml_platform.ingestion.assets import keep_rejected, rejected_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import table_schema
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -34,7 +35,6 @@ from ml_platform.platform.storage import (
     MissingPartitionError,
     serialise,
 )
-from ml_platform.troubleshooting.runbook import check_description
 from ml_platform.validation.expectations import (
     CHECKS,
     HISTORY,
