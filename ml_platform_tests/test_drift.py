@@ -28,9 +28,9 @@ from ml_platform.drift.detect import (
     detect_drift,
     leave_one_out_distances,
 )
-from ml_platform.drift.profile import feature_profile
 from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown
+from ml_platform.features.profile import feature_profile
 
 SYNTHETIC_TEXT = (BUNDLED_DIR / "synthetic.yaml").read_text()
 BEFORE_DRIFT = SYNTHETIC_TEXT[: SYNTHETIC_TEXT.index("\ndrift:")] + "\n"

@@ -7,7 +7,7 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.drift.profile import feature_profile
+from ml_platform.features.profile import feature_profile
 from ml_platform.features.transforms import build_features
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import table_schema
