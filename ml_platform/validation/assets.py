@@ -14,7 +14,7 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.drift.reference import reference_days
+from ml_platform.contracts.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, rejected_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.observability import table_schema
