@@ -33,10 +33,9 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.landing_sensor import LANDED_VERSION_TAG
 from ml_platform.contracts import Contract
 from ml_platform.contracts.reference import reference_days
-from ml_platform.ingestion.landing import LandingStore
+from ml_platform.ingestion.landing import LANDED_VERSION_TAG, LandingStore
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.failures import (
     RESOURCE_EXHAUSTION,
