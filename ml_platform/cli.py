@@ -522,7 +522,7 @@ def check_contract(args: argparse.Namespace) -> int:
 
 def init_contract(args: argparse.Namespace) -> int:
     """Write a draft contract inferred from sample day files."""
-    from ml_platform.contracts.infer import InferenceError, draft_contract
+    from ml_platform.validation.infer import InferenceError, draft_contract
 
     try:
         text = draft_contract(args.samples, args.name)
