@@ -23,8 +23,8 @@ from ml_platform.platform.failures import (
     StepFailure,
     classify_failure,
 )
-from ml_platform.platform.storage import (
-    LocalStorage,
+from ml_platform.platform.storage import LocalStorage
+from ml_platform.platform.storage_errors import (
     PartitionStorageError,
     PermanentStorageError,
     partition_errors,

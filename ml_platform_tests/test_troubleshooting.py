@@ -43,9 +43,11 @@ from ml_platform.platform.failures import (
     StepFailure,
     classify_failure,
 )
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.logs import LOG_FILE_NAME
 from ml_platform.platform.steps import each_day
-from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LocalStorage
+from ml_platform.platform.storage import LocalStorage
 from ml_platform.troubleshooting.reproduce import (
     InputsChangedError,
     not_reproduced_advice,

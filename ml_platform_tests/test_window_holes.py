@@ -18,15 +18,11 @@ from dagster_aws.s3 import S3Resource
 
 from ml_platform import cli
 from ml_platform.platform.failures import DATA
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import DataVerdict, Verdict, daily_backfill_policy, each_day
-from ml_platform.platform.storage import (
-    FORMAT_KEY,
-    LakeIOManager,
-    LakeStorage,
-    LocalStorage,
-    S3Storage,
-)
+from ml_platform.platform.storage import LakeStorage, LocalStorage, S3Storage
 from ml_platform.training.assets import (
     WindowCoverageError,
     fill_command,

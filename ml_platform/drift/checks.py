@@ -27,9 +27,9 @@ from ml_platform.drift.detect import (
 )
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import check_fields, partition_evaluation
-from ml_platform.platform.storage import LakeIOManager
 
 FEATURES_DRIFT_CHECK = "features_drift"
 

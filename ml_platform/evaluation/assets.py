@@ -32,6 +32,7 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
@@ -41,7 +42,6 @@ from ml_platform.platform.steps import (
     each_day,
 )
 from ml_platform.platform.steps import Verdict as DayVerdict
-from ml_platform.platform.storage import FORMAT_KEY
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
 

@@ -26,6 +26,7 @@ from ml_platform.ingestion.landing import (
     RefusedLandingFileError,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, op_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY, serialise_into
 from ml_platform.platform.observability import record_bytes_read, table_schema
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
@@ -36,7 +37,7 @@ from ml_platform.platform.steps import (
     daily_check_spec,
     each_day,
 )
-from ml_platform.platform.storage import FORMAT_KEY, LakeStorage, serialise_into
+from ml_platform.platform.storage import LakeStorage
 from ml_platform.validation.schema import raw_schema
 
 RAW_SCHEMA_CHECK = "raw_schema"

@@ -40,6 +40,9 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.inputs import DailyInput, WindowPartitions
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.records import day_records
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
@@ -49,13 +52,7 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
-from ml_platform.platform.storage import (
-    FORMAT_KEY,
-    DailyInput,
-    LakeIOManager,
-    LakeStorage,
-    WindowPartitions,
-)
+from ml_platform.platform.storage import LakeStorage
 from ml_platform.registry.store import (
     ModelRegistry,
     RegistryError,

@@ -24,6 +24,8 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.drift.checks import report_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY, deserialise, serialise
+from ml_platform.platform.inputs import WINDOW_KEY
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
@@ -35,7 +37,7 @@ from ml_platform.platform.steps import (
     daily_check_spec,
     each_day,
 )
-from ml_platform.platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
+from ml_platform.platform.storage import LakeStorage
 from ml_platform.training.model import (
     Checkpoints,
     TrainedModel,

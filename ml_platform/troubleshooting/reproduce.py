@@ -42,9 +42,11 @@ from ml_platform.platform.failures import (
     RESOURCE_PATTERN,
     Classification,
 )
+from ml_platform.platform.inputs import DailyInput
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.observability import row_count
 from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
-from ml_platform.platform.storage import DailyInput, LakeIOManager, LakeStorage, LocalStorage
+from ml_platform.platform.storage import LakeStorage, LocalStorage
 from ml_platform.troubleshooting.diagnose import Diagnosis, diagnose_run
 
 DEFAULT_SAMPLE_ROWS = 100
