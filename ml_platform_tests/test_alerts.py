@@ -40,8 +40,8 @@ from ml_platform.platform.failures import (
     StepFailure,
     classify_failure,
 )
+from ml_platform.platform.run_events import RunOutcome, run_outcome
 from ml_platform.platform.settings import Settings
-from ml_platform.troubleshooting.run_events import RunOutcome, run_outcome
 from ml_platform_tests.conftest import REPO
 from ml_platform_tests.services import WebhookServer, webhook_server
 

@@ -44,8 +44,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from ml_platform.platform.run_events import RunOutcome, classify_outcome
 from ml_platform.platform.runbook import check_anchor
-from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome
 from ml_platform.validation.assets import DELIVERY_CHECK
 
 CRITICAL = "CRITICAL"

@@ -16,7 +16,7 @@ from ml_platform.platform.failures import (
     StepFailure,
     runbook_link,
 )
-from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome, run_outcome
+from ml_platform.platform.run_events import RunOutcome, classify_outcome, run_outcome
 
 FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
 
