@@ -33,8 +33,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from ml_platform.platform.rejected import DAY_ASSETS
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV, DEFAULT_BACKFILL_DAYS_PER_RUN
-from ml_platform.troubleshooting.rejected import DAY_ASSETS
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -348,7 +348,7 @@ def recorded_verdicts(home: str, days: list[str]) -> tuple[list[dict], int]:
 
     from ml_platform.platform.datasets import asset_key
     from ml_platform.platform.records import done_days
-    from ml_platform.troubleshooting.rejected import rejected_days
+    from ml_platform.platform.rejected import rejected_days
 
     os.environ["DAGSTER_HOME"] = home  # the benchmark's instance, read after its processes ended
     with dg.DagsterInstance.get() as instance:

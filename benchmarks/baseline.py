@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.reference import reference_days
 from ml_platform.drift.detect import detect_drift
-from ml_platform.drift.reference import reference_days
 from ml_platform.evaluation.metrics import holdout_of, judge, score_model
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from drift_flights_year import HOLIDAYS, features_of  # noqa: E402
 
 from ml_platform.contracts import Contract, load_contract  # noqa: E402
+from ml_platform.contracts.reference import reference_days  # noqa: E402
 from ml_platform.drift.detect import (  # noqa: E402
     Calibration,
     FeatureVerdict,
@@ -42,7 +43,6 @@ from ml_platform.drift.detect import (  # noqa: E402
     calibration_bound,
     detect_drift,
 )
-from ml_platform.drift.reference import reference_days  # noqa: E402
 from ml_platform.features.transforms import build_features  # noqa: E402
 from ml_platform.ingestion.synthetic import Drift, generate_day  # noqa: E402
 from ml_platform.validation.schema import type_rows  # noqa: E402

@@ -23,8 +23,8 @@ import pandas as pd
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import DriftReferenceSpec
+from ml_platform.contracts.reference import reference_days
 from ml_platform.drift.detect import FeatureVerdict, detect_drift
-from ml_platform.drift.reference import reference_days
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day

@@ -45,7 +45,8 @@ from ml_platform.drift.detect import detect_drift
 from ml_platform.drift.ks import ks_2samp_columns
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.synthetic import Drift, generate_day
-from ml_platform.platform.storage import LakeIOManager, LocalStorage
+from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.storage import LocalStorage
 from ml_platform.validation.schema import type_rows
 
 COLUMNS = 20

@@ -175,7 +175,7 @@ def day_outcome(instance: "dg.DagsterInstance", run_id: str, dataset: str) -> tu
 
     from ml_platform.platform.datasets import asset_key
     from ml_platform.platform.records import ACCEPTED, UNCHANGED
-    from ml_platform.troubleshooting.rejected import DAY_ASSETS, first_sentence
+    from ml_platform.platform.rejected import DAY_ASSETS, first_sentence
 
     records = instance.get_records_for_run(
         run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
@@ -202,7 +202,7 @@ def day_outcome(instance: "dg.DagsterInstance", run_id: str, dataset: str) -> tu
 
 def run_errors(instance: "dg.DagsterInstance", run_id: str) -> list[str]:
     """Each failed step of a finished run and the first line of its error."""
-    from ml_platform.troubleshooting.run_events import run_outcome
+    from ml_platform.platform.run_events import run_outcome
 
     outcome = run_outcome(instance, run_id, succeeded=False)
     if outcome is None:
@@ -355,7 +355,7 @@ def materialize(args: argparse.Namespace) -> int:
     from ml_platform.definitions import DAILY_JOB
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.platform.records import done_days
-    from ml_platform.troubleshooting.rejected import rerun_command
+    from ml_platform.platform.rejected import rerun_command
 
     settings = Settings()
     contract = dataset_of(args, settings)
@@ -450,7 +450,7 @@ def rejected(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.platform.partitions import daily_partitions
-    from ml_platform.troubleshooting.rejected import rejected_days, rerun_command
+    from ml_platform.platform.rejected import rejected_days, rerun_command
 
     settings = Settings()
     contract = dataset_of(args, settings)
@@ -522,7 +522,7 @@ def check_contract(args: argparse.Namespace) -> int:
 
 def init_contract(args: argparse.Namespace) -> int:
     """Write a draft contract inferred from sample day files."""
-    from ml_platform.contracts.infer import InferenceError, draft_contract
+    from ml_platform.validation.infer import InferenceError, draft_contract
 
     try:
         text = draft_contract(args.samples, args.name)

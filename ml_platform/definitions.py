@@ -25,15 +25,10 @@ from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.landing import LandingZone, S3LandingZone
 from ml_platform.platform.datasets import catalogued, dataset_name
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
-from ml_platform.platform.storage import (
-    LakeIOManager,
-    LocalStorage,
-    S3Storage,
-    at_location,
-    s3_resource,
-)
+from ml_platform.platform.storage import LocalStorage, S3Storage, at_location, s3_resource
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data

@@ -28,8 +28,7 @@ from ml_platform.automation.alert_sensors import (
     build_alert_sensors,
 )
 from ml_platform.automation.alerts import Alert, Notifier, evaluate_run
-from ml_platform.platform.settings import Settings
-from ml_platform.troubleshooting.classify import (
+from ml_platform.platform.failures import (
     CODE_BUG,
     CONFIGURATION,
     DATA,
@@ -41,7 +40,8 @@ from ml_platform.troubleshooting.classify import (
     StepFailure,
     classify_failure,
 )
-from ml_platform.troubleshooting.run_events import RunOutcome, run_outcome
+from ml_platform.platform.run_events import RunOutcome, run_outcome
+from ml_platform.platform.settings import Settings
 from ml_platform_tests.conftest import REPO
 from ml_platform_tests.services import WebhookServer, webhook_server
 
@@ -529,8 +529,8 @@ def test_notifier_takes_secrets_from_the_environment_as_env_vars(monkeypatch):
 def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_path):
     from ml_platform.contracts import load_contract
     from ml_platform.definitions import build_definitions
-    from ml_platform.troubleshooting.classify import RUNBOOK_ANCHORS
-    from ml_platform.troubleshooting.runbook import RUNBOOK_PATH, check_anchor
+    from ml_platform.platform.failures import RUNBOOK_ANCHORS
+    from ml_platform.platform.runbook import RUNBOOK_PATH, check_anchor
 
     runbook = (REPO / "docs" / "runbook.md").read_text()
     headings = {
@@ -543,7 +543,7 @@ def test_every_check_and_failure_class_links_an_existing_runbook_section(tmp_pat
     )
     graph = defs.resolve_asset_graph()
     specs = [graph.get_check_spec(key) for key in graph.asset_check_keys]
-    from ml_platform.troubleshooting.runbook import CHECK_SECTIONS
+    from ml_platform.platform.runbook import CHECK_SECTIONS
 
     assert {spec.name for spec in specs} == CHECK_SECTIONS
     for spec in specs:
@@ -627,7 +627,7 @@ def test_a_failed_run_announces_the_recovery_of_a_step_that_now_succeeds():
 
 
 def test_a_rejected_day_warns_once_pages_at_the_streak_and_a_backfill_leaves_it_to_its_summary():
-    from ml_platform.troubleshooting.classify import FailedCheck
+    from ml_platform.platform.failures import FailedCheck
 
     day = "2024-01-03"
     reason = f"{day} was rejected (failed quality gate): x2 has 31% missing values"

@@ -25,7 +25,8 @@ from ml_platform.evaluation.metrics import (
     score_baseline,
     score_predictions,
 )
-from ml_platform.platform.storage import LocalStorage, deserialise
+from ml_platform.platform.formats import deserialise
+from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.model import TrainedModel, split_holdout, window_frame
 from ml_platform.training.window import LabelSummary

@@ -22,10 +22,10 @@ from ml_platform.evaluation.monitoring import (
 )
 from ml_platform.ingestion.landing import LandingZone, source_day
 from ml_platform.ingestion.synthetic import file_bytes
+from ml_platform.platform.failures import FailedCheck
+from ml_platform.platform.run_events import RunOutcome, run_outcome
 from ml_platform.platform.storage import write_atomically
 from ml_platform.registry.store import ModelRegistry
-from ml_platform.troubleshooting.classify import FailedCheck
-from ml_platform.troubleshooting.run_events import RunOutcome, run_outcome
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.reference import describe_reference, reference_days
 from ml_platform.drift.checks import describe
 from ml_platform.drift.detect import Calibration, calibrate, detect_drift
-from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, verdict_table
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file, schema_check_result

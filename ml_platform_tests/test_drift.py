@@ -16,6 +16,7 @@ from scipy.spatial.distance import jensenshannon
 
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.contracts.model import BUNDLED_DIR, DriftReferenceSpec, parse_contract
+from ml_platform.contracts.reference import describe_reference, reference_days
 from ml_platform.drift.categorical import (
     category_counts,
     compare_categorical,
@@ -28,9 +29,8 @@ from ml_platform.drift.detect import (
     detect_drift,
     leave_one_out_distances,
 )
-from ml_platform.drift.profile import feature_profile
-from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown
+from ml_platform.features.profile import feature_profile
 
 SYNTHETIC_TEXT = (BUNDLED_DIR / "synthetic.yaml").read_text()
 BEFORE_DRIFT = SYNTHETIC_TEXT[: SYNTHETIC_TEXT.index("\ndrift:")] + "\n"

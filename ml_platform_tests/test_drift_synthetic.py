@@ -10,8 +10,8 @@ import pytest
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import DriftReferenceSpec
+from ml_platform.contracts.reference import reference_days
 from ml_platform.drift.detect import Calibration, calibrate, detect_drift
-from ml_platform.drift.reference import reference_days
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day

@@ -11,7 +11,7 @@ import yaml
 
 from ml_platform import cli
 from ml_platform.contracts import load_contract
-from ml_platform.contracts.infer import InferenceError, draft_contract
+from ml_platform.validation.infer import InferenceError, draft_contract
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform
 
 ZONES = ["America/Los_Angeles", "Europe/Paris", "Asia/Tokyo"]

@@ -14,7 +14,8 @@ import yaml
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
-from ml_platform.platform.storage import LocalStorage, deserialise
+from ml_platform.platform.formats import deserialise
+from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.assets import LOSS_PLATEAU_CHECK
 from ml_platform.training.window import data_version

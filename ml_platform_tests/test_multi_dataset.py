@@ -12,11 +12,10 @@ import yaml
 from ml_platform import cli
 from ml_platform.automation.alerts import Notifier
 from ml_platform.automation.jobs import DATASET_PARTITION_TAG
-from ml_platform.automation.landing_sensor import LANDED_FILE_TAG
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import DAILY_JOB, build_definitions
-from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform.ingestion.landing import LANDED_FILE_TAG, LandingZone, land_days
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry

@@ -23,8 +23,6 @@ from moto.server import ThreadedMotoServer
 
 from ml_platform.automation.alerts import Notifier
 from ml_platform.automation.landing_sensor import (
-    LANDED_FILE_TAG,
-    LANDED_VERSION_TAG,
     SLACK_SECONDS,
     LandingCursor,
     build_landing_sensor,
@@ -33,6 +31,8 @@ from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.ingestion.assets import LandingFileError, read_landed_stream
 from ml_platform.ingestion.landing import (
+    LANDED_FILE_TAG,
+    LANDED_VERSION_TAG,
     LandingStore,
     LandingZone,
     RefusedLandingFileError,

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from ml_platform.ingestion.synthetic import Drift
-from ml_platform.platform.storage import LocalStorage, deserialise, serialise, write_atomically
+from ml_platform.platform.formats import deserialise, serialise
+from ml_platform.platform.storage import LocalStorage, write_atomically
 
 
 def typed_frame() -> pd.DataFrame:

@@ -17,17 +17,17 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ml_platform.platform.datasets import asset_key
-from ml_platform.platform.storage import (
-    LocalStorage,
-    PartitionStorageError,
-    PermanentStorageError,
-    partition_errors,
-)
-from ml_platform.troubleshooting.classify import (
+from ml_platform.platform.failures import (
     CONFIGURATION,
     RESOURCE_EXHAUSTION,
     StepFailure,
     classify_failure,
+)
+from ml_platform.platform.storage import LocalStorage
+from ml_platform.platform.storage_errors import (
+    PartitionStorageError,
+    PermanentStorageError,
+    partition_errors,
 )
 from ml_platform.troubleshooting.diagnose import diagnose_run
 

@@ -12,15 +12,15 @@ import pandas as pd
 import pytest
 from dagster_aws.s3 import S3Resource
 
+from ml_platform.platform.formats import deserialise
+from ml_platform.platform.inputs import DailyInput
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import (
-    DailyInput,
-    LakeIOManager,
     LakeStorage,
     LocalStorage,
     S3Storage,
     at_location,
-    deserialise,
     s3_resource,
 )
 from ml_platform_tests.services import FAKE_AWS, s3_test_client

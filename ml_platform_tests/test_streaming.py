@@ -16,12 +16,9 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.ingestion.synthetic import generate_day
-from ml_platform.platform.storage import (
-    LakeIOManager,
-    LocalStorage,
-    PartitionCache,
-    WindowPartitions,
-)
+from ml_platform.platform.inputs import PartitionCache, WindowPartitions
+from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.storage import LocalStorage
 from ml_platform.training.equivalence import same_order_fit
 from ml_platform.training.model import (
     fit_streamed_preprocessing,

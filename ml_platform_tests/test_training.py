@@ -15,7 +15,7 @@ from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import generate_day
-from ml_platform.platform.storage import deserialise, serialise
+from ml_platform.platform.formats import deserialise, serialise
 from ml_platform.training.assets import every
 from ml_platform.training.model import (
     Checkpoints,

@@ -31,10 +31,7 @@ from ml_platform.automation.alerts import Notifier
 from ml_platform.contracts import load_contract
 from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
-from ml_platform.platform.logs import LOG_FILE_NAME
-from ml_platform.platform.steps import each_day
-from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LocalStorage
-from ml_platform.troubleshooting.classify import (
+from ml_platform.platform.failures import (
     CODE_BUG,
     DATA,
     DEPENDENCY_MISMATCH,
@@ -46,6 +43,11 @@ from ml_platform.troubleshooting.classify import (
     StepFailure,
     classify_failure,
 )
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.logs import LOG_FILE_NAME
+from ml_platform.platform.steps import each_day
+from ml_platform.platform.storage import LocalStorage
 from ml_platform.troubleshooting.reproduce import (
     InputsChangedError,
     not_reproduced_advice,

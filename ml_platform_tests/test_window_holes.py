@@ -17,15 +17,14 @@ import pytest
 from dagster_aws.s3 import S3Resource
 
 from ml_platform import cli
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.failures import DATA
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.rejected import rejected_days
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.run_events import classify_outcome, run_outcome
 from ml_platform.platform.steps import DataVerdict, Verdict, daily_backfill_policy, each_day
-from ml_platform.platform.storage import (
-    FORMAT_KEY,
-    LakeIOManager,
-    LakeStorage,
-    LocalStorage,
-    S3Storage,
-)
+from ml_platform.platform.storage import LakeStorage, LocalStorage, S3Storage
 from ml_platform.training.assets import (
     WindowCoverageError,
     fill_command,
@@ -33,9 +32,6 @@ from ml_platform.training.assets import (
     window_coverage,
     window_input,
 )
-from ml_platform.troubleshooting.classify import DATA
-from ml_platform.troubleshooting.rejected import rejected_days
-from ml_platform.troubleshooting.run_events import classify_outcome, run_outcome
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 from ml_platform_tests.test_backfill_range import materialize_range

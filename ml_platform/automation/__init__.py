@@ -1,1 +1,1 @@
-"""Automation: landing sensors, schedules, jobs, retries, concurrency tags and alerts."""
+"""Automation: landing sensors, schedules, jobs, concurrency tags and alerts."""

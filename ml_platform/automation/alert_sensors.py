@@ -43,11 +43,11 @@ from ml_platform.automation.alerts import (
     streak_keys,
 )
 from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.failures import FAILURE_CLASS_TAG
 from ml_platform.platform.partitions import run_days
 from ml_platform.platform.records import ACCEPTED, UNCHANGED, day_records
-from ml_platform.troubleshooting.classify import FAILURE_CLASS_TAG
-from ml_platform.troubleshooting.rejected import rejected_days, rerun_command
-from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome, run_outcome
+from ml_platform.platform.rejected import rejected_days, rerun_command
+from ml_platform.platform.run_events import RunOutcome, classify_outcome, run_outcome
 from ml_platform.validation.assets import DELIVERY_CHECK
 
 RUN_FAILURE_ALERTS_SENSOR = "run_failure_alerts_sensor"

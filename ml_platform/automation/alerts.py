@@ -44,8 +44,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome
-from ml_platform.troubleshooting.runbook import check_anchor
+from ml_platform.platform.run_events import RunOutcome, classify_outcome
+from ml_platform.platform.runbook import check_anchor
 from ml_platform.validation.assets import DELIVERY_CHECK
 
 CRITICAL = "CRITICAL"
@@ -81,7 +81,7 @@ class Alert:
     title: str  # what happened, one line
     cause: str  # why, one line
     subject: str  # what failed: a job, an asset, a check or a file
-    failure_class: str | None  # a key of classify.RUNBOOK_ANCHORS; None: no failure
+    failure_class: str | None  # a key of failures.RUNBOOK_ANCHORS; None: no failure
     run_id: str | None
     partition: str | None
     run_url: str | None

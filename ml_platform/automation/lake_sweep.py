@@ -10,8 +10,8 @@ of those days would delete them too; this does it without waiting for one.
 
 import dagster as dg
 
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.partitions import run_days
-from ml_platform.platform.storage import LakeIOManager
 
 LAKE_SWEEP_SENSOR = "lake_sweep_sensor"
 

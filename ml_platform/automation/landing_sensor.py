@@ -40,12 +40,17 @@ import dagster as dg
 from ml_platform.automation.alerts import WARNING, Alert, DeliveryState, Notifier, one_line
 from ml_platform.automation.jobs import day_run_tags
 from ml_platform.contracts import Contract
-from ml_platform.ingestion.landing import LandedObject, LandingStore, own_files, scan_landing
+from ml_platform.ingestion.landing import (
+    LANDED_FILE_TAG,
+    LANDED_VERSION_TAG,
+    LandedObject,
+    LandingStore,
+    own_files,
+    scan_landing,
+)
 from ml_platform.platform.datasets import asset_key, dataset_name
 
 LANDING_SENSOR = "landing_sensor"
-LANDED_FILE_TAG = "ml_platform/landed_file"
-LANDED_VERSION_TAG = "ml_platform/landed_version"
 
 # Clock skew between this host and the storage, plus S3 stamping an upload with its start: what
 # a cursor written before versions were kept per file allowed for.

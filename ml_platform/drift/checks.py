@@ -16,6 +16,7 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
+from ml_platform.contracts.reference import describe_reference, reference_days
 from ml_platform.drift.categorical import category_counts, summed_counts
 from ml_platform.drift.detect import (
     Calibration,
@@ -24,12 +25,11 @@ from ml_platform.drift.detect import (
     detect_drift,
     tested_features,
 )
-from ml_platform.drift.reference import describe_reference, reference_days
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import check_fields, partition_evaluation
-from ml_platform.platform.storage import LakeIOManager
-from ml_platform.troubleshooting.runbook import check_description
 
 FEATURES_DRIFT_CHECK = "features_drift"
 

@@ -16,7 +16,6 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     BASELINE_STRATEGY,
@@ -33,6 +32,9 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     DataVerdict,
     daily_backfill_policy,
@@ -40,10 +42,8 @@ from ml_platform.platform.steps import (
     each_day,
 )
 from ml_platform.platform.steps import Verdict as DayVerdict
-from ml_platform.platform.storage import FORMAT_KEY
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
-from ml_platform.troubleshooting.runbook import check_description
 
 VERDICT_CHECK = "promotion_verdict"
 

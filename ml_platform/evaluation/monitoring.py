@@ -25,21 +25,23 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.assets import non_finite_predictions
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,
     each_day,
     previous_day_input,
 )
-from ml_platform.platform.storage import FORMAT_KEY, LakeIOManager, LakeStorage
+from ml_platform.platform.storage import LakeStorage
 from ml_platform.registry.store import ModelRegistry, RegistryError
 from ml_platform.training.model import TrainedModel, labelled
-from ml_platform.troubleshooting.runbook import check_description
 
 CHAMPION_PERFORMANCE = "champion_performance"
 # A decay streak looks back at most this many times its length in days (tombstones are skipped).

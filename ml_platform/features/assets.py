@@ -6,14 +6,14 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.drift.profile import feature_profile
+from ml_platform.features.profile import feature_profile
 from ml_platform.features.transforms import build_features
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.observability import table_schema
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.steps import daily_backfill_policy, each_day
-from ml_platform.platform.storage import FORMAT_KEY
 
 
 def build_features_asset(

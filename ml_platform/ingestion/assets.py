@@ -19,7 +19,6 @@ from typing import IO, Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import (
     LandingStore,
@@ -27,7 +26,10 @@ from ml_platform.ingestion.landing import (
     RefusedLandingFileError,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, op_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY, serialise_into
 from ml_platform.platform.observability import record_bytes_read, table_schema
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -35,8 +37,7 @@ from ml_platform.platform.steps import (
     daily_check_spec,
     each_day,
 )
-from ml_platform.platform.storage import FORMAT_KEY, LakeStorage, serialise_into
-from ml_platform.troubleshooting.runbook import check_description
+from ml_platform.platform.storage import LakeStorage
 from ml_platform.validation.schema import raw_schema
 
 RAW_SCHEMA_CHECK = "raw_schema"

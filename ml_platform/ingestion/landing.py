@@ -29,6 +29,10 @@ from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
 from ml_platform.platform.storage import S3Prefix, is_missing_key, write_atomically
 
+# The run tags of a run for a landed file: which file and which version of it the run reads.
+LANDED_FILE_TAG = "ml_platform/landed_file"
+LANDED_VERSION_TAG = "ml_platform/landed_version"
+
 
 class MissingLandingFileError(FileNotFoundError):
     """No file has landed for a partition day."""

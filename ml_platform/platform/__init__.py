@@ -1,1 +1,1 @@
-"""Platform plumbing: lake storage, IO manager, step execution, logs, metrics, plots."""
+"""Plumbing every stage uses: storage, IO manager, steps, retries, failure classes, logs, plots."""

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ml_platform.platform.failures import error_chain, user_error
 from ml_platform.platform.settings import Settings
-from ml_platform.troubleshooting.classify import error_chain, user_error
 
 LOG_FILE_NAME = "ml_platform.jsonl"
 REDACTED = "***"

@@ -128,7 +128,7 @@ def take_bytes_read(op_name: str) -> int:
 
 
 def row_count(value: Any) -> int:
-    """Rows of a frame, or of the partitions read of a window (`storage.WindowPartitions`).
+    """Rows of a frame, or of the partitions read of a window (`inputs.WindowPartitions`).
 
     0 for anything else (a model, a report).
     """

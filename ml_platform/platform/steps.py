@@ -62,7 +62,7 @@ How a day ends (docs/verdicts.md has the table):
 - **a software or infrastructure failure** (any other exception: a bug, storage, memory): the
   day fails. The other days of a range are still computed; the step then fails naming each
   failed day, and the retry policy retries it when waiting can help. A storage error names the
-  object, the asset and the day (`storage.partition_errors`); one that waiting cannot fix (a
+  object, the asset and the day (`storage_errors.partition_errors`); one that waiting cannot fix (a
   full disk, a read-only lake, a permission refused) fails the day at once, never retried.
 """
 
@@ -74,6 +74,9 @@ from typing import Any
 
 import dagster as dg
 
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.inputs import DailyInput
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.observability import (
     STEP_PREFIX,
     StepTelemetry,
@@ -83,10 +86,7 @@ from ml_platform.platform.observability import (
 )
 from ml_platform.platform.records import ACCEPTED, LAKE_KEY, UNCHANGED, DayRecord, day_records
 from ml_platform.platform.settings import Settings
-from ml_platform.platform.storage import (
-    FORMAT_KEY,
-    DailyInput,
-    LakeIOManager,
+from ml_platform.platform.storage_errors import (
     LakeStorageError,
     MissingPartitionError,
     PermanentStorageError,

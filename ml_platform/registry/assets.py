@@ -31,7 +31,6 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     Comparison,
@@ -41,20 +40,19 @@ from ml_platform.evaluation.metrics import (
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.inputs import DailyInput, WindowPartitions
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.records import day_records
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,
     each_day,
     previous_day_input,
 )
-from ml_platform.platform.storage import (
-    FORMAT_KEY,
-    DailyInput,
-    LakeIOManager,
-    LakeStorage,
-    WindowPartitions,
-)
+from ml_platform.platform.storage import LakeStorage
 from ml_platform.registry.store import (
     ModelRegistry,
     RegistryError,
@@ -63,7 +61,6 @@ from ml_platform.registry.store import (
 )
 from ml_platform.training.assets import window_input
 from ml_platform.training.model import TrainedModel
-from ml_platform.troubleshooting.runbook import check_description
 
 REGISTERED_MODEL = "registered_model"
 REJECTION_STREAK_CHECK = "rejection_streak"

@@ -27,14 +27,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ml_platform.platform.formats import deserialise, serialise
 from ml_platform.platform.settings import Settings
-from ml_platform.platform.storage import (
-    LakeStorage,
-    LakeStorageError,
-    deserialise,
-    serialise,
-    storage_error,
-)
+from ml_platform.platform.storage import LakeStorage
+from ml_platform.platform.storage_errors import LakeStorageError, storage_error
 from ml_platform.training.model import TrainedModel
 
 ALIASES = ("champion", "challenger")
@@ -61,7 +57,7 @@ class RegistryStorageError(LakeStorageError):
 
     A `LakeStorageError` (with the cause's errno when it had one), so out-of-disk still reads as
     `[Errno 28]` to the failure classifier, the step adds its asset and day, and a full disk or
-    a refused permission fails it at once (`storage.partition_errors`).
+    a refused permission fails it at once (`storage_errors.partition_errors`).
     """
 
 

@@ -21,12 +21,15 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
 from ml_platform.drift.checks import report_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY, deserialise, serialise
+from ml_platform.platform.inputs import WINDOW_KEY
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -34,7 +37,7 @@ from ml_platform.platform.steps import (
     daily_check_spec,
     each_day,
 )
-from ml_platform.platform.storage import FORMAT_KEY, WINDOW_KEY, LakeStorage, deserialise, serialise
+from ml_platform.platform.storage import LakeStorage
 from ml_platform.training.model import (
     Checkpoints,
     TrainedModel,
@@ -42,7 +45,6 @@ from ml_platform.training.model import (
     TrainingState,
     train_model,
 )
-from ml_platform.troubleshooting.runbook import check_description
 
 LOSS_PLATEAU_CHECK = "loss_plateau"
 FINITE_WEIGHTS_CHECK = "finite_weights"

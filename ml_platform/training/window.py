@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts.model import EVENT_TIME
-from ml_platform.platform.storage import WindowPartitions
+from ml_platform.platform.inputs import WindowPartitions
 
 VALIDATION_FRACTION = 0.1
 

@@ -1,1 +1,1 @@
-"""What a person runs when a day failed: diagnose, reproduce, health, runbook, failure classes."""
+"""What a person runs when a day failed: diagnose, reproduce, health."""

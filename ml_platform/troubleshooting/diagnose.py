@@ -10,13 +10,13 @@ import logging
 
 import dagster as dg
 
-from ml_platform.troubleshooting.classify import (
+from ml_platform.platform.failures import (
     FAILURE_CLASS_TAG,
     Classification,
     StepFailure,
     runbook_link,
 )
-from ml_platform.troubleshooting.run_events import RunOutcome, classify_outcome, run_outcome
+from ml_platform.platform.run_events import RunOutcome, classify_outcome, run_outcome
 
 FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
 

@@ -33,19 +33,20 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.landing_sensor import LANDED_VERSION_TAG
 from ml_platform.contracts import Contract
-from ml_platform.drift.reference import reference_days
-from ml_platform.ingestion.landing import LandingStore
+from ml_platform.contracts.reference import reference_days
+from ml_platform.ingestion.landing import LANDED_VERSION_TAG, LandingStore
 from ml_platform.platform.datasets import asset_key
-from ml_platform.platform.observability import row_count
-from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
-from ml_platform.platform.storage import DailyInput, LakeIOManager, LakeStorage, LocalStorage
-from ml_platform.troubleshooting.classify import (
+from ml_platform.platform.failures import (
     RESOURCE_EXHAUSTION,
     RESOURCE_PATTERN,
     Classification,
 )
+from ml_platform.platform.inputs import DailyInput
+from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.observability import row_count
+from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
+from ml_platform.platform.storage import LakeStorage, LocalStorage
 from ml_platform.troubleshooting.diagnose import Diagnosis, diagnose_run
 
 DEFAULT_SAMPLE_ROWS = 100

@@ -13,12 +13,15 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from ml_platform.automation.retries import STORAGE_RETRY_POLICY
 from ml_platform.contracts import Contract
-from ml_platform.drift.reference import reference_days
+from ml_platform.contracts.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, rejected_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY, serialise
+from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.observability import table_schema
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -27,14 +30,8 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
-from ml_platform.platform.storage import (
-    FORMAT_KEY,
-    LakeIOManager,
-    LakeStorage,
-    MissingPartitionError,
-    serialise,
-)
-from ml_platform.troubleshooting.runbook import check_description
+from ml_platform.platform.storage import LakeStorage
+from ml_platform.platform.storage_errors import MissingPartitionError
 from ml_platform.validation.expectations import (
     CHECKS,
     HISTORY,

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import HistoryStatistic
-from ml_platform.drift.reference import describe_reference, reference_days
+from ml_platform.contracts.reference import describe_reference, reference_days
 
 # Scales a median absolute deviation to the standard deviation of a normal distribution.
 MAD_TO_SD = 1.4826

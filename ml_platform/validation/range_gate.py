@@ -29,8 +29,8 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
-from ml_platform.drift.reference import reference_days
-from ml_platform.platform.storage import MissingPartitionError
+from ml_platform.contracts.reference import reference_days
+from ml_platform.platform.storage_errors import MissingPartitionError
 from ml_platform.validation.expectations import (
     GE_TYPES,
     GateReport,

@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from ml_platform.troubleshooting.classify import (
+from ml_platform.platform.failures import (
     Classification,
     FailedCheck,
     StepFailure,

@@ -1,4 +1,4 @@
-"""Which days a day's features are compared with: the reference of the drift check.
+"""Which days a day is compared with: the reference of the drift check and the history gate.
 
 The reference is always made of days before day D, so a day is never compared with itself or
 with the future, and rerunning the check of an old day gives the answer it gave then.
