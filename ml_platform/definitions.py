@@ -18,7 +18,7 @@ from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
 from ml_platform.automation.landing_sensor import build_landing_sensor
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
 from ml_platform.contracts import Contract, load_contracts
-from ml_platform.drift.checks import build_drift_checks
+from ml_platform.drift.assets import build_drift_report
 from ml_platform.evaluation.assets import build_evaluation_report
 from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
@@ -62,6 +62,8 @@ def dataset_definitions(
             build_raw_data,
             build_validated_data,
             build_features_asset,
+            # The drift verdict of each day, which the model reads when a feature is blocking.
+            build_drift_report,
             build_model,
             build_evaluation_report,
             build_registered_model,
@@ -95,7 +97,6 @@ def dataset_definitions(
     retrain_job = dataset_name(dataset, WEEKLY_RETRAIN_JOB)
     return dg.Definitions(
         assets=daily + full_retrain,
-        asset_checks=build_drift_checks(contract, partitions),
         jobs=[
             # Both train: the instance runs one training job at a time (dagster.yaml).
             dg.define_asset_job(daily_job, selection=daily, tags=TRAINING_TAGS),

@@ -31,12 +31,13 @@ GRAPH = [
 ]
 PER_DATASET_JOBS = ["daily_pipeline_job", "weekly_retrain_job", "ingestion_job"]
 PER_DATASET_SCHEDULES = ["daily_pipeline_schedule", "weekly_retrain_schedule"]
-STAGES = ["ingestion", "validation", "features", "training", "evaluation", "registry"]
+STAGES = ["ingestion", "validation", "features", "drift", "training", "evaluation", "registry"]
 # The stage tag of each asset: its stage package, or its module when that is a stage of its own.
 STAGE_OF = {
     "raw_data": "ingestion",
     "validated_data": "validation",
     "features": "features",
+    "drift_report": "drift",
     "model": "training",
     "full_model": "training",
     "evaluation_report": "evaluation",
@@ -154,15 +155,12 @@ def test_quality_gates_reject_days_as_verdicts_without_blocking_the_steps_after_
     gates = {"raw_schema", "delivery_accepted", "finite_weights", *CHECKS}
     assert gates <= {spec.name for spec in specs}
     # A gate that fails records the day's verdict, which the assets after it record in turn
-    # ("no accepted input"); a blocking check would fail their steps instead. Only the drift
-    # check of a contract that marks a feature blocking is one (to order the day's model).
-    assert [s.name for s in specs if s.blocking and s.name != "features_drift"] == []
-    assert not any(s.blocking for s in specs if s.name in gates | {"schema_change"})
+    # ("no accepted input"); a blocking check would fail their steps instead. The drift verdict
+    # a model waits for is its input (drift_report), not a blocking check.
+    assert [s.name for s in specs if s.blocking] == []
     datasets = {key.path[0] for key in graph.get_all_asset_keys()}
     assert datasets
     for dataset in datasets:
-        if not any(f.blocking for f in load_contract(dataset).drift.features.values()):
-            assert not any(s.blocking for s in specs if s.asset_key.path[0] == dataset)
         # validated_data reads the day's delivery as an input, so a rejected delivery reaches
         # it as a day without accepted input rather than as a missing file.
         validated = loaded.get_assets_def(asset_key(dataset, "validated_data"))
@@ -223,7 +221,7 @@ def test_every_asset_names_its_owners_dataset_stage_code_version_and_source(monk
         versions.setdefault(str(source.relative_to(REPO)), set()).add(node.code_version)
     # One version per module of compute, whatever the dataset; another module, another version.
     assert all(len(found) == 1 for found in versions.values()), versions
-    assert len({v for found in versions.values() for v in found}) == len(versions) == 7
+    assert len({v for found in versions.values() for v in found}) == len(versions) == 8
 
 
 def test_a_code_version_follows_the_modules_an_asset_runs_not_the_platform_layer(tmp_path):
