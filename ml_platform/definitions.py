@@ -35,6 +35,7 @@ from ml_platform.platform.storage import (
     s3_resource,
 )
 from ml_platform.registry.assets import build_registered_model
+from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
 
@@ -152,6 +153,8 @@ def build_definitions(
                 **settings.notifier_config, owners={c.name: c.owners for c in contracts}
             ),
             "lake": lake,
+            # Every dataset's registry, under `<dataset>/registry/` in the lake.
+            "model_registry": ModelRegistryResource(storage=lake),
             # Keys start with the dataset, so one IO manager stores every dataset in its folder.
             "io_manager": LakeIOManager(storage=lake),
         },

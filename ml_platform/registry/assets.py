@@ -52,11 +52,10 @@ from ml_platform.platform.storage import (
     FORMAT_KEY,
     DailyInput,
     LakeIOManager,
-    LakeStorage,
     WindowPartitions,
 )
 from ml_platform.registry.store import (
-    ModelRegistry,
+    ModelRegistryResource,
     RegistryError,
     environment_manifest,
     version_day,
@@ -249,7 +248,7 @@ def build_registered_model(
         features: Any,
         full_model: Any,
         full_evaluation: Any,
-        lake: LakeStorage,
+        model_registry: ModelRegistryResource,
     ) -> Iterator:
         """Each day's decision on the champion, in date order: promoted, challenger or rejected.
 
@@ -269,7 +268,7 @@ def build_registered_model(
         (`champion_after`). The check `rejection_streak` fails once the contract's
         `evaluation.rejection_streak` daily candidates in a row were rejected.
         """
-        registry = ModelRegistry(lake, dataset)
+        registry = model_registry.for_dataset(dataset)
         # Every day's daily window, and the weekly candidates' windows ending the day before.
         feature_days: DailyInput = features
         store: LakeIOManager = context.resources.io_manager

@@ -41,6 +41,7 @@ from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.observability import row_count
 from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
 from ml_platform.platform.storage import DailyInput, LakeIOManager, LakeStorage, LocalStorage
+from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.troubleshooting.classify import (
     RESOURCE_EXHAUSTION,
     RESOURCE_PATTERN,
@@ -523,6 +524,9 @@ def reproduce(
         )
     overlay = OverlayStorage(lake=configured(lake, instance), write_dir=str(scratch_dir))
     resources["lake"] = overlay
+    if "model_registry" in resources:
+        # The registry the step reads and moves aliases in: the overlay's, never the live one.
+        resources["model_registry"] = ModelRegistryResource(storage=overlay)
     resources["io_manager"] = SampleIOManager(
         storage=overlay,
         sample_rows=sample_rows,
