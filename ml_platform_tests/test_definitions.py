@@ -16,9 +16,10 @@ from ml_platform.automation.freshness import FRESHNESS_SENSOR
 from ml_platform.automation.lake_sweep import LAKE_SWEEP_SENSOR
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
-from ml_platform.definitions import DAILY_JOB, defs
+from ml_platform.definitions import DAILY_JOB, build_definitions, defs
 from ml_platform.platform.datasets import asset_key, dataset_name, source_version
 from ml_platform.platform.settings import Settings
+from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import ALL_ASSETS, REPO
 
@@ -146,6 +147,37 @@ def test_two_contracts_of_one_dataset_name_fail_naming_both_files(monkeypatch, t
     monkeypatch.delenv("ML_PLATFORM_DATASET", raising=False)
     with pytest.raises(ValueError, match=r"(?s)b\.yaml.*'synthetic' is also the name in .*a\.yaml"):
         defs()
+
+
+def test_every_read_of_another_asset_or_the_registry_is_in_the_graph(tmp_path):
+    """What a step reads is what the UI's lineage and resources show it reading."""
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    document["drift"].setdefault("features", {})["x2"] = {"blocking": True}
+    (tmp_path / "synthetic.yaml").write_text(yaml.safe_dump(document))
+    blocking = load_contract(tmp_path / "synthetic.yaml")
+    loaded = build_definitions(
+        [blocking, load_contract("flights")], landing_dir="landing", lake_dir="lake"
+    )
+    graph = loaded.resolve_asset_graph()
+
+    def parents(dataset: str, name: str) -> set[str]:
+        return {key.path[-1] for key in graph.get(asset_key(dataset, name)).parent_keys}
+
+    # The drift verdict a model trains by: an input where a feature is blocking, and where
+    # nothing is blocking the model reads no drift at all.
+    for name in ("model", "full_model"):
+        assert parents("synthetic", name) == {"features", "drift_report"}, name
+        assert parents("flights", name) == {"features"}, name
+    assert parents("synthetic", "drift_report") == {"features"}
+    # validated_data judges the delivery raw_data recorded, through its input.
+    validated = loaded.get_assets_def(asset_key("synthetic", "validated_data"))
+    assert validated.keys_by_input_name["raw_data"] == asset_key("synthetic", "raw_data")
+    # The champion comes from the registry resource, the same one the registry's writer uses;
+    # neither reaches into the lake's files for it.
+    assert isinstance(loaded.resources["model_registry"], ModelRegistryResource)
+    for name in ("registered_model", "champion_performance"):
+        required = loaded.get_assets_def(asset_key("synthetic", name)).required_resource_keys
+        assert "model_registry" in required and "lake" not in required, (name, required)
 
 
 def test_quality_gates_reject_days_as_verdicts_without_blocking_the_steps_after_them():
