@@ -16,7 +16,7 @@ Before timing, the vectorised statistics are checked against scipy's to 1e-9.
 A second table times the platform's drift step on features frames of the synthetic contract
 (6 numeric features, one categorical; x1 shifted by 0.05 sd): `detect_drift`, the decision the
 `features_drift` check makes, and `drift_check_result`, the whole check after loading its
-inputs (decision, JSON and markdown report written to a lake directory, check metadata),
+inputs (decision, the JSON and markdown report built, check metadata),
 against the plain baseline: scipy's `ks_2samp` per numeric feature and `chi2_contingency` on the
 category counts. Sizes are rows a side, plus the check's real shape at 1k rows a day: one day
 against the synthetic contract's 28-day baseline.
@@ -30,7 +30,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,8 +44,6 @@ from ml_platform.drift.detect import detect_drift
 from ml_platform.drift.ks import ks_2samp_columns
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.synthetic import Drift, generate_day
-from ml_platform.platform.io_manager import LakeIOManager
-from ml_platform.platform.storage import LocalStorage
 from ml_platform.validation.schema import type_rows
 
 COLUMNS = 20
@@ -163,20 +160,17 @@ def measure_step(
     contract: Contract, label: str, reference: pd.DataFrame, current: pd.DataFrame, repeat: int
 ) -> str:
     """One row of the drift-step table."""
-    lake = tempfile.TemporaryDirectory(prefix="drift-bench-")
-    io_manager = LakeIOManager(storage=LocalStorage(base_dir=lake.name))
     days = [BASELINE_DAY.isoformat()]
     rows = len(current)
     decision = timed(lambda: detect_drift([reference], current, contract), repeat, rows)
     check = timed(
         lambda: drift_check_result(
-            contract, CURRENT_DAY.isoformat(), current, [reference], days, [], io_manager
+            contract, CURRENT_DAY.isoformat(), current, [reference], days, []
         ),
         repeat,
         rows,
     )
     baseline = timed(lambda: scipy_step(reference, current, contract), repeat, rows)
-    lake.cleanup()
     return (
         f"| {label} | {decision * 1000:.1f} ms | {check * 1000:.1f} ms | "
         f"{baseline * 1000:.1f} ms | {decision / baseline:.2f} | {check / baseline:.2f} |"

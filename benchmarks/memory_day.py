@@ -5,7 +5,7 @@ Run: .venv/bin/python benchmarks/memory_day.py [--rows 1000000] [--window-days 1
 The synthetic contract is copied with `rows_per_day` (and the row-count bounds) set to `--rows`,
 `--window-days` days are landed, the days before the last are materialised (raw_data to
 features, so the model's window is full), and then the measured day runs alone in a fresh
-process: the daily graph (raw_data, validated_data, features, its drift check, model,
+process: the daily graph (raw_data, validated_data, features, drift_report (with its check), model,
 evaluation_report, registered_model) with `dg.materialize` over temporary storage, as the
 tests do, and, in another fresh process, the plain script's `run_day` (benchmarks/baseline.py).
 
@@ -42,7 +42,7 @@ STEP_ORDER = [
     "raw_data",
     "validated_data",
     "features",
-    "features_drift",
+    "drift_report",
     "model",
     "evaluation_report",
     "registered_model",
@@ -172,8 +172,7 @@ def child_platform(root: Path, day: str) -> dict[str, Any]:
     import_libraries()
     memory = StepMemory()
     started = time.perf_counter()
-    # The drift check runs with the features it checks.
-    result = materialise(root, day, [s for s in STEP_ORDER if s != "features_drift"], memory)
+    result = materialise(root, day, STEP_ORDER, memory)
     total = time.perf_counter() - started
     own = {
         event.asset_key.path[-1]: event.materialization.metadata.get("step_peak_rss_mb")

@@ -18,7 +18,7 @@ from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
 from ml_platform.automation.landing_sensor import build_landing_sensor
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
 from ml_platform.contracts import Contract, load_contracts
-from ml_platform.drift.checks import build_drift_checks
+from ml_platform.drift.assets import build_drift_report
 from ml_platform.evaluation.assets import build_evaluation_report
 from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
@@ -30,6 +30,7 @@ from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
 from ml_platform.platform.storage import LocalStorage, S3Storage, at_location, s3_resource
 from ml_platform.registry.assets import build_registered_model
+from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
 
@@ -57,6 +58,8 @@ def dataset_definitions(
             build_raw_data,
             build_validated_data,
             build_features_asset,
+            # The drift verdict of each day, which the model reads when a feature is blocking.
+            build_drift_report,
             build_model,
             build_evaluation_report,
             build_registered_model,
@@ -90,7 +93,6 @@ def dataset_definitions(
     retrain_job = dataset_name(dataset, WEEKLY_RETRAIN_JOB)
     return dg.Definitions(
         assets=daily + full_retrain,
-        asset_checks=build_drift_checks(contract, partitions),
         jobs=[
             # Both train: the instance runs one training job at a time (dagster.yaml).
             dg.define_asset_job(daily_job, selection=daily, tags=TRAINING_TAGS),
@@ -146,6 +148,8 @@ def build_definitions(
                 **settings.notifier_config, owners={c.name: c.owners for c in contracts}
             ),
             "lake": lake,
+            # Every dataset's registry, under `<dataset>/registry/` in the lake.
+            "model_registry": ModelRegistryResource(storage=lake),
             # Keys start with the dataset, so one IO manager stores every dataset in its folder.
             "io_manager": LakeIOManager(storage=lake),
         },

@@ -18,9 +18,16 @@ from ml_platform.platform.datasets import asset_key, op_name
 from ml_platform.platform.records import day_records
 
 REPO = Path(__file__).resolve().parent.parent
-ALL_ASSETS = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
-# What the daily job materialises: the five assets, the registry entry and the serving
-# champion's performance.
+ALL_ASSETS = [
+    "raw_data",
+    "validated_data",
+    "features",
+    "drift_report",
+    "model",
+    "evaluation_report",
+]
+# What the daily job materialises: the assets of a day's data and candidate, the registry entry
+# and the serving champion's performance.
 DAILY_ASSETS = [*ALL_ASSETS, "registered_model", "champion_performance"]
 
 

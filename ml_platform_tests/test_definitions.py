@@ -16,9 +16,10 @@ from ml_platform.automation.freshness import FRESHNESS_SENSOR
 from ml_platform.automation.lake_sweep import LAKE_SWEEP_SENSOR
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
-from ml_platform.definitions import DAILY_JOB, defs
+from ml_platform.definitions import DAILY_JOB, build_definitions, defs
 from ml_platform.platform.datasets import asset_key, dataset_name, source_version
 from ml_platform.platform.settings import Settings
+from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import ALL_ASSETS, REPO
 
@@ -31,12 +32,13 @@ GRAPH = [
 ]
 PER_DATASET_JOBS = ["daily_pipeline_job", "weekly_retrain_job", "ingestion_job"]
 PER_DATASET_SCHEDULES = ["daily_pipeline_schedule", "weekly_retrain_schedule"]
-STAGES = ["ingestion", "validation", "features", "training", "evaluation", "registry"]
+STAGES = ["ingestion", "validation", "features", "drift", "training", "evaluation", "registry"]
 # The stage tag of each asset: its stage package, or its module when that is a stage of its own.
 STAGE_OF = {
     "raw_data": "ingestion",
     "validated_data": "validation",
     "features": "features",
+    "drift_report": "drift",
     "model": "training",
     "full_model": "training",
     "evaluation_report": "evaluation",
@@ -147,6 +149,37 @@ def test_two_contracts_of_one_dataset_name_fail_naming_both_files(monkeypatch, t
         defs()
 
 
+def test_every_read_of_another_asset_or_the_registry_is_in_the_graph(tmp_path):
+    """What a step reads is what the UI's lineage and resources show it reading."""
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    document["drift"].setdefault("features", {})["x2"] = {"blocking": True}
+    (tmp_path / "synthetic.yaml").write_text(yaml.safe_dump(document))
+    blocking = load_contract(tmp_path / "synthetic.yaml")
+    loaded = build_definitions(
+        [blocking, load_contract("flights")], landing_dir="landing", lake_dir="lake"
+    )
+    graph = loaded.resolve_asset_graph()
+
+    def parents(dataset: str, name: str) -> set[str]:
+        return {key.path[-1] for key in graph.get(asset_key(dataset, name)).parent_keys}
+
+    # The drift verdict a model trains by: an input where a feature is blocking, and where
+    # nothing is blocking the model reads no drift at all.
+    for name in ("model", "full_model"):
+        assert parents("synthetic", name) == {"features", "drift_report"}, name
+        assert parents("flights", name) == {"features"}, name
+    assert parents("synthetic", "drift_report") == {"features"}
+    # validated_data judges the delivery raw_data recorded, through its input.
+    validated = loaded.get_assets_def(asset_key("synthetic", "validated_data"))
+    assert validated.keys_by_input_name["raw_data"] == asset_key("synthetic", "raw_data")
+    # The champion comes from the registry resource, the same one the registry's writer uses;
+    # neither reaches into the lake's files for it.
+    assert isinstance(loaded.resources["model_registry"], ModelRegistryResource)
+    for name in ("registered_model", "champion_performance"):
+        required = loaded.get_assets_def(asset_key("synthetic", name)).required_resource_keys
+        assert "model_registry" in required and "lake" not in required, (name, required)
+
+
 def test_quality_gates_reject_days_as_verdicts_without_blocking_the_steps_after_them():
     loaded = defs()
     graph = loaded.resolve_asset_graph()
@@ -154,15 +187,12 @@ def test_quality_gates_reject_days_as_verdicts_without_blocking_the_steps_after_
     gates = {"raw_schema", "delivery_accepted", "finite_weights", *CHECKS}
     assert gates <= {spec.name for spec in specs}
     # A gate that fails records the day's verdict, which the assets after it record in turn
-    # ("no accepted input"); a blocking check would fail their steps instead. Only the drift
-    # check of a contract that marks a feature blocking is one (to order the day's model).
-    assert [s.name for s in specs if s.blocking and s.name != "features_drift"] == []
-    assert not any(s.blocking for s in specs if s.name in gates | {"schema_change"})
+    # ("no accepted input"); a blocking check would fail their steps instead. The drift verdict
+    # a model waits for is its input (drift_report), not a blocking check.
+    assert [s.name for s in specs if s.blocking] == []
     datasets = {key.path[0] for key in graph.get_all_asset_keys()}
     assert datasets
     for dataset in datasets:
-        if not any(f.blocking for f in load_contract(dataset).drift.features.values()):
-            assert not any(s.blocking for s in specs if s.asset_key.path[0] == dataset)
         # validated_data reads the day's delivery as an input, so a rejected delivery reaches
         # it as a day without accepted input rather than as a missing file.
         validated = loaded.get_assets_def(asset_key(dataset, "validated_data"))
@@ -223,7 +253,7 @@ def test_every_asset_names_its_owners_dataset_stage_code_version_and_source(monk
         versions.setdefault(str(source.relative_to(REPO)), set()).add(node.code_version)
     # One version per module of compute, whatever the dataset; another module, another version.
     assert all(len(found) == 1 for found in versions.values()), versions
-    assert len({v for found in versions.values() for v in found}) == len(versions) == 7
+    assert len({v for found in versions.values() for v in found}) == len(versions) == 8
 
 
 def test_a_code_version_follows_the_modules_an_asset_runs_not_the_platform_layer(tmp_path):

@@ -167,6 +167,21 @@ def test_a_first_day_passes_with_a_note_that_the_history_is_too_short(platform):
     fourth = history_check(platform.results[GOOD_DAYS[3]])
     assert fourth.passed and "within their bounds from 3 reference days" in fourth.description
     assert fourth.metadata["history_reference_days"].value == GOOD_DAYS[:3]
+    # What the day was compared with: the version Dagster recorded of each reference day.
+    recorded = {
+        day: platform.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=platform.key("validated_data"), asset_partitions=[day]),
+            limit=1,
+        ).records[0]
+        for day in GOOD_DAYS[:3]
+    }
+    assert fourth.metadata["history_reference_data_versions"].value == {
+        day: record.asset_materialization.tags["dagster/data_version"]
+        for day, record in recorded.items()
+    }
+    assert fourth.metadata["history_reference_runs"].value == {
+        day: record.run_id for day, record in recorded.items()
+    }
     assert platform.stored("validated_data", GOOD_DAYS[3], "parquet").exists()
 
 
@@ -271,4 +286,12 @@ def test_a_range_judges_each_day_against_the_days_before_it_that_passed(tmp_path
     # The broken day never became history: the day after it is judged against the four before.
     assert checks[days[5]].metadata["history_reference_days"].value == days[:4]
     assert checks[days[3]].metadata["history_reference_days"].value == days[:3]
+    # The reference days this run judged first are named as this run's: Dagster records their
+    # data versions only when the step ends.
+    assert checks[days[5]].metadata["history_reference_data_versions"].value == dict.fromkeys(
+        days[:4], "recorded by this run"
+    )
+    assert checks[days[5]].metadata["history_reference_runs"].value == dict.fromkeys(
+        days[:4], result.run_id
+    )
     assert not platform.stored("validated_data", days[4], "parquet").exists()

@@ -4,6 +4,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import dagster as dg
 import pandas as pd
 import pytest
 
@@ -52,11 +53,15 @@ def test_three_consecutive_days_materialise_every_asset(platform_for, dataset, d
         assert metrics <= set(report), f"missing metrics: {metrics - set(report)}"
         assert "Evaluation of the model of" in report["report"].value
         # A rejected model (the first flights day's one-day model may be) is an outcome: the
-        # run succeeds, and only the verdict (a warning) fails; every other check passes.
+        # run succeeds, and only the verdict (a warning) fails; every other check passes but
+        # the drift check, a warning too: with fewer reference days than its calibration needs,
+        # synthetic's temperature (which moves every day) passes the fixed gate alone.
         rejected = report["decision"].value == "reject"
         assert result.success, f"{dataset} {day}: {report['decision'].value}"
-        failed = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
-        assert failed == (["promotion_verdict"] if rejected else []), f"{dataset} {day}: {failed}"
+        failed = {c.check_name: c for c in result.get_asset_check_evaluations() if not c.passed}
+        drift = failed.pop("features_drift", None)
+        assert drift is None or drift.severity == dg.AssetCheckSeverity.WARN
+        assert list(failed) == (["promotion_verdict"] if rejected else []), f"{dataset} {day}"
 
     for asset in [*ALL_ASSETS, "registered_model"]:
         assert platform.materialized(asset) == set(days), asset
@@ -160,7 +165,8 @@ def test_first_days_train_on_the_days_that_exist(platform_for):
     platform = platform_for("flights")  # window of 28 days, reaching before 1 January 2013
     platform.land("2013-01-01", 1)
     # Up to the model: what is judged of a one-day model (167 held-out rows) is not the point.
-    result = platform.materialize("2013-01-01", selection=ALL_ASSETS[:4])
+    up_to_model = ALL_ASSETS[: ALL_ASSETS.index("model") + 1]
+    result = platform.materialize("2013-01-01", selection=up_to_model)
     assert result.success
     meta = result.asset_materializations_for_node(platform.node("model"))[0].metadata
     assert meta["window_partitions"].value == ["2013-01-01"]

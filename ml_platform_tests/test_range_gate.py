@@ -252,9 +252,12 @@ def check_verdicts(result: dg.ExecuteInProcessResult, platform: Platform) -> dic
     """Day -> check -> (passed, description, metadata but the run's own file links).
 
     A description's link to the run's quarantined parse names the lake and the run; both are
-    written as placeholders, so that two platforms' runs of a day compare equal.
+    written as placeholders, so that two platforms' runs of a day compare equal. The versions
+    of the reference days name the runs that recorded them, which differ between a range and
+    days run one by one: they are left out too.
     """
     links = {"validation_result", "data_docs", "rejected_parse", "quarantine", *RANGE_LINKS}
+    links |= {"history_reference_data_versions", "history_reference_runs"}
     verdicts: dict[str, dict] = {}
     for check in result.get_asset_check_evaluations():
         metadata = {k: v for k, v in check.metadata.items() if k not in links}

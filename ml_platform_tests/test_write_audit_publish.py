@@ -26,6 +26,7 @@ WHERE = f"{FILE} (partition {DAY})"
 ACCEPTED = {
     "validated_data": "parquet",
     "features": "parquet",
+    "drift_report": "json",
     "model": "joblib",
     "evaluation_report": "json",
 }

@@ -1,149 +1,61 @@
-"""The drift check of `features`: each day against its reference, per partition.
+"""The drift check: each day's features against its reference days, and the report it makes.
 
-The check reads day D from the IO manager like any input, and the reference days itself
-(partition mappings of a check's inputs are ignored by Dagster), so the days it read are
-listed in its metadata and report instead of in the lineage graph.
+`drift_check_result` compares, describes and builds the `features_drift` check result and the
+day's report; the `drift_report` asset (`ml_platform.drift.assets`) computes it for each day and
+stores the report as its partition, which the model reads as an input.
 """
 
+import dataclasses
 import datetime as dt
-import functools
-import json
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.contracts.reference import describe_reference, reference_days
-from ml_platform.drift.categorical import category_counts, summed_counts
+from ml_platform.contracts.reference import describe_reference
 from ml_platform.drift.detect import (
     Calibration,
     FeatureVerdict,
     calibrate,
     detect_drift,
-    tested_features,
 )
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
-from ml_platform.platform.datasets import asset_key
-from ml_platform.platform.io_manager import LakeIOManager
-from ml_platform.platform.runbook import check_description
-from ml_platform.platform.steps import check_fields, partition_evaluation
 
 FEATURES_DRIFT_CHECK = "features_drift"
 
 
-def report_key(contract: Contract, partition: str, extension: str) -> str:
-    """Lake key of a day's drift report; a rerun replaces it."""
-    return f"{contract.name}/drift/features/{partition}.{extension}"
+@dataclasses.dataclass(frozen=True)
+class DriftOutcome:
+    """A day's drift verdict: the `features_drift` check result and the report to store."""
+
+    check: dg.AssetCheckResult
+    # The report as JSON: every feature's verdict, the reference days and the summary.
+    document: dict[str, Any]
+
+    def metadata(self) -> dict[str, Any]:
+        """The numbers of the report for the drift_report materialisation, the UI plots them."""
+        keep = (
+            "evaluated",
+            "drift_share",
+            "drifting_features",
+            "tested_features",
+            *REFERENCE_KEYS,
+            "reference_rows",
+        )
+        return {key: self.check.metadata[key] for key in keep if key in self.check.metadata}
 
 
-def build_drift_checks(
-    contract: Contract, partitions: dg.PartitionsDefinition
-) -> list[dg.AssetChecksDefinition]:
-    """The drift check of a dataset's `features`, one evaluation per daily partition.
-
-    Drift fails it at WARN severity. When the contract marks a feature as blocking, the check is
-    a blocking one, so the day's model starts only once the day's report is stored, and the
-    model records drift of a blocking feature as its day's verdict ("blocking drift", see
-    `training.assets.blocking_drift`): at ERROR severity Dagster would fail the day's model and
-    every later model whose window holds it, instead of recording a verdict.
-    """
-    blocking = sorted(name for name, spec in contract.drift.features.items() if spec.blocking)
-    features_key = asset_key(contract.name, "features")
-    categorical = [spec.name for spec in tested_features(contract) if spec.kind == "categorical"]
-
-    def features_drift(
-        context: dg.AssetCheckExecutionContext,
-        features: Any,
-        io_manager: dg.ResourceParam[LakeIOManager],
-    ) -> Iterator:
-        """How far each feature of day D moved from the reference days."""
-
-        # A range of days reads each reference day once, not once per day that refers to it.
-        @functools.lru_cache(maxsize=64)
-        def stored_features(day: str) -> pd.DataFrame | None:
-            frame: pd.DataFrame | None = io_manager.load_recorded(
-                context.instance, features_key, day, "parquet"
-            )
-            return frame
-
-        # Each reference day's category counts, counted once for all the days referring to it.
-        @functools.lru_cache(maxsize=64)
-        def stored_counts(day: str) -> dict[str, pd.Series]:
-            frame = stored_features(day)
-            assert frame is not None, "only stored reference days are counted"
-            return {name: category_counts(frame[name]) for name in categorical}
-
-        # Days of a range share their reference window (a baseline, or most of a sliding one
-        # from one day to the next): its day-to-day distances are computed once per window.
-        @functools.lru_cache(maxsize=8)
-        def calibration_of(days: tuple[str, ...]) -> Calibration:
-            frames = [stored_features(d) for d in days]
-            return calibrate(
-                [f for f in frames if f is not None], contract, [stored_counts(d) for d in days]
-            )
-
-        def result_of(day: str, current: pd.DataFrame) -> dg.AssetCheckResult:
-            wanted = [
-                d.isoformat()
-                for d in reference_days(
-                    contract.drift.reference,
-                    dt.date.fromisoformat(day),
-                    contract.partitions.start_date,
-                )
-            ]
-            found = {d: stored_features(d) for d in wanted}
-            frames = [frame for frame in found.values() if frame is not None]
-            stored = [d for d, frame in found.items() if frame is not None]
-            missing = [d for d in wanted if d not in stored]
-            counts = [stored_counts(d) for d in stored]
-            return drift_check_result(
-                contract,
-                day,
-                current,
-                frames,
-                stored,
-                missing,
-                io_manager,
-                calibration_of(tuple(stored)),
-                {name: summed_counts([c[name] for c in counts]) for name in categorical},
-            )
-
-        # One evaluation per day, in order; a range's earlier days are references of its later
-        # ones, read once for both. A day without accepted features (a rejected day) has no
-        # drift to judge: its verdict is on its features' record.
-        for day in context.op_execution_context.partition_keys:
-            frame = stored_features(day)
-            if frame is None:
-                context.log.info(f"features_drift {day}: no accepted features to judge")
-                continue
-            fields = check_fields(result_of(day, frame))
-            yield partition_evaluation(fields, features_key, day, blocking=bool(blocking))
-        yield dg.Output(None)
-
-    # Dagster 1.13 marks a partitions_def on a check as preview. It is what a daily check needs
-    # (without it the check would load every partition of features), so the warning is muted.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", dg.PreviewWarning)
-        check = dg.asset_check(
-            asset=features_key,
-            name=FEATURES_DRIFT_CHECK,
-            partitions_def=partitions,
-            blocking=bool(blocking),
-            description=check_description(
-                FEATURES_DRIFT_CHECK,
-                "Each feature of day D against the reference days: KS statistic (numeric) or "
-                "Jensen-Shannon distance (categorical), gated by a corrected p-value and by the "
-                "feature's own day-to-day movement inside the reference window. Fails (WARN) "
-                "when a feature drifts; drift of "
-                + (", ".join(blocking) if blocking else "a feature marked blocking in the contract")
-                + " also keeps the day's model from being trained.",
-            ),
-            # A range of days yields an evaluation per day, which the decorator's type omits.
-        )(features_drift)  # type: ignore[arg-type]
-    return [check]
+# The metadata naming what a day was compared with: its reference days, the data version and
+# run Dagster recorded for each, and the reference days that were not there to compare with.
+REFERENCE_KEYS = (
+    "reference_days",
+    "reference_partitions",
+    "reference_data_versions",
+    "reference_runs",
+    "missing_reference_partitions",
+)
 
 
 def drift_check_result(
@@ -153,15 +65,17 @@ def drift_check_result(
     reference_frames: list[pd.DataFrame],
     reference_partitions: list[str],
     missing_partitions: list[str],
-    io_manager: LakeIOManager,
     calibration: Calibration | None = None,
     reference_counts: Mapping[str, pd.Series] | None = None,
-) -> dg.AssetCheckResult:
-    """Compare, store the report (JSON and markdown) in the lake, and build the check result.
+    reference_versions: Mapping[str, Any] | None = None,
+) -> DriftOutcome:
+    """Compare, describe, and build the check result and the day's report.
 
     `reference_frames` holds one frame per stored reference day (the days of
     `reference_partitions`), so each feature's day-to-day movement can calibrate its verdict.
     `reference_counts` holds the reference's category counts when already known.
+    `reference_versions` is the metadata naming the version of each reference day that was
+    read (`records.version_metadata`), merged into the check's.
     """
     calibration = calibration or calibrate(reference_frames, contract)
     verdicts = (
@@ -187,11 +101,11 @@ def drift_check_result(
     )
     summary = describe(report, contract)
     markdown = render_markdown(report, summary, reference, current)
-    storage = io_manager.storage
-    json_key, markdown_key = report_key(contract, day, "json"), report_key(contract, day, "md")
     document = {**report.to_json(), "summary": summary}
-    storage.write_bytes(json_key, json.dumps(document, indent=2).encode())
-    storage.write_bytes(markdown_key, markdown.encode())
+    # The stored report names the versions it was judged against too: `data_versions`, `runs`.
+    document["reference"].update(
+        {k.removeprefix("reference_"): v for k, v in (reference_versions or {}).items()}
+    )
     metadata: dict[str, Any] = {
         "evaluated": report.evaluated,
         "drift_share": dg.MetadataValue.float(report.drift_share),
@@ -201,10 +115,9 @@ def drift_check_result(
         "reference_rows": len(reference),
         "calibration": calibration.note,
         "reference_partitions": reference_partitions,
+        **(reference_versions or {}),
         "missing_reference_partitions": missing_partitions,
         "report": dg.MetadataValue.md(markdown),
-        "report_json": dg.MetadataValue.path(storage.uri(json_key)),
-        "report_markdown": dg.MetadataValue.path(storage.uri(markdown_key)),
     }
     for verdict in report.tested:
         metadata[f"{verdict.feature}/{verdict.effect_name}"] = dg.MetadataValue.float(
@@ -219,13 +132,14 @@ def drift_check_result(
             )
     if report.evaluated:
         metadata["features"] = dg.MetadataValue.md(verdict_table(report).to_markdown(index=False))
-    return dg.AssetCheckResult(
+    check = dg.AssetCheckResult(
         check_name=FEATURES_DRIFT_CHECK,
         passed=not report.drifting,
         severity=dg.AssetCheckSeverity.WARN,
         description=summary,
         metadata=metadata,
     )
+    return DriftOutcome(check, document)
 
 
 def describe(report: DriftReport, contract: Contract) -> str:

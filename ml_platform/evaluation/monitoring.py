@@ -39,8 +39,7 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
-from ml_platform.platform.storage import LakeStorage
-from ml_platform.registry.store import ModelRegistry, RegistryError
+from ml_platform.registry.store import ModelRegistryResource, RegistryError
 from ml_platform.training.model import TrainedModel, labelled
 
 CHAMPION_PERFORMANCE = "champion_performance"
@@ -299,7 +298,7 @@ def build_champion_performance(
     def _champion_performance(
         context: dg.AssetExecutionContext,
         features: Any,
-        lake: LakeStorage,
+        model_registry: ModelRegistryResource,
         io_manager: dg.ResourceParam[LakeIOManager],
     ) -> Iterator:
         """The serving champion of day D scored on D's labelled rows: metrics and intervals.
@@ -313,7 +312,7 @@ def build_champion_performance(
         `champion_decay` warns when the champion misses the value thresholds on
         `evaluation.decay_days` accepted days in a row.
         """
-        registry = ModelRegistry(lake, contract.name)
+        registry = model_registry.for_dataset(contract.name)
 
         def stored(day: str) -> dict[str, Any] | None:
             # Only an accepted day has a file: a tombstone reads as None and is skipped.

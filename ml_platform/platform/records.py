@@ -8,7 +8,7 @@ a run wrote without recording it.
 """
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -18,6 +18,9 @@ ACCEPTED = "accepted"
 UNCHANGED = "unchanged"
 # The metadata entry naming the lake file of the day's accepted version.
 LAKE_KEY = "lake_key"
+# The tag in which Dagster records a materialization's data version (the UI's "Data version").
+# Dagster's own name for it is in a private module; the tag itself is what its records carry.
+DATA_VERSION_TAG = "dagster/data_version"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,13 +35,17 @@ class DayRecord:
     # The lake file of the day's accepted version; None for a tombstone, and for a record made
     # before versions had their own files (`LakeIOManager.recorded_key` then names the old one).
     lake_key: str | None = None
+    # The data version Dagster recorded for this materialization (None if it recorded none).
+    data_version: str | None = None
     # Every metadata entry of the record, by name, as plain values.
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, record: Any) -> "DayRecord":
         """The day record of an `EventLogRecord` of a materialisation."""
-        metadata = record.asset_materialization.metadata if record.asset_materialization else {}
+        materialization = record.asset_materialization
+        metadata = materialization.metadata if materialization else {}
+        tags = (materialization.tags if materialization else None) or {}
 
         def value(name: str, default: Any) -> Any:
             entry = metadata.get(name)
@@ -54,6 +61,7 @@ class DayRecord:
             run_id=record.run_id,
             accepted_rows=int(rows) if rows is not None else None,
             lake_key=str(lake_key) if lake_key is not None else None,
+            data_version=tags.get(DATA_VERSION_TAG),
             metadata={name: entry.value for name, entry in metadata.items()},
         )
 
@@ -118,3 +126,28 @@ def recorded_lake_keys(
             break
         cursor = result.cursor
     return keys
+
+
+def version_metadata(
+    prefix: str, records: Mapping[str, DayRecord], this_run: Sequence[str] = (), run_id: str = ""
+) -> dict[str, dict[str, str]]:
+    """The metadata naming the version of each day a verdict read, from Dagster's records.
+
+    `<prefix>data_versions` and `<prefix>runs`, each by day, from the day's latest record.
+
+    A verdict that reads days outside its inputs (a drift reference, a history window) names
+    them so that the UI shows what a day was compared with. Days of `this_run` were computed by
+    the running step (`run_id`), which Dagster records only when the step ends: their data
+    version is not known yet.
+    """
+    versions = {
+        day: record.data_version or "none recorded" for day, record in sorted(records.items())
+    }
+    runs = {day: record.run_id for day, record in sorted(records.items())}
+    for day in this_run:
+        versions[day] = "recorded by this run"
+        runs[day] = run_id
+    return {
+        f"{prefix}data_versions": dict(sorted(versions.items())),
+        f"{prefix}runs": dict(sorted(runs.items())),
+    }

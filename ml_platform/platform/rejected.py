@@ -16,6 +16,7 @@ DAY_ASSETS = (
     "raw_data",
     "validated_data",
     "features",
+    "drift_report",
     "model",
     "evaluation_report",
     "registered_model",

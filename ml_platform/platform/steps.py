@@ -36,9 +36,10 @@ before (`previous_day_input`), which orders their days, whatever the split into 
 evaluation_report judges each candidate alone and depends on nothing but the day's model and
 its window, so its chunks run side by side, in the model's run when the daemon requests both.
 A range of C chunks therefore runs raw_data of every chunk in the first wave, validated_data chunk
-after chunk (features and the drift check with it or after it), the model and the evaluation of
-each chunk once the features of its window are recorded, then the registry and the monitoring
-(`benchmarks/backfill_year.py` prints a range's timeline;
+after chunk (features and drift_report with it or after it), the model and the evaluation of
+each chunk once the features of its window are recorded (and the chunk's drift reports, which
+the model reads when the contract marks a feature blocking), then the registry and the
+monitoring (`benchmarks/backfill_year.py` prints a range's timeline;
 `ml_platform_tests/test_backfill_daemon.py` runs one). Days of independent chunks run side by side
 as far as the run queue's `max_concurrent_runs` and the launcher allow.
 
@@ -190,6 +191,9 @@ class Verdict(enum.StrEnum):
     TRAINING_DATA = "training data error"
     NON_FINITE_WEIGHTS = "non-finite weights"
     BLOCKING_DRIFT = "blocking drift"
+    # A model whose contract marks a feature blocking, on a day with features but no accepted
+    # drift report: whether it drifted is unknown, which is not "no drift".
+    NO_DRIFT_REPORT = "no drift report"
 
 
 class DataVerdict(Exception):

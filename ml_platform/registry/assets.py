@@ -52,9 +52,8 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
-from ml_platform.platform.storage import LakeStorage
 from ml_platform.registry.store import (
-    ModelRegistry,
+    ModelRegistryResource,
     RegistryError,
     environment_manifest,
     version_day,
@@ -246,7 +245,7 @@ def build_registered_model(
         features: Any,
         full_model: Any,
         full_evaluation: Any,
-        lake: LakeStorage,
+        model_registry: ModelRegistryResource,
     ) -> Iterator:
         """Each day's decision on the champion, in date order: promoted, challenger or rejected.
 
@@ -266,7 +265,7 @@ def build_registered_model(
         (`champion_after`). The check `rejection_streak` fails once the contract's
         `evaluation.rejection_streak` daily candidates in a row were rejected.
         """
-        registry = ModelRegistry(lake, dataset)
+        registry = model_registry.for_dataset(dataset)
         # Every day's daily window, and the weekly candidates' windows ending the day before.
         feature_days: DailyInput = features
         store: LakeIOManager = context.resources.io_manager

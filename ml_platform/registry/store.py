@@ -27,6 +27,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
+
 from ml_platform.platform.formats import deserialise, serialise
 from ml_platform.platform.settings import Settings
 from ml_platform.platform.storage import LakeStorage
@@ -265,6 +267,21 @@ class ModelRegistry:
     def history(self) -> list[dict]:
         """Every move of every alias, oldest first."""
         return list(self._json("alias_history.json", []))
+
+
+class ModelRegistryResource(dg.ConfigurableResource):
+    """The model registry as a resource: each dataset's versions and aliases in the lake.
+
+    registered_model (the one writer of the aliases) and champion_performance (which reads the
+    champion a day was served by) take it as a parameter, so the UI lists the registry among
+    what they use, and a test or `ml-platform reproduce` hands them another registry.
+    """
+
+    storage: LakeStorage
+
+    def for_dataset(self, dataset: str) -> ModelRegistry:
+        """The registry of one dataset's models."""
+        return ModelRegistry(self.storage, dataset)
 
 
 def _git(*args: str) -> str:

@@ -10,7 +10,6 @@ run failure), naming every missing day and the command that fills them.
 
 import dataclasses
 import datetime as dt
-import json
 import math
 import time
 import warnings
@@ -22,12 +21,12 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
-from ml_platform.drift.checks import report_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY, deserialise, serialise
-from ml_platform.platform.inputs import WINDOW_KEY
+from ml_platform.platform.inputs import WINDOW_KEY, DailyInput
 from ml_platform.platform.observability import StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
+from ml_platform.platform.records import day_records
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
@@ -38,6 +37,7 @@ from ml_platform.platform.steps import (
     each_day,
 )
 from ml_platform.platform.storage import LakeStorage
+from ml_platform.platform.storage_errors import MissingPartitionError
 from ml_platform.training.model import (
     Checkpoints,
     TrainedModel,
@@ -214,19 +214,61 @@ def require_coverage(
     )
 
 
-def blocking_drift(lake: LakeStorage, contract: Contract, day: str) -> list[str]:
-    """The features the contract marks blocking that drifted on `day` (its drift report).
+# The model's input of its day's drift verdict (`ml_platform.drift.assets`).
+DRIFT_INPUT = "drift_report"
 
-    The drift check is a blocking check, so a model step starts only after its day's report is
-    stored; it fails at WARN severity and the model records the verdict, so that drift stops the
-    day's model without failing the run (Dagster would fail every later window with it).
+
+def drift_ins(contract: Contract) -> dict[str, dg.AssetIn]:
+    """The drift_report input of a model, when the contract marks a feature blocking.
+
+    Only then does the day's drift decide whether the model trains, so only then is the report
+    an input: the model waits for it and the lineage shows it.
     """
     if not any(spec.blocking for spec in contract.drift.features.values()):
+        return {}
+    return {DRIFT_INPUT: dg.AssetIn(asset_key(contract.name, DRIFT_INPUT))}
+
+
+def blocking_drift(
+    reports: DailyInput | None,
+    instance: dg.DagsterInstance,
+    contract: Contract,
+    day: str,
+    own_features: bool,
+    name: str,
+) -> list[str]:
+    """The features the contract marks blocking that drifted on `day`, from its drift report.
+
+    `reports` is the model's drift_report input (None when nothing is blocking). A day whose
+    own features are not stored has no drift to judge, and is a hole of the window the
+    coverage rule judges. A day with features but no accepted report is the verdict "no drift
+    report": whether a blocking feature drifted is unknown, which is never read as "no drift".
+    Drift stops the day's model as a verdict, not a failed step: Dagster would fail every later
+    window with it.
+    """
+    if reports is None or not own_features:
         return []
-    key = report_key(contract, day, "json")
-    if not lake.exists(key):
-        return []
-    report = json.loads(lake.read_bytes(key))
+    try:
+        report = reports.for_day(day)
+    except MissingPartitionError as exc:
+        blocking = sorted(n for n, spec in contract.drift.features.items() if spec.blocking)
+        key = reports.asset_key or asset_key(contract.name, DRIFT_INPUT)
+        record = day_records(instance, key, [day]).get(day)
+        state = (
+            "was never materialised"
+            if record is None
+            else f"is recorded without a report ({record.verdict}: {record.reason})"
+        )
+        raise DataVerdict(
+            Verdict.NO_DRIFT_REPORT,
+            f"{name} {day} was not trained: the contract marks {', '.join(blocking)} blocking, "
+            f"and {key.to_user_string()} {day} {state}, so whether they drifted is unknown. "
+            f"Materialise drift_report for {day}, then the model (the daily job does both).",
+            {
+                "blocking_features": blocking,
+                "drift_report": "none" if record is None else record.verdict,
+            },
+        ) from exc
     drifting = set(report["drifting_features"])
     return [f["feature"] for f in report["features"] if f["blocking"] and f["feature"] in drifting]
 
@@ -433,7 +475,7 @@ def build_model(
         kinds={"scikitlearn"},
         metadata={FORMAT_KEY: "joblib", "window_days": days},
         retry_policy=STORAGE_RETRY_POLICY,
-        ins={"features": window_input(contract.name, days)},
+        ins={"features": window_input(contract.name, days), **drift_ins(contract)},
         check_specs=[
             daily_check_spec(
                 check,
@@ -444,7 +486,9 @@ def build_model(
             for check, text in checks.items()
         ],
     )
-    def _model(context: dg.AssetExecutionContext, features: Any, lake: LakeStorage) -> Iterator:
+    def _model(
+        context: dg.AssetExecutionContext, features: Any, lake: LakeStorage, **drift: Any
+    ) -> Iterator:
         """A scikit-learn pipeline trained on the feature partitions ending day D.
 
         The preprocessing is fitted inside the pipeline, so scoring applies exactly what
@@ -462,18 +506,21 @@ def build_model(
         """
         first_day = partitions.get_first_partition_key() or context.partition_keys[0]
         min_coverage = contract.training.min_window_coverage
+        # Handed to `each_day` as it is: its missing day is this asset's "no drift report".
+        reports: DailyInput | None = drift.get(DRIFT_INPUT)
 
         def day_of_model(day: str, features: Mapping[str, pd.DataFrame]) -> Iterator:
-            drifted = blocking_drift(lake, contract, day)
+            coverage = window_coverage(day, days, first_day, features)
+            own = day not in coverage.missing
+            drifted = blocking_drift(reports, context.instance, contract, day, own, name)
             if drifted:
                 raise DataVerdict(
                     Verdict.BLOCKING_DRIFT,
                     f"{name} {day} was not trained: the features of {day} drifted on "
                     f"{', '.join(drifted)}, which the contract marks blocking (drift.features); "
-                    "read the day's features_drift report.",
+                    "read the day's drift_report (its features_drift check).",
                     {"blocking_drift": drifted},
                 )
-            coverage = window_coverage(day, days, first_day, features)
             require_coverage(coverage, min_coverage, name, contract.name, own_day_required)
             if coverage.missing:
                 context.log.warning(

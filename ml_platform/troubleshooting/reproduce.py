@@ -47,6 +47,7 @@ from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.observability import row_count
 from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
 from ml_platform.platform.storage import LakeStorage, LocalStorage
+from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.troubleshooting.diagnose import Diagnosis, diagnose_run
 
 DEFAULT_SAMPLE_ROWS = 100
@@ -524,6 +525,9 @@ def reproduce(
         )
     overlay = OverlayStorage(lake=configured(lake, instance), write_dir=str(scratch_dir))
     resources["lake"] = overlay
+    if "model_registry" in resources:
+        # The registry the step reads and moves aliases in: the overlay's, never the live one.
+        resources["model_registry"] = ModelRegistryResource(storage=overlay)
     resources["io_manager"] = SampleIOManager(
         storage=overlay,
         sample_rows=sample_rows,

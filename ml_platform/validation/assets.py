@@ -18,8 +18,10 @@ from ml_platform.contracts.reference import reference_days
 from ml_platform.ingestion.assets import keep_rejected, rejected_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY, serialise
+from ml_platform.platform.inputs import DailyInput
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.observability import table_schema
+from ml_platform.platform.records import version_metadata
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
@@ -31,7 +33,6 @@ from ml_platform.platform.steps import (
     previous_day_input,
 )
 from ml_platform.platform.storage import LakeStorage
-from ml_platform.platform.storage_errors import MissingPartitionError
 from ml_platform.validation.expectations import (
     CHECKS,
     HISTORY,
@@ -211,10 +212,13 @@ def check_results(
     links: dict[str, dg.MetadataValue],
     history: HistoryWindow | None = None,
     profile: dict[str, float | None] | None = None,
+    reference_versions: dict[str, Any] | None = None,
 ) -> list[dg.AssetCheckResult]:
     """One blocking check per family of expectations, each saying what failed and where.
 
-    `profile` is the day's profile when the history gate is on (its table of statistics).
+    `profile` is the day's profile when the history gate is on (its table of statistics);
+    `reference_versions` names the version of each of its reference days
+    (`records.version_metadata`), in the history check's metadata.
     """
     results = []
     for name in CHECKS:
@@ -222,6 +226,8 @@ def check_results(
         passed = check_passes(contract, report, name)
         rows = sorted({row for f in failures for row in f.rows})
         extra = history_metadata(report, history, profile) if name == HISTORY else {}
+        if name == HISTORY and history is not None:
+            extra.update(reference_versions or {})
         if failures and name != HISTORY:
             extra["findings"] = findings_table(failures)
         if name == HISTORY:
@@ -277,16 +283,6 @@ def verdict_reason(where: str, checks: list[dg.AssetCheckResult], report: GateRe
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
             worst.append(f"{text}{more}")
     return f"{where} failed the quality gate ({names}): {'; '.join(worst)}."
-
-
-def raw_rows(lake: LakeStorage, key: str | None) -> int:
-    """Rows of a stored delivery (`key`), from the parquet footer; 0 when none is stored."""
-    import pyarrow.parquet as pq
-
-    if key is None or not lake.exists(key):
-        return 0
-    with lake.open_read(key) as handle:
-        return int(pq.ParquetFile(handle).metadata.num_rows)
 
 
 def build_validated_data(
@@ -354,14 +350,23 @@ def build_validated_data(
         store: LakeIOManager = context.resources.io_manager
         instance = context.instance
         days = context.partition_keys
-        # The deliveries raw_data records for the step's days (read again by the range's
-        # screen and for a rejected parse, outside the days' `bytes_read`).
-        raw_versions = store.recorded_versions(instance, raw_asset, days, "parquet")
+        # The deliveries raw_data records for the step's days, read through the input only:
+        # by the range's screen, by each day, and again for a rejected parse.
+        deliveries: DailyInput = raw_data
+        # The rows of each delivery as raw_data recorded them, which size the range's screen.
+        delivered_rows = {
+            day: record.accepted_rows or 0
+            for day, record in store.records(instance, raw_asset, days).items()
+            if record.accepted
+        }
 
         def load_raw(day: str) -> pd.DataFrame:
-            if day not in raw_versions:
-                raise MissingPartitionError(f"raw_data {day} has no delivery recorded")
-            frame: pd.DataFrame = store.load_key(raw_versions[day], "parquet")
+            """The day's delivery, loaded through the input's loader but not kept in its cache.
+
+            For the range's screen (which keeps what it needs itself) and for a rejected parse,
+            whose frame the day emptied once typed (FREE_RAW_ROWS).
+            """
+            frame: pd.DataFrame = deliveries.cache.load(day)
             return frame
 
         # History is the accepted days Dagster records, and the days this step accepts.
@@ -450,7 +455,17 @@ def build_validated_data(
             today = screen_profiles.pop(day, None) if history_on else None
             if history_on and today is None:
                 today = day_profile(typed, contract)
-            checks = check_results(contract, report, typed, where, links, history, today)
+            versions = (
+                version_metadata(
+                    "history_reference_",
+                    {d: history_records[d] for d in history.stored if d not in step_profiles},
+                    this_run=[d for d in history.stored if d in step_profiles],
+                    run_id=context.run.run_id,
+                )
+                if history is not None
+                else None
+            )
+            checks = check_results(contract, report, typed, where, links, history, today, versions)
             yield from checks
             failed = [c for c in checks if not c.passed]
             if failed:
@@ -514,7 +529,7 @@ def build_validated_data(
                 profile_of,
                 contract,
                 context.partition_keys,
-                rows_of=lambda day: raw_rows(lake, raw_versions.get(day)),
+                rows_of=lambda day: delivered_rows.get(day, 0),
                 typed_of=typed_for_screen,
                 history_on=history_on,
                 profiles=screen_profiles,
