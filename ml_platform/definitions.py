@@ -20,7 +20,6 @@ from ml_platform.automation.schedules import build_daily_schedule, build_weekly_
 from ml_platform.contracts import Contract, load_contracts
 from ml_platform.drift.assets import build_drift_report
 from ml_platform.evaluation.assets import build_evaluation_report
-from ml_platform.evaluation.monitoring import build_champion_performance
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.landing import LandingZone, S3LandingZone
@@ -30,6 +29,7 @@ from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
 from ml_platform.platform.storage import LocalStorage, S3Storage, at_location, s3_resource
 from ml_platform.registry.assets import build_registered_model
+from ml_platform.registry.monitoring import build_champion_performance
 from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data

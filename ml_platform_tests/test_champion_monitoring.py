@@ -10,7 +10,12 @@ import pytest
 
 from ml_platform.automation.alerts import WARNING, Notifier, evaluate_run
 from ml_platform.contracts import load_contract
-from ml_platform.evaluation.monitoring import (
+from ml_platform.ingestion.landing import LandingZone, source_day
+from ml_platform.ingestion.synthetic import file_bytes
+from ml_platform.platform.failures import FailedCheck
+from ml_platform.platform.run_events import RunOutcome, run_outcome
+from ml_platform.platform.storage import write_atomically
+from ml_platform.registry.monitoring import (
     CHAMPION_PERFORMANCE,
     DECAY_CHECK,
     NO_CHAMPION,
@@ -20,11 +25,6 @@ from ml_platform.evaluation.monitoring import (
     decay_check,
     threshold_results,
 )
-from ml_platform.ingestion.landing import LandingZone, source_day
-from ml_platform.ingestion.synthetic import file_bytes
-from ml_platform.platform.failures import FailedCheck
-from ml_platform.platform.run_events import RunOutcome, run_outcome
-from ml_platform.platform.storage import write_atomically
 from ml_platform.registry.store import ModelRegistry
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range

@@ -118,7 +118,7 @@ def stage_of(source: Path) -> str:
     """The pipeline stage a compute module belongs to, from where it lives in the package.
 
     A stage package's assets module is the stage (`training/assets.py`: training); another
-    module holding an asset is a stage of its own (`evaluation/monitoring.py`: monitoring).
+    module holding an asset is a stage of its own (`registry/monitoring.py`: monitoring).
     """
     relative = source.relative_to(PACKAGE)
     return relative.parent.name if relative.stem == "assets" else relative.stem
