@@ -29,6 +29,7 @@ import pandas as pd
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.reference import reference_days
+from ml_platform.contracts.schema import expected_typed_dtypes, type_rows
 from ml_platform.drift.detect import detect_drift
 from ml_platform.evaluation.metrics import holdout_of, judge, score_model
 from ml_platform.features.transforms import build_features
@@ -36,7 +37,6 @@ from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform.training.model import TrainedModel, train_model
-from ml_platform.validation.schema import expected_typed_dtypes, type_rows
 
 
 def plain_rules(frame: pd.DataFrame, contract: Contract, day: str) -> dict[str, object]:

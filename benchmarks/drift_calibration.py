@@ -36,6 +36,7 @@ from drift_flights_year import HOLIDAYS, features_of  # noqa: E402
 
 from ml_platform.contracts import Contract, load_contract  # noqa: E402
 from ml_platform.contracts.reference import reference_days  # noqa: E402
+from ml_platform.contracts.schema import type_rows  # noqa: E402
 from ml_platform.drift.detect import (  # noqa: E402
     Calibration,
     FeatureVerdict,
@@ -45,7 +46,6 @@ from ml_platform.drift.detect import (  # noqa: E402
 )
 from ml_platform.features.transforms import build_features  # noqa: E402
 from ml_platform.ingestion.synthetic import Drift, generate_day  # noqa: E402
-from ml_platform.validation.schema import type_rows  # noqa: E402
 
 KEPT_HOLIDAYS = ["2013-11-28", "2013-12-25", "2013-12-31"]
 SHIFT_FROM = 200

@@ -24,11 +24,11 @@ import pandas as pd
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import DriftReferenceSpec
 from ml_platform.contracts.reference import reference_days
+from ml_platform.contracts.schema import type_rows
 from ml_platform.drift.detect import FeatureVerdict, detect_drift
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
-from ml_platform.validation.schema import type_rows
 
 CONTRACT = load_contract("flights")
 FIRST = CONTRACT.partitions.start_date

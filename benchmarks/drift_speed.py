@@ -39,12 +39,12 @@ import scipy
 from scipy import stats
 
 from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.schema import type_rows
 from ml_platform.drift.checks import drift_check_result
 from ml_platform.drift.detect import detect_drift
 from ml_platform.drift.ks import ks_2samp_columns
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.synthetic import Drift, generate_day
-from ml_platform.validation.schema import type_rows
 
 COLUMNS = 20
 SHIFTED = 5

@@ -24,10 +24,10 @@ import pandas as pd
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.reference import reference_days
+from ml_platform.contracts.schema import type_rows
 from ml_platform.drift.detect import Calibration, FeatureVerdict, calibrate, detect_drift
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.synthetic import Drift, generate_day
-from ml_platform.validation.schema import type_rows
 
 CONTRACT = load_contract("synthetic")
 START = CONTRACT.partitions.start_date

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 
 from ml_platform.contracts import load_contract
+from ml_platform.contracts.schema import type_rows
 from ml_platform.evaluation import metrics
 from ml_platform.evaluation.metrics import (
     judge,
@@ -46,7 +47,6 @@ from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform.training.assets import loss_curve
 from ml_platform.training.model import TrainedModel, train_model
-from ml_platform.validation.schema import type_rows
 
 
 def cpu_ms(work: Callable[[], object], repeat: int) -> float:

@@ -22,6 +22,7 @@ from collections import Counter
 from benchmarks.drift_flights_year import HOLIDAYS
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import DriftReferenceSpec
+from ml_platform.contracts.schema import type_rows
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.validation.history import (
@@ -30,7 +31,6 @@ from ml_platform.validation.history import (
     judge,
     window_from_profiles,
 )
-from ml_platform.validation.schema import type_rows
 
 CONTRACT = load_contract("flights")
 FIRST = CONTRACT.partitions.start_date

@@ -70,9 +70,9 @@ def write_window(root: Path, days: list[str]) -> float:
     import dagster as dg
 
     from ml_platform.contracts import load_contract
+    from ml_platform.contracts.schema import type_rows
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.synthetic import generate_day
-    from ml_platform.validation.schema import type_rows
 
     contract = load_contract(root / "synthetic.yaml")
     defs, instance, _ = platform_for(root)

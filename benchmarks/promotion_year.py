@@ -30,6 +30,7 @@ import pandas as pd
 
 from benchmarks.baseline import landed_bytes
 from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.schema import type_rows
 from ml_platform.evaluation.metrics import (
     LOWER_IS_BETTER,
     Scores,
@@ -40,7 +41,6 @@ from ml_platform.evaluation.metrics import (
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.training.model import TrainedModel, TrainingDataError, labelled, train_model
-from ml_platform.validation.schema import type_rows
 
 
 def point_estimate_decision(

@@ -35,12 +35,12 @@ from scipy import stats
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import SgdSpec
+from ml_platform.contracts.schema import type_rows
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER, Scores, holdout_of, judge, score_model
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.training import model as training
 from ml_platform.training.model import TrainedModel, train_model
-from ml_platform.validation.schema import type_rows
 
 MAIN_METRIC = {"classification": "roc_auc", "regression": "rmse"}
 # The first day whose 28-day window lies inside the data (flights: 2013, synthetic: from the

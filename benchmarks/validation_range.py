@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.schema import type_rows
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.platform.storage import LakeStorage, LocalStorage
@@ -43,7 +44,6 @@ from ml_platform.validation.range_gate import (
     range_validations,
     screen_range,
 )
-from ml_platform.validation.schema import type_rows
 
 Verdicts = dict[str, tuple[GateReport, Any]]
 

@@ -22,11 +22,11 @@ import pandas as pd
 from baseline import plain_rules
 
 from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.schema import type_rows
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import _all_flights
 from ml_platform.ingestion.synthetic import file_bytes, generate_day
 from ml_platform.validation.expectations import QualityGate
-from ml_platform.validation.schema import type_rows
 
 DAYS = {"synthetic": "2024-01-01", "synthetic+ranges": "2024-01-01", "flights": "2013-01-01"}
 # Bounds no generated value reaches: four more range expectations, for a 30-expectation suite.

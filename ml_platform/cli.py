@@ -472,11 +472,11 @@ def rejected(args: argparse.Namespace) -> int:
 
 def score(args: argparse.Namespace) -> int:
     """Score a file of rows with a registered model, to see the model is real."""
+    from ml_platform.contracts.schema import type_rows
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
     from ml_platform.platform.storage import LocalStorage, S3Storage, at_location, s3_resource
     from ml_platform.registry.store import ModelRegistry, RegistryError
-    from ml_platform.validation.schema import type_rows
 
     settings = Settings()
     contract = dataset_of(args, settings)

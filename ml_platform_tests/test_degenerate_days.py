@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.reference import describe_reference, reference_days
+from ml_platform.contracts.schema import ContractViolationError, type_rows
 from ml_platform.drift.checks import describe
 from ml_platform.drift.detect import Calibration, calibrate, detect_drift
 from ml_platform.drift.report import DriftReport, verdict_table
@@ -30,7 +31,6 @@ from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.validation.assets import check_results
 from ml_platform.validation.expectations import HISTORY, quality_gate
 from ml_platform.validation.history import HistoryWindow, day_profile, window_from_profiles
-from ml_platform.validation.schema import ContractViolationError, type_rows
 
 # GE's fixed cost per validation (about 0.25 s a flights day on an idle core) is most of it.
 pytestmark = pytest.mark.slow

@@ -13,11 +13,11 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import BUNDLED_DIR, parse_contract
+from ml_platform.contracts.schema import type_rows
 from ml_platform.drift.checks import FEATURES_DRIFT_CHECK
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import Platform, days_from
 
 DAYS = days_from("2024-01-01", 4)

@@ -11,11 +11,11 @@ import pytest
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import DriftReferenceSpec
 from ml_platform.contracts.reference import reference_days
+from ml_platform.contracts.schema import type_rows
 from ml_platform.drift.detect import Calibration, calibrate, detect_drift
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.validation.schema import type_rows
 
 CONTRACT = load_contract("synthetic")
 START = CONTRACT.partitions.start_date

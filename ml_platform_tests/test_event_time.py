@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 
 from ml_platform.contracts.model import parse_contract
+from ml_platform.contracts.schema import raw_schema, time_of_day, type_rows
 from ml_platform.drift.detect import skip_reason
 from ml_platform.ingestion.assets import schema_check_result
-from ml_platform.validation.schema import raw_schema, time_of_day, type_rows
 from ml_platform_tests.test_contracts import edit, line_of, load_broken, located
 
 VISITS = """\

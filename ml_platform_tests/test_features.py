@@ -8,11 +8,11 @@ import pytest
 
 from ml_platform.contracts import FeatureSpec, load_contract
 from ml_platform.contracts.model import NUMERIC_TRANSFORMS, TIME_TRANSFORMS
+from ml_platform.contracts.schema import type_rows
 from ml_platform.features.transforms import build_features, feature_column
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import generate_day
-from ml_platform.validation.schema import type_rows
 
 FLIGHTS = load_contract("flights")
 SYNTHETIC = load_contract("synthetic")

@@ -16,10 +16,10 @@ from great_expectations.expectations.registry import get_metric_provider
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.contracts.schema import type_rows
 from ml_platform.ingestion.assets import LandingFileError, read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.validation.expectations import ge_frame, quality_gate
-from ml_platform.validation.schema import type_rows
 
 
 @pytest.fixture(scope="module")

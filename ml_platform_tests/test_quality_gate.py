@@ -7,6 +7,7 @@ import yaml
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
+from ml_platform.contracts.schema import type_rows
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.landing import LandingZone, land_days, scan_landing, source_day
 from ml_platform.validation.expectations import (
@@ -17,7 +18,6 @@ from ml_platform.validation.expectations import (
     quality_gate,
 )
 from ml_platform.validation.history import day_profile, window_from_profiles
-from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, days_from
 
 pytestmark = pytest.mark.slow

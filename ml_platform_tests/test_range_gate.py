@@ -9,6 +9,7 @@ import pytest
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.contracts.schema import type_rows
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.validation.expectations import (
@@ -32,7 +33,6 @@ from ml_platform.validation.range_gate import (
     range_validations,
     screen_range,
 )
-from ml_platform.validation.schema import type_rows
 from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_history_gate import (
     flights_with_history,

@@ -8,15 +8,15 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import parse_contract
-from ml_platform.ingestion.assets import LandingFileError, read_landed_file, schema_check_result
-from ml_platform.ingestion.flights import flights_for_day
-from ml_platform.ingestion.synthetic import FAULTS, generate_day
-from ml_platform.validation.schema import (
+from ml_platform.contracts.schema import (
     ContractViolationError,
     expected_typed_dtypes,
     raw_schema,
     type_rows,
 )
+from ml_platform.ingestion.assets import LandingFileError, read_landed_file, schema_check_result
+from ml_platform.ingestion.flights import flights_for_day
+from ml_platform.ingestion.synthetic import FAULTS, generate_day
 
 FLIGHTS = load_contract("flights")
 SYNTHETIC = load_contract("synthetic")

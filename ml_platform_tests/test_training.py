@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.schema import type_rows
 from ml_platform.evaluation import metrics
 from ml_platform.evaluation.metrics import holdout_of, score_model
 from ml_platform.features.transforms import build_features
@@ -28,7 +29,6 @@ from ml_platform.training.model import (
     window_frame,
 )
 from ml_platform.training.window import data_version
-from ml_platform.validation.schema import type_rows
 
 SYNTHETIC = load_contract("synthetic")
 FLIGHTS = load_contract("flights")

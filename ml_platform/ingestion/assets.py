@@ -20,6 +20,7 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
+from ml_platform.contracts.schema import raw_schema
 from ml_platform.ingestion.landing import (
     LandingStore,
     MissingLandingFileError,
@@ -38,7 +39,6 @@ from ml_platform.platform.steps import (
     each_day,
 )
 from ml_platform.platform.storage import LakeStorage
-from ml_platform.validation.schema import raw_schema
 
 RAW_SCHEMA_CHECK = "raw_schema"
 SCHEMA_CHANGE_CHECK = "schema_change"

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.reference import reference_days
+from ml_platform.contracts.schema import ContractViolationError, type_rows
 from ml_platform.ingestion.assets import keep_rejected, rejected_key
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY, serialise
@@ -60,7 +61,6 @@ from ml_platform.validation.range_gate import (
     range_validations,
     screen_range,
 )
-from ml_platform.validation.schema import ContractViolationError, type_rows
 
 QUARANTINE_REASONS = "quarantine_reasons"
 # One ERROR check per day that says whether the day's delivery was accepted: its Partitions tab

@@ -20,6 +20,7 @@ import pandas as pd
 
 from ml_platform.contracts import ColumnSpec, Contract
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
+from ml_platform.contracts.schema import expected_typed_dtypes
 from ml_platform.validation.history import (
     Finding,
     HistoryWindow,
@@ -29,7 +30,6 @@ from ml_platform.validation.history import (
     history_parameters,
     window_from_profiles,
 )
-from ml_platform.validation.schema import expected_typed_dtypes
 
 # Dagster check names, one per family of expectations.
 SCHEMA, COMPLETENESS, VALIDITY, UNIQUENESS, VOLUME, PARTITION_DAY, HISTORY = (

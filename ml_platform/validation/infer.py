@@ -22,14 +22,14 @@ import pandas as pd
 import yaml
 
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
-from ml_platform.ingestion.assets import read_landed_file
-from ml_platform.validation.schema import (
+from ml_platform.contracts.schema import (
     FALSE_WORDS,
     TRUE_WORDS,
     calendar_dates,
     known_zones,
     time_of_day,
 )
+from ml_platform.ingestion.assets import read_landed_file
 
 # The day as landing.file_pattern's {date} writes it.
 FILE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")

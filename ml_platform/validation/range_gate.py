@@ -30,6 +30,10 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
 from ml_platform.contracts.reference import reference_days
+from ml_platform.contracts.schema import (
+    ContractViolationError,
+    expected_typed_dtypes,
+)
 from ml_platform.platform.storage_errors import MissingPartitionError
 from ml_platform.validation.expectations import (
     GE_TYPES,
@@ -45,10 +49,6 @@ from ml_platform.validation.history import (
     day_profile,
     gated_statistics,
     window_from_profiles,
-)
-from ml_platform.validation.schema import (
-    ContractViolationError,
-    expected_typed_dtypes,
 )
 
 # Columns the screen adds to the concatenated days: each row's partition day and its bounds.
