@@ -437,11 +437,11 @@ class DagsterProcesses:
         return payload["data"]
 
     def stop(self) -> None:
-        """SIGTERM to each process group, then SIGKILL to what is left of them."""
+        """SIGTERM to each process group, then SIGKILL to what is left of them after 10 s."""
         for proc in self.procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 10
         for proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))

@@ -54,7 +54,7 @@ pytestmark = pytest.mark.slow
 DAYS = days_from("2013-01-01", 30)  # Tuesday 1 January to Wednesday 30 January 2013
 SUNDAYS = [day for day in DAYS if dt.date.fromisoformat(day).weekday() == 6]
 WINDOW_DAYS = 7
-INGESTION = ["raw_data", "validated_data", "features"]
+INGESTION = ["raw_data", "validated_data", "features", "drift_report"]
 EVALUATION = ["model", "evaluation_report"]
 WEEKLY = ["full_model", "full_evaluation_report"]
 CHAIN = ["registered_model", "champion_performance"]
