@@ -29,21 +29,6 @@ ALL_ASSETS = [
 # What the daily job materialises: the assets of a day's data and candidate, the registry entry
 # and the serving champion's performance.
 DAILY_ASSETS = [*ALL_ASSETS, "registered_model", "champion_performance"]
-# The modules that take longest, longest first. pytest-xdist hands out tests in collection
-# order, so these start at once on their own workers instead of running alone at the end: the
-# backfill waits on the backfill daemon's 30-second iterations, the chain runs 30 days four ways.
-LONGEST_FIRST = [
-    "test_backfill_daemon.py",
-    "test_registry_chain_flights.py",
-    "test_command_runs.py",
-    "test_degenerate_days.py",
-]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the longest modules first (a stable sort: the others keep their order)."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def days_from(start: str, count: int) -> list[str]:

@@ -173,7 +173,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
     # `make run` serves every bundled dataset: flights and the synthetic one side by side.
     env = {k: v for k, v in user_env.items() if k != "ML_PLATFORM_DATASET"}
     proc = subprocess.Popen(
-        ["make", "run", "DAYS=2", "SYNTHETIC_DAYS=3", f"PORT={port}"],
+        ["make", "run", "DAYS=2", "SYNTHETIC_DAYS=1", f"PORT={port}"],
         cwd=REPO,
         env=env,
         stdout=log,
@@ -187,7 +187,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
         wait_for(lambda: graphql(port, ASSETS_QUERY)["assetNodes"], 240, "the UI", proc, log_path)
         # Each dataset's daily graph is materialised for its landed days (a rejected model's
         # day records it as not registered); the weekly retrain waits for Monday.
-        days = {"flights": 2, "synthetic": 3}
+        days = {"flights": 2, "synthetic": 1}
 
         def materialised():
             nodes = graphql(port, ASSETS_QUERY)["assetNodes"]
@@ -235,7 +235,7 @@ def test_run_command_serves_the_materialised_graph_and_stops_on_ctrl_c(user_env,
     assert "SupersessionWarning" not in output[:ui], output[:ui][-3000:]
     assert "Found a dagster instance configuration" not in output[:ui], output[:ui][-3000:]
     assert "2013-01-02 flights_2013-01-02.csv: 943 rows written" in output
-    assert "landing 3 day(s) of synthetic" in output
+    assert "landing 1 day(s) of synthetic" in output
     assert "Dagster services shut down" in output
     assert not leftover, f"processes left after Ctrl-C: {leftover}"
     assert code in (0, 130, -signal.SIGINT, 2), output[-3000:]
