@@ -36,7 +36,7 @@ from ml_platform.contracts.schema import (
 )
 from ml_platform.platform.storage_errors import MissingPartitionError
 from ml_platform.validation.expectations import (
-    GE_TYPES,
+    SUITE_NOTES,
     GateReport,
     QualityGate,
     ge_frame,
@@ -146,7 +146,11 @@ class RangeScreen:
             "days"
         )
         self.rows_suite = gate.context.suites.add(
-            gx.ExpectationSuite(name=f"{contract.name}_range_rows", expectations=self._rows())
+            gx.ExpectationSuite(
+                name=f"{contract.name}_range_rows",
+                expectations=self._rows(),
+                meta={"notes": SUITE_NOTES},
+            )
         )
         self.days_suite = gate.context.suites.add(
             gx.ExpectationSuite(name=f"{contract.name}_range_days", expectations=self._days())
@@ -176,10 +180,6 @@ class RangeScreen:
                 ignore_row_if="either_value_is_missing",
             ),
             e.ExpectColumnValuesToNotBeNull(column=EVENT_TIME),
-        ]
-        rows += [
-            e.ExpectColumnValuesToBeOfType(column=name, type_=GE_TYPES[dtype])
-            for name, dtype in dtypes.items()
         ]
         for col in contract.columns:
             if not col.nullable and col.name not in self.tolerated:
