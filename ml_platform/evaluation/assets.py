@@ -25,10 +25,11 @@ from ml_platform.evaluation.metrics import (
     improvement,
     judge_candidate,
     plots,
+    predict_holdout,
     primary_metric,
     render_report,
     score_baseline,
-    score_model,
+    score_of,
     split_of,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
@@ -120,8 +121,9 @@ def build_evaluation_report(
             except ValueError as exc:
                 # The model and its window disagree: only rematerialising the model fixes that.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
-            unscorable = non_finite_predictions(model, holdout)
-            if unscorable:
+            predictions = predict_holdout(model, holdout)
+            if predictions.non_finite:
+                unscorable = non_finite_predictions(model, holdout)
                 # No metric exists for an infinite prediction, and waiting will not change it.
                 raise DataVerdict(
                     DayVerdict.TRAINING_DATA,
@@ -130,7 +132,7 @@ def build_evaluation_report(
                     "contract (columns[].min / max) so the gate rejects them, fix the file "
                     "upstream and re-land the day.",
                 )
-            candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
+            candidate = score_of(predictions, spec.bootstrap_samples, seed)
             baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
             verdict = judge_candidate(contract, candidate, baseline)
             version = f"{kind}-{day}"
@@ -192,7 +194,8 @@ def non_finite_predictions(model: TrainedModel, holdout: pd.DataFrame | HeldOutR
     """What makes the model's predictions on held-out rows infinite or NaN; '' when none is.
 
     A finite but extreme input (1e308 in a column the contract leaves unbounded) overflows a
-    prediction, which no metric can score: named here, with the input that caused it.
+    prediction, which no metric can score: named here, with the input that caused it. Called
+    only once `Predictions.non_finite` found such rows, so it predicts again only then.
     """
     frames = holdout.chunks() if isinstance(holdout, HeldOutRows) else iter([holdout])
     bad, total, worst = 0, 0, (0.0, "")

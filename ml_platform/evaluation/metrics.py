@@ -245,37 +245,62 @@ def _values(task: str, y: np.ndarray, predicted: np.ndarray, score: np.ndarray) 
     }
 
 
-def score_model(
-    model: TrainedModel, holdout: pd.DataFrame | HeldOutRows, samples: int, seed: int
-) -> Scores:
-    """Metrics of a model on the hold-out with bootstrap 95 % intervals.
+@dataclasses.dataclass(frozen=True)
+class Predictions:
+    """A model's predictions on held-out rows, with their labels: what every metric is made of."""
+
+    task: str
+    labels: np.ndarray
+    predicted: np.ndarray
+    score: np.ndarray
+
+    @property
+    def non_finite(self) -> int:
+        """How many rows have an infinite or NaN prediction or score (no metric can take them)."""
+        finite = np.isfinite(self.predicted.astype("float64")) & np.isfinite(self.score)
+        return int((~finite).sum())
+
+
+def predict_holdout(model: TrainedModel, holdout: pd.DataFrame | HeldOutRows) -> Predictions:
+    """The model's predictions on the hold-out, predicted once for every use of them.
 
     Held-out rows read a day at a time (`HeldOutRows`) are predicted a bounded chunk at a time
     (one call for a hold-out of fewer than `CHUNK_ROWS` rows): only the labels, predictions and
-    scores are kept, and the metrics, bootstrap intervals and curves all use them. Every model
-    scored on the same hold-out with the same `samples` and `seed` is scored on the same
-    bootstrap samples, which is what lets `judge` pair a candidate with its champion.
+    scores are kept.
     """
     frames = holdout.chunks() if isinstance(holdout, HeldOutRows) else iter([holdout])
     dtype = "int64" if model.task == "classification" else "float64"
     labels, predicted, score = [], [], []
-    # A linear model's prediction multiplies the rows by its weights in BLAS (and the bootstrap
-    # its counts by a table), whose threads spin waiting for each other on products this small:
-    # 9 ms of CPU on 4,800 flights rows, against 1 ms on one thread, so scoring uses one.
+    # A linear model's prediction multiplies the rows by its weights in BLAS, whose threads spin
+    # waiting for each other on products this small: 9 ms of CPU on 4,800 flights rows, against
+    # 1 ms on one thread, so prediction uses one.
     with thread_pools().limit(limits=1, user_api="blas"):
         for frame in frames:
             labels.append(frame[model.label].astype(dtype).to_numpy())
             chunk_predicted, chunk_score = model.predictions(frame)
             predicted.append(chunk_predicted)
             score.append(chunk_score)
-    return score_predictions(
-        model.task,
-        np.concatenate(labels),
-        np.concatenate(predicted),
-        np.concatenate(score),
-        samples,
-        seed,
+    return Predictions(
+        model.task, np.concatenate(labels), np.concatenate(predicted), np.concatenate(score)
     )
+
+
+def score_model(
+    model: TrainedModel, holdout: pd.DataFrame | HeldOutRows, samples: int, seed: int
+) -> Scores:
+    """Metrics of a model on the hold-out with bootstrap 95 % intervals (`score_of`)."""
+    return score_of(predict_holdout(model, holdout), samples, seed)
+
+
+def score_of(predictions: Predictions, samples: int, seed: int) -> Scores:
+    """Metrics of predictions on a hold-out with bootstrap 95 % intervals.
+
+    The metrics, bootstrap intervals and curves all use the predictions. Every model scored on
+    the same hold-out with the same `samples` and `seed` is scored on the same bootstrap samples,
+    which is what lets `judge` pair a candidate with its champion.
+    """
+    p = predictions
+    return score_predictions(p.task, p.labels, p.predicted, p.score, samples, seed)
 
 
 def pairing_of(y: np.ndarray, samples: int, seed: int) -> str:

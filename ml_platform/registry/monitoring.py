@@ -17,6 +17,7 @@ contract without value thresholds has nothing to decay from.
 """
 
 import datetime as dt
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.assets import non_finite_predictions
-from ml_platform.evaluation.metrics import LOWER_IS_BETTER, score_model
+from ml_platform.evaluation.metrics import LOWER_IS_BETTER, predict_holdout, score_of
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.io_manager import LakeIOManager
@@ -108,15 +109,16 @@ def champion_record(
         }
     spec = contract.evaluation
     champion = load(champion_version)
-    unscorable = non_finite_predictions(champion, rows)
-    if unscorable:
+    predictions = predict_holdout(champion, rows)
+    if predictions.non_finite:
+        unscorable = non_finite_predictions(champion, rows)
         # No metric exists for an infinite prediction: the day is told, not scored.
         return {
             **record,
             "status": UNSCORABLE,
             "note": f"champion {champion_version} cannot be scored on {day}: {unscorable}",
         }
-    scores = score_model(champion, rows, spec.bootstrap_samples, contract.training.random_seed)
+    scores = score_of(predictions, spec.bootstrap_samples, contract.training.random_seed)
     thresholds = threshold_results(scores.values, spec.value_thresholds)
     meets = all(t["met"] for t in thresholds.values())
     return {
@@ -321,6 +323,8 @@ def build_champion_performance(
             )
             return value
 
+        # A champion serves many days in a row: a range's step loads each version once.
+        @functools.cache
         def load(version: str) -> TrainedModel:
             try:
                 return registry.load(version)
