@@ -97,7 +97,7 @@ system-packages:
 
 # Everything but the integration tests runs on the machine's cores (pytest-xdist; each test has
 # its own temporary instance and lake); the integration tests, which start servers, daemons and
-# browsers and wait on them, run after, three modules at a time (a module's tests share its
+# browsers and wait on them, run after, two modules at a time (a module's tests share its
 # webserver and daemon): each module has its own instance, lake and free ports, and much of their
 # time is spent waiting on a daemon's tick or a process start. Both layers run whatever the first
 # gives.
@@ -106,7 +106,7 @@ PARALLEL := -n auto --maxprocesses=4
 test: lint system-packages
 	status=0; \
 	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
-	.venv/bin/pytest -ra --durations=15 -n 3 --dist loadfile -m integration || status=$$?; \
+	.venv/bin/pytest -ra --durations=15 -n 2 --dist loadfile -m integration || status=$$?; \
 	exit $$status
 
 # The unit layer, for the edit-test loop (about 2 minutes): pure functions, sensors and schedules

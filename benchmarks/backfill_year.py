@@ -33,6 +33,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import idle
+
 from ml_platform.platform.rejected import DAY_ASSETS
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV, DEFAULT_BACKFILL_DAYS_PER_RUN
 
@@ -399,7 +401,9 @@ def main() -> None:
     )
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain script")
     parser.add_argument("--keep", action="store_true", help="keep the instance, lake and logs")
+    idle.add_argument(parser)
     args = parser.parse_args()
+    load = idle.before(args.loaded)
     root = tempfile.mkdtemp(prefix="backfill-")
     try:
         platform_figures = backfill(
@@ -416,7 +420,6 @@ def main() -> None:
         "platform": platform_figures,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, python "
         f"{platform.python_version()}",
-        "load_average": os.getloadavg(),
     }
     if not args.no_baseline:
         plain = baseline(args.start, args.days, args.baseline_processes)
@@ -428,6 +431,7 @@ def main() -> None:
         result["completed_over_baseline"] = round(
             platform_figures["seconds_to_completed"] / float(plain["seconds"]), 2
         )
+    result.update(idle.after(load))
     print(json.dumps(result, indent=2))
 
 

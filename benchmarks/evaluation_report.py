@@ -26,9 +26,10 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import os
 import time
 from collections.abc import Callable
+
+import idle
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.schema import type_rows
@@ -126,7 +127,6 @@ def range_run() -> dict[str, object]:
             "first_of_the_process": round(charts[0] * 1000, 1),
             "median_in_the_range": round(statistics.median(april_charts) * 1000, 1),
         },
-        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -135,9 +135,11 @@ def main() -> None:
     parser.add_argument("--end", type=dt.date.fromisoformat, default=dt.date(2013, 1, 28))
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--range", action="store_true", help="time April's ranges instead")
+    idle.add_argument(parser)
     args = parser.parse_args()
+    load = idle.before(args.loaded)
     if args.range:
-        print(json.dumps(range_run(), indent=2))
+        print(json.dumps({**range_run(), **idle.after(load)}, indent=2))
         return
     contract = load_contract("flights")
     text_columns = [c.name for c in contract.columns if c.dtype == "str"]
@@ -207,7 +209,7 @@ def main() -> None:
                 "cpu_ms": cpu,
                 "report_images_cpu_ms": round(cpu["plots"] + cpu["loss_curve"], 1),
                 "report_kb": round((len(report) + len(loss_curve(model))) / 1024, 1),
-                "load_average": [round(x, 2) for x in os.getloadavg()],
+                **idle.after(load),
             },
             indent=2,
         )

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import idle
 from backfill_year import Stack, fresh_instance, land
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ query Run($runId: ID!) {
   runOrError(runId: $runId) {
     ... on Run {
       status creationTime startTime endTime
-      stepStats { stepKey status }
+      stepStats { stepKey status startTime endTime }
     }
   }
 }
@@ -162,6 +163,10 @@ def launched_day(day: dt.date) -> dict:
         # Dagster's own account: waiting in the queue and for the worker, then the run.
         "queued_to_started": run["startTime"] - run["creationTime"],
         "run": run["endTime"] - run["startTime"],
+        # The steps' own seconds, summed: the computation, without the run worker's start.
+        "steps": sum(
+            s["endTime"] - s["startTime"] for s in run["stepStats"] if s["endTime"] is not None
+        ),
     }
 
 
@@ -199,14 +204,17 @@ def main() -> None:
     parser.add_argument("--day", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--run-day", help=argparse.SUPPRESS)
+    idle.add_argument(parser)
     args = parser.parse_args()
     if args.run_day:
         run_day(args.run_day)
         return
+    load = idle.before(args.loaded)
     runs: dict[str, list[float]] = {
         "platform_launched": [],
         "platform_launched_queue": [],
         "platform_launched_run": [],
+        "platform_launched_steps": [],
         "platform_process": [],
         "baseline_process": [],
         "platform_run": [],
@@ -218,6 +226,7 @@ def main() -> None:
         runs["platform_launched"].append(launched["seconds"])
         runs["platform_launched_queue"].append(launched["queued_to_started"])
         runs["platform_launched_run"].append(launched["run"])
+        runs["platform_launched_steps"].append(launched["steps"])
         process, run = platform_day(args.day)
         runs["platform_process"].append(process)
         runs["platform_run"].append(run)
@@ -251,10 +260,14 @@ def main() -> None:
                 "run_overhead_seconds": round(
                     median["platform_run"] - median["baseline_computation"], 2
                 ),
+                # The launched run's steps against the script's computation of the same day.
+                "steps_over_script": round(
+                    median["platform_launched_steps"] / median["baseline_computation"], 2
+                ),
                 "all_seconds": {name: [round(v, 2) for v in vs] for name, vs in runs.items()},
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, python "
                 f"{platform.python_version()}",
-                "load_average": os.getloadavg(),
+                **idle.after(load),
             },
             indent=2,
         )

@@ -19,11 +19,12 @@ other work shares the machine.
 
 import argparse
 import datetime as dt
-import os
+import json
 import tempfile
 import time
 from typing import Any
 
+import idle
 import pandas as pd
 
 from ml_platform.contracts import Contract, load_contract
@@ -120,9 +121,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--days", type=int, nargs="+", default=[30, 90])
     parser.add_argument("--start", default="2013-01-01")
+    idle.add_argument(parser)
     args = parser.parse_args()
+    load = idle.before(args.loaded)
     contract = load_contract("flights")
-    print(f"load average: {os.getloadavg()}")
     # GE's context and suites are built once per process, as the platform does; not counted.
     quality_gate(contract)
     range_screen(contract)
@@ -170,6 +172,7 @@ def main() -> None:
             f"| {len(screened)} | {alone_pages} / {range_pages} "
             f"| {sum(result is not None for _, result in in_range.values())} |"
         )
+    print(f"<!-- {json.dumps(idle.after(load))} -->")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ Wall and CPU seconds are both shown: CPU seconds hold when other work shares the
 
 import argparse
 import datetime as dt
+import json
 import platform
 import statistics
 import time
 from functools import partial
 
+import idle
 import numpy as np
 import pandas as pd
 from baseline import plain_rules
@@ -80,7 +82,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000, 100_000, 1_000_000])
     parser.add_argument("--datasets", nargs="+", default=list(DAYS), choices=list(DAYS))
     parser.add_argument("--repeat", type=int, default=3)
+    idle.add_argument(parser)
     args = parser.parse_args()
+    load = idle.before(args.loaded)
     print(
         f"machine: {platform.processor() or platform.machine()}, python "
         f"{platform.python_version()}, pandas {pd.__version__}"
@@ -108,6 +112,7 @@ def main() -> None:
                 f"| {plain:.3f} | {ge_wall / plain:.1f} |"
             )
         print(f"<!-- {name}: GE context and suite built in {setup:.2f}s, once per process -->")
+    print(f"<!-- {json.dumps(idle.after(load))} -->")
 
 
 if __name__ == "__main__":

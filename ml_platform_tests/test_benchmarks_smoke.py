@@ -1,6 +1,7 @@
 """The benchmark scripts run (a few seconds each), so they never rot; no timing is asserted."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ def test_the_baseline_script_runs_the_daily_computation_of_each_day():
 
 
 def test_the_validation_benchmark_prints_a_row_per_contract_and_size():
-    out = run_script("validation_speed.py", "--rows", "1000", "--repeat", "1")
+    out = run_script("validation_speed.py", "--rows", "1000", "--repeat", "1", "--loaded")
     rows = [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ")]
     assert rows[1:] == ["| synthetic", "| synthetic+ranges", "| flights"], out
 
@@ -62,7 +63,7 @@ def test_the_model_quality_benchmark_compares_each_estimator_with_plain_scikit_l
 
 
 def test_the_evaluation_report_benchmark_times_each_piece():
-    out = json.loads(run_script("evaluation_report.py", "--repeat", "1"))
+    out = json.loads(run_script("evaluation_report.py", "--repeat", "1", "--loaded"))
     assert set(out["cpu_ms"]) == {
         "score_candidate",
         "score_champion",
@@ -82,3 +83,21 @@ def test_the_promotion_benchmark_judges_the_same_candidates_under_both_rules():
         assert sum(out[rule]["decisions"].values()) == 6
         assert 0 < out[rule]["days_scored_next_day"] < 6
     assert out["paired_bootstrap"]["promotions"] <= out["point_estimate"]["promotions"]
+
+
+def test_a_timing_benchmark_refuses_a_busy_machine_unless_told_and_then_marks_its_figures(
+    monkeypatch,
+):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import idle
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 2.0, 1.0))
+    with pytest.raises(SystemExit, match=r"load average 3\.50 .* pass --loaded"):
+        idle.before(loaded=False)
+    start = idle.before(loaded=True)
+    assert start == {"load_average_before": [3.5, 2.0, 1.0], "loaded": True}
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.3, 0.4))
+    quiet = idle.before(loaded=False)
+    assert quiet["loaded"] is False
+    assert idle.after(quiet)["load_average_after"] == [0.2, 0.3, 0.4]

@@ -228,7 +228,7 @@ def judge_day(case: Judged, text: pd.DataFrame, short: bool, what: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(DAYS))
 @settings(
-    max_examples=200,
+    max_examples=100,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
