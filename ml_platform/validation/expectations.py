@@ -62,8 +62,8 @@ SUITE_NOTES = (
     "Column types are not expected here: the typing step casts every column to its contract "
     "type (contracts/schema.py `type_rows`) and rejects the file, naming the column and a value, "
     "when one does not cast, so every frame this suite sees already has the contract's types "
-    "(one GE expectation per column would only re-check that, at about a third of the suite's "
-    "cost)."
+    "(one GE expectation per column would only re-check that: 21 of the 72 expectations the "
+    "flights suite had)."
 )
 SAMPLE_ROWS = 5
 FLOAT_MAX = sys.float_info.max
@@ -232,7 +232,7 @@ class QualityGate:
         asset = self.context.data_sources.add_pandas("lake").add_dataframe_asset("partition")
         self.batch_definition = asset.add_batch_definition_whole_dataframe("day")
         # Added whole: a suite in the context stores itself again on each expectation added
-        # to it, which for 72 expectations took about a second of every run.
+        # to it, which for flights' then 72 expectations took about a second of every run.
         self.suite = self.context.suites.add(
             gx.ExpectationSuite(
                 name=f"{contract.name}_gate",
