@@ -23,8 +23,8 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY, deserialise, serialise
-from ml_platform.platform.inputs import WINDOW_KEY, DailyInput
-from ml_platform.platform.observability import StepTelemetry
+from ml_platform.platform.inputs import WINDOW_KEY, DailyInput, value_bytes
+from ml_platform.platform.observability import STEP_PREFIX, StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.records import day_records
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
@@ -45,6 +45,7 @@ from ml_platform.training.model import (
     TrainingState,
     train_model,
 )
+from ml_platform.training.processes import WORKER_WINDOW_BYTES, RangeTrainer, Trained
 
 LOSS_PLATEAU_CHECK = "loss_plateau"
 FINITE_WEIGHTS_CHECK = "finite_weights"
@@ -416,6 +417,17 @@ def utilisation_result(telemetry: StepTelemetry) -> dg.AssetCheckResult:
     )
 
 
+def trained_where(done: Trained) -> dict[str, Any]:
+    """Which process trained a day's model; a worker's figures are the day's step figures.
+
+    A day a worker trained spent its step time waiting for it: what sizes a training step
+    (`step_peak_rss_mb`, `step_cpu_seconds`) is what the worker used.
+    """
+    if not done.in_worker:
+        return {"trained_in": "the step's process"}
+    return {"trained_in": "a worker process", **done.telemetry.metadata(prefix=STEP_PREFIX)}
+
+
 def loss_curve(model: TrainedModel) -> str:
     """Markdown plot of training and validation loss per epoch or boosting iteration."""
     unit = model.unit
@@ -528,7 +540,7 @@ def build_model(
                     f"{len(coverage.expected)} window days; missing: "
                     f"{', '.join(coverage.missing)}"
                 )
-            checkpoints = LakeCheckpoints(lake, f"{contract.name}/checkpoints/{name}/{day}.joblib")
+            checkpoints = checkpoints_of(day)
 
             def log_epoch(record: dict) -> None:
                 unit = "epoch" if "epoch" in record else "iteration"
@@ -537,16 +549,20 @@ def build_model(
                     f"validation loss {record['validation_loss']:.5f}"
                 )
 
-            # The first epoch and then one every EPOCH_LOG_SECONDS are logged as they end, to
-            # watch a long training; each day's losses per epoch or iteration are all in its
-            # metadata (`loss_per_epoch`, `loss_per_iteration`).
-            with StepTelemetry() as telemetry:
-                try:
+            def in_process() -> tuple[TrainedModel, StepTelemetry]:
+                # The first epoch and then one every EPOCH_LOG_SECONDS are logged as they end,
+                # to watch a long training; each day's losses per epoch or iteration are all in
+                # its metadata (`loss_per_epoch`, `loss_per_iteration`).
+                with StepTelemetry() as telemetry:
                     watch = every(EPOCH_LOG_SECONDS, log_epoch)
-                    trained = train_model(features, contract, checkpoints, on_epoch=watch)
-                except TrainingDataError as exc:
-                    # Waiting cannot add a second class or more rows: a verdict of the day.
-                    raise DataVerdict(Verdict.TRAINING_DATA, str(exc)) from exc
+                    return train_model(features, contract, checkpoints, on_epoch=watch), telemetry
+
+            try:
+                done = trainer.train(day, in_process)
+            except TrainingDataError as exc:
+                # Waiting cannot add a second class or more rows: a verdict of the day.
+                raise DataVerdict(Verdict.TRAINING_DATA, str(exc)) from exc
+            trained, telemetry = done.model, done.telemetry
             yield loss_plateau_result(trained)
             weights = finite_weights_result(trained)
             yield weights
@@ -580,6 +596,7 @@ def build_model(
                     f"best_{unit}": trained.best_epoch,
                     f"resumed_from_{unit}": trained.resumed_from_epoch,
                     "checkpoint": CHECKPOINTS[trained.estimator],
+                    **trained_where(done),
                     "final_train_loss": last["train_loss"],
                     "best_validation_loss": min(h["validation_loss"] for h in trained.history),
                     f"loss_per_{unit}": dg.MetadataValue.md(loss_curve(trained)),
@@ -588,6 +605,30 @@ def build_model(
                 },
             )
 
-        yield from each_day(context, day_of_model, features=features)
+        def checkpoints_of(day: str) -> LakeCheckpoints:
+            return LakeCheckpoints(lake, f"{contract.name}/checkpoints/{name}/{day}.joblib")
+
+        def worker_window(day: str) -> Mapping[str, pd.DataFrame] | None:
+            """A later day's window, when a worker may train it (`training.processes`)."""
+            window = features.for_day(day)
+            coverage = window_coverage(day, days, first_day, window)
+            try:
+                own = day not in coverage.missing
+                if blocking_drift(reports, context.instance, contract, day, own, name):
+                    return None
+                require_coverage(coverage, min_coverage, name, contract.name, own_day_required)
+            except DataVerdict:
+                return None  # the step records the day's verdict when it reaches it
+            if lake.exists(checkpoints_of(day).key):
+                return None  # a killed run's training resumes in the step's process
+            frames = {d: window[d] for d in window}
+            if sum(value_bytes(f) for f in frames.values()) > WORKER_WINDOW_BYTES:
+                return None
+            return frames
+
+        with RangeTrainer(
+            contract, list(context.partition_keys), worker_window, context.log.info
+        ) as trainer:
+            yield from each_day(context, day_of_model, features=features)
 
     return _model

@@ -1,0 +1,217 @@
+"""A range's models trained side by side in worker processes, as many as memory and cores allow.
+
+A range step (a backfill's chunk of days) trains one model a day, each on the window ending that
+day: the days do not depend on each other, so they can train at once. Threads do not help:
+scikit-learn's SGD passes and the preprocessing hold the GIL (two threads trained 24 flights days
+0.95 times as fast as one); processes do (1.74 times on two cores once started).
+
+How many: the step trains its first day in its own process, as a one-day run does, and sizes the
+rest from what that day used (its peak memory and its seconds, recorded in its metadata):
+`worker_count` takes the cores this process may use, bounded by memory, MEMORY_SHARE of what
+the machine (or the container's cgroup) has available over that day's peak, so the number of
+trainings at once follows memory, not a fixed count. A day trains in a worker when:
+
+- its window's frames fit WORKER_WINDOW_BYTES: they are sent to the worker whole (a window of
+  big days is streamed a day at a time in the step's process instead, as before);
+- the step's trainings are shorter than the contract's `training.checkpoint_seconds`: a worker
+  writes no checkpoint, and such a training would have written none either, so a kill loses
+  at most what it would have lost in the step's process;
+- no checkpoint of it is stored (a killed run's training resumes in the step's process).
+
+Every other day trains in the step's process, as before. Each model is the same whichever
+process trained it (the training is seeded; `test_training_processes.py` compares them).
+"""
+
+import concurrent.futures
+import dataclasses
+import functools
+import math
+import multiprocessing
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pandas as pd
+
+from ml_platform.contracts import Contract
+from ml_platform.platform.inputs import WINDOW_CACHE_BYTES
+from ml_platform.platform.observability import StepTelemetry
+from ml_platform.training.model import TrainedModel, train_model
+
+# Share of the available memory the trainings at once may take, each counted at the peak of the
+# step's first training (its whole process: an overestimate of a worker, which imports less).
+MEMORY_SHARE = 0.5
+# A window sent to a worker is held whole: the budget a step keeps loaded windows within.
+WORKER_WINDOW_BYTES = WINDOW_CACHE_BYTES
+# A worker is a new interpreter that imports pandas and scikit-learn (about 2 s): trainings that
+# would take fewer seconds than this in all gain nothing from it.
+MIN_PARALLEL_SECONDS = 10.0
+
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def available_memory_mb() -> float:
+    """Memory this process can still take (MiB): the OS's MemAvailable within its cgroup's limit."""
+    available = math.inf
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) / 1024
+    except OSError:
+        pass  # not Linux: the free physical pages below
+    try:
+        limit = (CGROUP / "memory.max").read_text().strip()
+        if limit != "max":
+            used = int((CGROUP / "memory.current").read_text())
+            available = min(available, (int(limit) - used) / 1024**2)
+    except (OSError, ValueError):
+        pass  # no cgroup v2 memory controller: the machine's figure stands
+    if math.isinf(available):
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1024**2
+    return available
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def worker_count(days_left: int, peak_mb: float, available_mb: float, cores: int) -> int:
+    """Trainings at once: the cores, at most one a day left, within MEMORY_SHARE of memory."""
+    by_memory = int(MEMORY_SHARE * available_mb // max(peak_mb, 1.0))
+    return max(1, min(cores, days_left, by_memory))
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerTraining:
+    """A model trained in a worker, and what its training used there."""
+
+    model: TrainedModel
+    telemetry: StepTelemetry
+
+
+@functools.cache
+def _contract(contract_json: str) -> Contract:
+    return Contract.model_validate_json(contract_json)
+
+
+def train_in_worker(frames: dict[str, pd.DataFrame], contract_json: str) -> WorkerTraining:
+    """Train the contract's model on a window's frames: what a worker process runs."""
+    with StepTelemetry(reset_peak=True) as telemetry:
+        model = train_model(frames, _contract(contract_json))
+    return WorkerTraining(model, telemetry)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """A day's model, what its training used, and whether a worker trained it."""
+
+    model: TrainedModel
+    telemetry: StepTelemetry
+    in_worker: bool
+
+
+class RangeTrainer:
+    """Trains a step's days in order: in its own process, or ahead of it in worker processes.
+
+    `worker_window(day)` gives a later day's window frames when that day may train in a worker
+    (see the module's docstring), else None. Used as a context manager: leaving it stops the
+    workers and drops the trainings of days the step did not ask for.
+    """
+
+    def __init__(
+        self,
+        contract: Contract,
+        days: list[str],
+        worker_window: Callable[[str], Mapping[str, pd.DataFrame] | None],
+        log: Callable[[str], None],
+    ):
+        self.contract_json = contract.model_dump_json()
+        self.checkpoint_seconds = contract.training.checkpoint_seconds
+        self.days = days
+        self.worker_window = worker_window
+        self.log = log
+        self.decided = False
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self.workers = 0
+        self.next_index = 0  # the next day `_fill` considers
+        self.pending: dict[str, concurrent.futures.Future[WorkerTraining]] = {}
+
+    def __enter__(self) -> "RangeTrainer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def train(self, day: str, in_process: Callable[[], tuple[TrainedModel, StepTelemetry]]):
+        """The day's model: a worker's when one trained it, else `in_process()`'s.
+
+        The step asks for its days in order; a day it did not ask for (recorded unchanged, or
+        a verdict before training) drops the training a worker started for it.
+        """
+        for skipped in [d for d in self.pending if d < day]:
+            self.pending.pop(skipped).cancel()
+        self.next_index = max(self.next_index, self.days.index(day) + 1)
+        future = self.pending.pop(day, None)
+        if future is not None:
+            self._fill()
+            try:
+                done = future.result()
+                return Trained(done.model, done.telemetry, in_worker=True)
+            except BrokenProcessPool:
+                # A worker died (the OS kills the largest process when memory runs out): the
+                # step goes on in its own process, which loses nothing but time.
+                self.log(
+                    f"a training worker process died while training {day}; the step's remaining "
+                    "days train in its own process"
+                )
+                self._stop()
+        model, telemetry = in_process()
+        if not self.decided:
+            self._decide(day, telemetry)
+        self._fill()
+        return Trained(model, telemetry, in_worker=False)
+
+    def _decide(self, day: str, telemetry: StepTelemetry) -> None:
+        """After the step's first training: whether, and in how many workers, the rest train."""
+        self.decided = True
+        left = len(self.days) - self.next_index
+        seconds = telemetry.wall_seconds
+        if left < 2 or seconds >= self.checkpoint_seconds or seconds * left < MIN_PARALLEL_SECONDS:
+            return
+        available = available_memory_mb()
+        workers = worker_count(left, telemetry.peak_rss_mb, available, usable_cores())
+        if workers < 2:
+            return
+        # A new interpreter each: a fork of a run's process would inherit its threads' locks.
+        context = multiprocessing.get_context("spawn")
+        self.pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+        self.workers = workers
+        self.log(
+            f"the {left} days after {day} train in up to {workers} worker processes: {day}'s "
+            f"training took {seconds:.2f} s and a peak of {telemetry.peak_rss_mb:.0f} MB, and "
+            f"{available:.0f} MB are available"
+        )
+
+    def _fill(self) -> None:
+        """Submit the next days a worker may train, until every worker has one."""
+        while self.pool is not None and len(self.pending) < self.workers:
+            if self.next_index >= len(self.days):
+                return
+            day = self.days[self.next_index]
+            self.next_index += 1
+            frames = self.worker_window(day)
+            if frames is not None:
+                self.pending[day] = self.pool.submit(
+                    train_in_worker, dict(frames), self.contract_json
+                )
+
+    def _stop(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool = None
+        self.pending.clear()

@@ -1,0 +1,71 @@
+"""A range's models trained side by side in worker processes, sized by memory and cores."""
+
+import joblib
+import numpy as np
+import pytest
+
+from ml_platform.training import processes
+from ml_platform.training.processes import available_memory_mb, worker_count
+from ml_platform_tests.conftest import Platform, contract_with, days_from
+from ml_platform_tests.test_backfill_range import materialize_range
+
+DAYS = days_from("2024-01-01", 7)
+REJECTED = DAYS[4]
+UPSTREAM = ["raw_data", "validated_data", "features"]
+
+
+def test_trainings_at_once_follow_memory_then_cores_then_days():
+    # 4,000 MB available, half of it for trainings of 400 MB: five fit, the cores allow two.
+    assert worker_count(days_left=30, peak_mb=400, available_mb=4000, cores=2) == 2
+    # Big trainings: memory allows two where eight cores would allow eight.
+    assert worker_count(days_left=30, peak_mb=900, available_mb=4000, cores=8) == 2
+    # Memory for none at once still trains, one at a time.
+    assert worker_count(days_left=30, peak_mb=3000, available_mb=4000, cores=8) == 1
+    # Never more workers than days left.
+    assert worker_count(days_left=3, peak_mb=10, available_mb=4000, cores=8) == 3
+
+
+def test_available_memory_is_a_positive_finite_figure():
+    assert 0 < available_memory_mb() < float("inf")
+
+
+@pytest.mark.slow
+def test_models_trained_in_workers_are_those_of_the_steps_process(tmp_path, monkeypatch):
+    contract = contract_with(tmp_path, "synthetic")
+    runs = {name: Platform(contract, tmp_path / name) for name in ("alone", "workers")}
+    for platform in runs.values():
+        platform.land(DAYS[0], len(DAYS))
+        platform.land(REJECTED, 1, fault="null_burst")
+        assert materialize_range(platform, DAYS[0], DAYS[-1], UPSTREAM).success
+    assert materialize_range(runs["alone"], DAYS[0], DAYS[-1], ["model"]).success
+    # Whatever this machine: its cores and a training's seconds would decide otherwise.
+    monkeypatch.setattr(processes, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(processes, "usable_cores", lambda: 2)
+    result = materialize_range(runs["workers"], DAYS[0], DAYS[-1], ["model"])
+
+    assert result.success
+    where = {
+        m.partition: m.metadata["trained_in"].text
+        for m in result.asset_materializations_for_node(runs["workers"].node("model"))
+        if "trained_in" in m.metadata
+    }
+    # The first day sizes the workers; the rejected day is a verdict, trained nowhere.
+    assert where == {
+        day: "the step's process" if day == DAYS[0] else "a worker process"
+        for day in DAYS
+        if day != REJECTED
+    }
+    logs = [r.user_message for r in runs["workers"].instance.all_logs(result.run_id)]
+    assert any(f"the 6 days after {DAYS[0]} train in up to 2 worker" in m for m in logs), logs
+    for day in DAYS:
+        if day == REJECTED:
+            assert not runs["workers"].stored("model", day, "joblib").exists()
+            continue
+        models = [joblib.load(p.stored("model", day, "joblib")) for p in runs.values()]
+        for model in models:
+            assert model.window == [d for d in DAYS if d <= day and d != REJECTED]
+        np.testing.assert_array_equal(
+            models[0].pipeline.named_steps["estimator"].coef_,
+            models[1].pipeline.named_steps["estimator"].coef_,
+        )
+        assert models[0].history == models[1].history
