@@ -621,9 +621,15 @@ def build_model(
                 return None  # the step records the day's verdict when it reaches it
             if lake.exists(checkpoints_of(day).key):
                 return None  # a killed run's training resumes in the step's process
-            frames = {d: window[d] for d in window}
-            if sum(value_bytes(f) for f in frames.values()) > WORKER_WINDOW_BYTES:
-                return None
+            # Held whole only while it fits: a window of big days is given up at its first day
+            # over the budget, not loaded whole to be measured.
+            frames: dict[str, pd.DataFrame] = {}
+            size = 0.0
+            for window_day in window:
+                frames[window_day] = window[window_day]
+                size += value_bytes(frames[window_day])
+                if size > WORKER_WINDOW_BYTES:
+                    return None
             return frames
 
         with RangeTrainer(

@@ -147,7 +147,9 @@ class RangeTrainer:
     def __exit__(self, *exc: object) -> None:
         self._stop()
 
-    def train(self, day: str, in_process: Callable[[], tuple[TrainedModel, StepTelemetry]]):
+    def train(
+        self, day: str, in_process: Callable[[], tuple[TrainedModel, StepTelemetry]]
+    ) -> Trained:
         """The day's model: a worker's when one trained it, else `in_process()`'s.
 
         The step asks for its days in order; a day it did not ask for (recorded unchanged, or
