@@ -102,15 +102,14 @@ system-packages:
 # its own temporary instance and lake); the integration tests, which start servers, daemons and
 # browsers and wait on them, run after, two modules at a time (a module's tests share its
 # webserver and daemon): each module has its own instance, lake and free ports, and much of their
-# time is spent waiting on a daemon's tick or a process start. Which modules share a worker is set
-# in ml_platform_tests/conftest.py (`INTEGRATION_GROUPS`). Both layers run whatever the first
+# time is spent waiting on a daemon's tick or a process start. Both layers run whatever the first
 # gives.
 PARALLEL := -n auto --maxprocesses=4
 
 test: lint system-packages
 	status=0; \
 	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
-	.venv/bin/pytest -ra --durations=15 -n 2 --dist loadgroup -m integration || status=$$?; \
+	.venv/bin/pytest -ra --durations=15 -n 2 --dist loadfile -m integration || status=$$?; \
 	exit $$status
 
 # The unit layer, for the edit-test loop (about 2 minutes): pure functions, sensors and schedules

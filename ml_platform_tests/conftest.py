@@ -30,31 +30,6 @@ ALL_ASSETS = [
 # and the serving champion's performance.
 DAILY_ASSETS = [*ALL_ASSETS, "registered_model", "champion_performance"]
 
-# The integration layer's two workers (`make test`: `--dist loadgroup`) each take one of these
-# groups whole, from the start, so that both end together: each module's seconds on a fresh
-# clone (2 cores) are beside it. xdist's own order (modules with most tests first, a worker
-# taking another module when it has two tests left) measured 606 to 760 s as modules were added.
-# A module not listed is a group of its own, run wherever a worker is free.
-INTEGRATION_GROUPS = {
-    "test_backfill_daemon": "a",  # 225 s
-    "test_command_runs": "a",  # 205 s
-    "test_ui": "a",  # 80 s
-    "test_freshness": "a",  # 31 s
-    "test_automation_integration": "b",  # 176 s
-    "test_production": "b",  # 176 s
-    "test_integration": "b",  # 111 s
-    "test_command_verdicts": "b",  # 97 s
-}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put each integration test in its module's group (before xdist reads the groups)."""
-    for item in items:
-        if item.get_closest_marker("integration") is not None:
-            module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
-            item.add_marker(pytest.mark.xdist_group(INTEGRATION_GROUPS.get(module, module)))
-
 
 def days_from(start: str, count: int) -> list[str]:
     first = dt.date.fromisoformat(start)

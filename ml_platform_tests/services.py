@@ -7,7 +7,6 @@ network, as in production; nothing is mocked in-process.
 
 import contextlib
 import dataclasses
-import datetime as dt
 import glob
 import http.server
 import json
@@ -30,10 +29,8 @@ from pathlib import Path
 import boto3
 import dagster as dg
 import yaml
-from dagster_graphql import DagsterGraphQLClient
 from moto.server import ThreadedMotoServer
 
-from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform_tests.conftest import REPO, free_port
 
 # moto accepts any credentials; these only make the SDK's default chain find some.
@@ -531,73 +528,3 @@ class DagsterServices(DagsterProcesses):
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.home))
-
-
-BIN = Path(sys.executable).parent
-# How long a run of a day may take on a loaded 2-core machine, from its launch to its end.
-RUN_SECONDS = 300
-
-
-class CommandServices(DagsterServices):
-    """A module's webserver and daemon, and what its tests ask of them through the command.
-
-    `sink`, when the module's dagster.yaml has one, can hold a chosen record of a run.
-    """
-
-    sink: HeldLog
-
-    def land(self, contract, days: list[str], **switches) -> None:
-        zone = LandingZone(base_dir=str(self.landing))
-        list(land_days(contract, zone, [dt.date.fromisoformat(d) for d in days], **switches))
-
-    def materialize(self, *args: str, name: str = "materialize") -> subprocess.Popen:
-        """`ml-platform materialize ARGS`, its output in <name>.out and <name>.err."""
-        with (
-            (self.logs / f"{name}.out").open("w") as out,
-            (self.logs / f"{name}.err").open("w") as err,
-        ):
-            return subprocess.Popen(
-                [str(BIN / "ml-platform"), "materialize", *args],
-                cwd=self.logs,
-                env=self.env,
-                stdout=out,
-                stderr=err,
-            )
-
-    def said(self, name: str = "materialize") -> tuple[str, str]:
-        return (self.logs / f"{name}.out").read_text(), (self.logs / f"{name}.err").read_text()
-
-    def launch_as_the_ui(self, assets: list[str], day: str) -> str:
-        """A run of the selected synthetic assets for `day`, as the UI's Materialize launches it."""
-        client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
-        keys = [dg.AssetKey(["synthetic", name]) for name in assets]
-        return client.submit_job_execution(
-            "__ASSET_JOB", asset_selection=keys, tags={"dagster/partition": day}
-        )
-
-    def runs(self, day: str | None = None) -> list[dg.DagsterRun]:
-        with self.instance() as instance:
-            runs = instance.get_runs()
-        return [r for r in runs if day is None or r.tags.get("dagster/partition") == day]
-
-    def finished(self, run_id: str) -> dg.DagsterRun:
-        def ended():
-            with self.instance() as instance:
-                run = instance.get_run_by_id(run_id)
-            return run if run is not None and run.is_finished else None
-
-        return self.wait_for(ended, RUN_SECONDS, f"run {run_id} to end")
-
-    def span(self, run_id: str) -> tuple[float, float]:
-        """When the run's worker began executing it and when it ended, from its events."""
-        with self.instance() as instance:
-            start = instance.get_records_for_run(
-                run_id, of_type=dg.DagsterEventType.RUN_START
-            ).records
-            ends = [
-                r
-                for kind in (dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE)
-                for r in instance.get_records_for_run(run_id, of_type=kind).records
-            ]
-        assert len(start) == 1 and len(ends) == 1, (run_id, start, ends)
-        return start[0].timestamp, ends[0].timestamp

@@ -7,38 +7,101 @@ test needs, however fast it would otherwise end. The command is run as a user ru
 subprocess reaching the webserver. Each test works on days of its own.
 """
 
+import datetime as dt
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster_graphql import DagsterGraphQLClient
 
 from ml_platform.contracts import load_contract
+from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.records import recorded_lake_keys
 from ml_platform_tests.conftest import days_from
-from ml_platform_tests.services import (
-    BIN,
-    LAUNCH_BACKFILL,
-    RUN_SECONDS,
-    CommandServices,
-    DagsterServices,
-    held_log,
-)
+from ml_platform_tests.services import LAUNCH_BACKFILL, DagsterServices, HeldLog, held_log
 
 pytestmark = pytest.mark.integration
 
+BIN = Path(sys.executable).parent
 SYNTHETIC = load_contract("synthetic")
 FLIGHTS = load_contract("flights")
 STEP_START = " - synthetic__{asset} - STEP_START - "
+# How long a run of a day may take on a loaded 2-core machine, from its launch to its end.
+RUN_SECONDS = 300
+
+
+class Services(DagsterServices):
+    """The module's webserver and daemon, their log sink, and what the tests ask of them."""
+
+    sink: HeldLog
+
+    def land(self, contract, days: list[str], **switches) -> None:
+        zone = LandingZone(base_dir=str(self.landing))
+        list(land_days(contract, zone, [dt.date.fromisoformat(d) for d in days], **switches))
+
+    def materialize(self, *args: str, name: str = "materialize") -> subprocess.Popen:
+        """`ml-platform materialize ARGS`, its output in <name>.out and <name>.err."""
+        with (
+            (self.logs / f"{name}.out").open("w") as out,
+            (self.logs / f"{name}.err").open("w") as err,
+        ):
+            return subprocess.Popen(
+                [str(BIN / "ml-platform"), "materialize", *args],
+                cwd=self.logs,
+                env=self.env,
+                stdout=out,
+                stderr=err,
+            )
+
+    def said(self, name: str = "materialize") -> tuple[str, str]:
+        return (self.logs / f"{name}.out").read_text(), (self.logs / f"{name}.err").read_text()
+
+    def launch_as_the_ui(self, assets: list[str], day: str) -> str:
+        """A run of the selected synthetic assets for `day`, as the UI's Materialize launches it."""
+        client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
+        keys = [dg.AssetKey(["synthetic", name]) for name in assets]
+        return client.submit_job_execution(
+            "__ASSET_JOB", asset_selection=keys, tags={"dagster/partition": day}
+        )
+
+    def runs(self, day: str | None = None) -> list[dg.DagsterRun]:
+        with self.instance() as instance:
+            runs = instance.get_runs()
+        return [r for r in runs if day is None or r.tags.get("dagster/partition") == day]
+
+    def finished(self, run_id: str) -> dg.DagsterRun:
+        def ended():
+            with self.instance() as instance:
+                run = instance.get_run_by_id(run_id)
+            return run if run is not None and run.is_finished else None
+
+        return self.wait_for(ended, RUN_SECONDS, f"run {run_id} to end")
+
+    def span(self, run_id: str) -> tuple[float, float]:
+        """When the run's worker began executing it and when it ended, from its events."""
+        with self.instance() as instance:
+            start = instance.get_records_for_run(
+                run_id, of_type=dg.DagsterEventType.RUN_START
+            ).records
+            ends = [
+                r
+                for kind in (dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE)
+                for r in instance.get_records_for_run(run_id, of_type=kind).records
+            ]
+        assert len(start) == 1 and len(ends) == 1, (run_id, start, ends)
+        return start[0].timestamp, ends[0].timestamp
 
 
 @pytest.fixture(scope="module")
-def services(tmp_path_factory) -> Iterator[CommandServices]:
+def services(tmp_path_factory) -> Iterator[Services]:
     with held_log("nothing is held until a test arms the sink") as sink:
-        services = CommandServices(tmp_path_factory.mktemp("command_runs"), sink.handler())
+        services = Services(tmp_path_factory.mktemp("command_runs"), sink.handler())
         services.sink = sink
         services.start()
         try:
@@ -189,6 +252,34 @@ def test_a_signal_stops_materialize_and_terminates_its_run(services, signum):
     with services.instance() as instance:
         recorded = recorded_lake_keys(instance, dg.AssetKey(["synthetic", "raw_data"]), days)
     assert stored <= recorded
+
+
+def test_the_command_tells_a_rejected_day_from_a_failed_one_and_reruns_it_once_corrected(
+    services,
+):
+    days = days_from("2024-01-01", 3)
+    faulty = days[1]
+    services.land(SYNTHETIC, days)
+    services.land(SYNTHETIC, [faulty], fault="null_burst")
+
+    command = services.materialize("--start", days[0], "--days", "3", "--dataset", "synthetic")
+    assert command.wait(timeout=3 * RUN_SECONDS) == 3, services.said()
+    out, err = services.said()
+    # One line a day says what it did; a rejected day is an outcome, not a failed day.
+    outcomes = (" promoted (", " kept champion (challenger) (", " rejected: ")
+    assert sum(out.count(f"{days[0]}{o}") for o in outcomes) == 1, out
+    assert "FAILED" not in err
+    assert f"{faulty} REJECTED by validated_data: failed quality gate" in out
+    # The next day's 3-day window lost a day: its model is not trained (a verdict too).
+    assert f"{days[2]} REJECTED by model: window below coverage" in out
+    assert f"2 of 3 day(s) rejected: {faulty}, {days[2]}" in err
+
+    # A corrected file reruns the rejected days without --force; accepted days are skipped.
+    services.land(SYNTHETIC, [faulty])
+    again = services.materialize("--start", days[0], "--days", "3", "--dataset", "synthetic")
+    assert again.wait(timeout=3 * RUN_SECONDS) == 0, services.said()
+    out, _ = services.said()
+    assert out.count("already materialised") == 1 and "REJECTED" not in out
 
 
 def test_without_a_webserver_the_command_says_what_to_start(tmp_path):
