@@ -119,8 +119,7 @@ def landing_status(args: argparse.Namespace) -> int:
     --landing-dir names a directory. With a `freshness:` section, the days whose delivery has
     not arrived and been accepted by the deadline are listed from the instance's records.
     """
-    from ml_platform.ingestion.landing import LandingZone, S3LandingZone, own_files, scan_landing
-    from ml_platform.platform.storage import at_location, s3_resource
+    from ml_platform.ingestion.landing import landing_store, own_files, scan_landing
 
     settings = Settings()
     contract = dataset_of(args, settings)
@@ -128,7 +127,7 @@ def landing_status(args: argparse.Namespace) -> int:
     location = settings.landing
     if location.kind == "local" or args.landing_dir:
         location = Location.directory(_landing_dir(args, settings))
-    source = at_location(location, LandingZone, S3LandingZone, s3_resource(settings))
+    source = landing_store(location, settings)
     with configured(source) as zone:
         entries = zone.entries()
         refused = {e.name: e.refused for e in entries if e.refused is not None}
@@ -475,14 +474,13 @@ def score(args: argparse.Namespace) -> int:
     from ml_platform.contracts.schema import type_rows
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
-    from ml_platform.platform.storage import LocalStorage, S3Storage, at_location, s3_resource
+    from ml_platform.platform.storage import lake_storage
     from ml_platform.registry.store import ModelRegistry, RegistryError
 
     settings = Settings()
     contract = dataset_of(args, settings)
-    lake_storage = at_location(settings.lake, LocalStorage, S3Storage, s3_resource(settings))
     # The code location's lake, a directory or S3; resolving it fails naming a missing variable.
-    with configured(lake_storage) as lake:
+    with configured(lake_storage(settings.lake, settings)) as lake:
         registry = ModelRegistry(lake, contract.name)
         version = args.version or registry.alias(args.alias)
         if version is None:

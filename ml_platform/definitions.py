@@ -22,12 +22,12 @@ from ml_platform.drift.assets import build_drift_report
 from ml_platform.evaluation.assets import build_evaluation_report
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
-from ml_platform.ingestion.landing import LandingZone, S3LandingZone
+from ml_platform.ingestion.landing import landing_store
 from ml_platform.platform.datasets import catalogued, dataset_name
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
-from ml_platform.platform.storage import LocalStorage, S3Storage, at_location, s3_resource
+from ml_platform.platform.storage import lake_storage, s3_resource
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.registry.monitoring import build_champion_performance
 from ml_platform.registry.store import ModelRegistryResource
@@ -132,9 +132,9 @@ def build_definitions(
     settings = settings or Settings()
     landing = Location.directory(landing_dir) if landing_dir else settings.landing
     lake_location = Location.directory(lake_dir) if lake_dir else settings.lake
-    # One S3 client configuration for the landing zone and the lake, wherever each lives.
-    s3 = s3_resource(settings)
-    lake = at_location(lake_location, LocalStorage, S3Storage, s3)
+    # One S3 client configuration for the landing zone and the lake, where either is on S3.
+    s3 = s3_resource(settings) if "s3" in (landing.kind, lake_location.kind) else None
+    lake = lake_storage(lake_location, settings, s3)
     interval = settings.sensor_interval_seconds
     shared = dg.Definitions(
         sensors=[
@@ -142,8 +142,8 @@ def build_definitions(
             build_lake_sweep_sensor(minimum_interval_seconds=interval),
         ],
         resources={
-            "s3": s3,
-            "landing": at_location(landing, LandingZone, S3LandingZone, s3),
+            **({"s3": s3} if s3 is not None else {}),
+            "landing": landing_store(landing, settings, s3),
             "notifier": Notifier(
                 **settings.notifier_config, owners={c.name: c.owners for c in contracts}
             ),

@@ -34,7 +34,8 @@ from ml_platform.automation.freshness import (
 )
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import FreshnessSpec, PartitionSpec, bundled_contracts
-from ml_platform.ingestion.landing import LandedObject, LandingStore, LandingZone, S3LandingZone
+from ml_platform.ingestion.landing import LandedObject, LandingStore, LandingZone
+from ml_platform.ingestion.s3_landing import S3LandingZone
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.records import ACCEPTED, DayRecord
 from ml_platform_tests.conftest import REPO, Platform

@@ -12,7 +12,8 @@ from pydantic import PrivateAttr
 
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
-from ml_platform.platform.storage import LakeStorage, LocalStorage, S3Storage
+from ml_platform.platform.s3 import S3Storage
+from ml_platform.platform.storage import LakeStorage, LocalStorage
 from ml_platform.registry.store import ModelRegistry, RegistryError, version_day
 from ml_platform_tests.conftest import Platform
 from ml_platform_tests.services import FAKE_AWS, s3_test_client

@@ -36,8 +36,8 @@ from ml_platform.ingestion.landing import (
     LandingStore,
     LandingZone,
     RefusedLandingFileError,
-    S3LandingZone,
 )
+from ml_platform.ingestion.s3_landing import S3LandingZone
 from ml_platform.platform.partitions import daily_partitions
 
 SYNTHETIC = load_contract("synthetic")

@@ -5,6 +5,9 @@ variable when its value is wrong, and the IO manager stores partitions through S
 directory.
 """
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import dagster as dg
@@ -15,14 +18,9 @@ from dagster_aws.s3 import S3Resource
 from ml_platform.platform.formats import deserialise
 from ml_platform.platform.inputs import DailyInput
 from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.s3 import S3Storage
 from ml_platform.platform.settings import Settings
-from ml_platform.platform.storage import (
-    LakeStorage,
-    LocalStorage,
-    S3Storage,
-    at_location,
-    s3_resource,
-)
+from ml_platform.platform.storage import LakeStorage, LocalStorage, lake_storage
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 
 BUCKET = "lake-bucket"
@@ -175,6 +173,24 @@ def test_the_io_manager_stores_partitions_in_s3(s3_server, aws_env):
     assert deserialise(lake.read_bytes(total_key), "json") == {"n": 1}
 
 
+def test_a_code_location_without_s3_never_imports_the_s3_backend(tmp_path):
+    # Every run, code server and command loads the definitions: dagster_aws costs each of
+    # them about 1.5 s of CPU, which only an S3 lake or landing zone uses.
+    code = (
+        "import sys\n"
+        "from ml_platform.contracts import load_contracts\n"
+        "from ml_platform.definitions import build_definitions\n"
+        "from ml_platform.platform.settings import Settings\n"
+        "defs = build_definitions(load_contracts(), Settings())\n"
+        "assert 'lake' in defs.resources and 's3' not in defs.resources, defs.resources\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in ('dagster_aws', 'boto3')]\n"
+        "assert not loaded, loaded\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ML_PLATFORM_")}
+    env.update(ML_PLATFORM_LAKE_DIR=str(tmp_path / "lake"), ML_PLATFORM_LANDING_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+
+
 def test_the_settings_choose_each_backend_and_share_one_s3_resource(tmp_path):
     from ml_platform.contracts import load_contract
     from ml_platform.definitions import build_definitions
@@ -220,7 +236,7 @@ def test_an_s3_lake_resolves_its_client_from_the_environment(monkeypatch, s3_ser
     monkeypatch.setenv("ML_PLATFORM_LAKE_URL", f"s3://{BUCKET}/lake")
     monkeypatch.setenv("ML_PLATFORM_S3_ENDPOINT_URL", s3_server)
     settings = Settings()
-    storage = at_location(settings.lake, LocalStorage, S3Storage, s3_resource(settings))
+    storage = lake_storage(settings.lake, settings)
 
     with configured(storage) as lake:
         lake.write_bytes("d/a.json", b"{}")

@@ -23,8 +23,9 @@ from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.rejected import rejected_days
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.run_events import classify_outcome, run_outcome
+from ml_platform.platform.s3 import S3Storage
 from ml_platform.platform.steps import DataVerdict, Verdict, daily_backfill_policy, each_day
-from ml_platform.platform.storage import LakeStorage, LocalStorage, S3Storage
+from ml_platform.platform.storage import LakeStorage, LocalStorage
 from ml_platform.training.assets import (
     WindowCoverageError,
     fill_command,

@@ -19,7 +19,7 @@ import re
 import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 import dagster as dg
 import pandas as pd
@@ -27,7 +27,11 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.platform.storage import S3Prefix, is_missing_key, write_atomically
+from ml_platform.platform.settings import Location, Settings
+from ml_platform.platform.storage import s3_resource, write_atomically
+
+if TYPE_CHECKING:
+    from dagster_aws.s3 import S3Resource
 
 # The run tags of a run for a landed file: which file and which version of it the run reads.
 LANDED_FILE_TAG = "ml_platform/landed_file"
@@ -89,8 +93,9 @@ def unsafe_name_reason(name: str) -> str | None:
 class LandingStore(dg.ConfigurableResource):
     """Where day files land: the interface the assets and the landing sensor use.
 
-    Implemented by a local directory (`LandingZone`) and an S3 prefix (`S3LandingZone`);
-    `ml_platform.platform.storage.at_location` picks one by the settings, as for the lake.
+    Implemented by a local directory (`LandingZone`) and an S3 prefix (`S3LandingZone`,
+    `ml_platform.ingestion.s3_landing`); `landing_store` picks one by the settings, as
+    `storage.lake_storage` does for the lake.
     """
 
     def path_for(self, file_name: str) -> Path | str:
@@ -273,83 +278,19 @@ def local_object(name: str, found: os.stat_result) -> LandedObject:
     )
 
 
-class S3LandingZone(S3Prefix, LandingStore):
-    """An S3 prefix where day files land (production; any S3-compatible endpoint).
+def landing_store(
+    location: Location, settings: Settings, s3: "S3Resource | None" = None
+) -> LandingStore:
+    """The landing zone at a location: a directory, or an S3 prefix.
 
-    The client is the shared `S3Resource`'s; credentials come from the boto3 chain
-    (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or a task role), never from this
-    configuration.
+    The S3 prefix is reached through `s3` (default: the settings' `S3Resource`); its backend is
+    imported only then, as `storage.lake_storage` says why.
     """
+    if location.kind == "s3":
+        from ml_platform.ingestion.s3_landing import S3LandingZone
 
-    def modified_slack_seconds(self) -> float:
-        """Five minutes: LastModified is when an upload began, on the storage's clock."""
-        return 300.0
-
-    def path_for(self, file_name: str) -> str:
-        """The s3:// URI of a landed file of this name."""
-        return f"s3://{self.bucket}/{self.prefix}{file_name}"
-
-    def find(self, file_name: str) -> LandedObject | None:
-        """One HeadObject call: the object's LastModified and ETag, or None if absent."""
-        from botocore.exceptions import ClientError
-
-        try:
-            head = self.client().head_object(Bucket=self.bucket, Key=self.prefix + file_name)
-        except ClientError as exc:
-            if is_missing_key(exc):
-                return None
-            raise
-        return LandedObject(
-            name=file_name,
-            modified=head["LastModified"].timestamp(),
-            version=str(head["ETag"]).strip('"'),
-            refused=unsafe_name_reason(file_name),
-        )
-
-    @contextlib.contextmanager
-    def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
-        """The landed object's body, streamed as it is read; MissingLandingFileError if gone.
-
-        A name with `.`/`..` segments or an absolute-looking one is refused before any request.
-        """
-        from botocore.exceptions import ClientError
-
-        reason = unsafe_name_reason(file_name)
-        if reason is not None:
-            raise self.refused(file_name, partition, reason)
-        try:
-            response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + file_name)
-        except ClientError as exc:
-            if is_missing_key(exc):
-                raise self.missing(file_name, partition) from exc
-            raise
-        body = response["Body"]
-        try:
-            yield body
-        finally:
-            # Releases the connection to the pool even when the reader stopped early.
-            body.close()
-
-    def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
-        """One ListObjectsV2 call: up to `limit` objects whose keys sort after `after`."""
-        request: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "MaxKeys": limit}
-        if after is not None:
-            request["StartAfter"] = self.prefix + after
-        response = self.client().list_objects_v2(**request)
-        objects = [
-            LandedObject(
-                name=item["Key"][len(self.prefix) :],
-                modified=item["LastModified"].timestamp(),
-                version=str(item["ETag"]).strip('"'),
-                refused=unsafe_name_reason(item["Key"][len(self.prefix) :]),
-            )
-            for item in response.get("Contents", [])
-            # Names below the prefix only; "folders" created by consoles are empty keys.
-            if item["Key"] != self.prefix and not item["Key"].endswith("/")
-        ]
-        keys = [item["Key"] for item in response.get("Contents", [])]
-        more = bool(response.get("IsTruncated")) and bool(keys)
-        return objects, (keys[-1][len(self.prefix) :] if more else None)
+        return S3LandingZone(url=location.config(), s3=s3 or s3_resource(settings))
+    return LandingZone(base_dir=location.config())
 
 
 @dataclasses.dataclass(frozen=True)

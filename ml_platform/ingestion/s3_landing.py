@@ -1,0 +1,90 @@
+"""Day files landed on S3: the production landing zone, behind `LandingStore`.
+
+Imported only where the landing zone is on S3 (`landing.landing_store`), so a process whose
+landing zone is a directory never imports dagster_aws.
+"""
+
+import contextlib
+from collections.abc import Iterator
+from typing import IO, Any
+
+from botocore.exceptions import ClientError
+
+from ml_platform.ingestion.landing import LandedObject, LandingStore, unsafe_name_reason
+from ml_platform.platform.s3 import S3Prefix
+from ml_platform.platform.storage import is_missing_key
+
+
+class S3LandingZone(S3Prefix, LandingStore):
+    """An S3 prefix where day files land (production; any S3-compatible endpoint).
+
+    The client is the shared `S3Resource`'s; credentials come from the boto3 chain
+    (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile or a task role), never from this
+    configuration.
+    """
+
+    def modified_slack_seconds(self) -> float:
+        """Five minutes: LastModified is when an upload began, on the storage's clock."""
+        return 300.0
+
+    def path_for(self, file_name: str) -> str:
+        """The s3:// URI of a landed file of this name."""
+        return f"s3://{self.bucket}/{self.prefix}{file_name}"
+
+    def find(self, file_name: str) -> LandedObject | None:
+        """One HeadObject call: the object's LastModified and ETag, or None if absent."""
+        try:
+            head = self.client().head_object(Bucket=self.bucket, Key=self.prefix + file_name)
+        except ClientError as exc:
+            if is_missing_key(exc):
+                return None
+            raise
+        return LandedObject(
+            name=file_name,
+            modified=head["LastModified"].timestamp(),
+            version=str(head["ETag"]).strip('"'),
+            refused=unsafe_name_reason(file_name),
+        )
+
+    @contextlib.contextmanager
+    def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
+        """The landed object's body, streamed as it is read; MissingLandingFileError if gone.
+
+        A name with `.`/`..` segments or an absolute-looking one is refused before any request.
+        """
+        reason = unsafe_name_reason(file_name)
+        if reason is not None:
+            raise self.refused(file_name, partition, reason)
+        try:
+            response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + file_name)
+        except ClientError as exc:
+            if is_missing_key(exc):
+                raise self.missing(file_name, partition) from exc
+            raise
+        body = response["Body"]
+        try:
+            yield body
+        finally:
+            # Releases the connection to the pool even when the reader stopped early.
+            body.close()
+
+    def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
+        """One ListObjectsV2 call: up to `limit` objects whose keys sort after `after`."""
+        request: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix, "MaxKeys": limit}
+        if after is not None:
+            request["StartAfter"] = self.prefix + after
+        response = self.client().list_objects_v2(**request)
+        objects = [
+            LandedObject(
+                name=item["Key"][len(self.prefix) :],
+                modified=item["LastModified"].timestamp(),
+                version=str(item["ETag"]).strip('"'),
+                refused=unsafe_name_reason(item["Key"][len(self.prefix) :]),
+            )
+            for item in response.get("Contents", [])
+            # Names below the prefix only; "folders" created by consoles are empty keys.
+            if item["Key"] != self.prefix and not item["Key"].endswith("/")
+        ]
+        keys = [item["Key"] for item in response.get("Contents", [])]
+        more = bool(response.get("IsTruncated")) and bool(keys)
+        return objects, (keys[-1][len(self.prefix) :] if more else None)
