@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -376,13 +377,17 @@ class DagsterProcesses:
     procs: list[subprocess.Popen]
 
     def start(self, webserver: bool = True, daemon: bool = True) -> None:
-        """The instance's storage, then the webserver and the daemon (each unless not wanted).
+        """The instance's storage, the code server, then the webserver and the daemon.
 
-        Each process runs in its own group.
+        The webserver and the daemon (each unless not wanted) load the code location from one
+        code server over gRPC, as `make serve` (`dg dev`) and the production recipe run them:
+        given workspace.yaml's module itself, each would start a code server of its own, and
+        the daemon a new one every minute (it reloads its workspace), each importing the code
+        location again. Each process runs in its own group.
         """
         bin_dir = Path(sys.executable).parent
-        # Create the SQLite storage first: the webserver, the daemon and their code servers
-        # creating it at once can race (alembic then finds two heads).
+        # Create the SQLite storage first: the processes creating it at once can race (alembic
+        # then finds two heads).
         subprocess.run(
             [str(bin_dir / "dagster"), "instance", "migrate"],
             cwd=self.cwd,
@@ -391,16 +396,43 @@ class DagsterProcesses:
             capture_output=True,
             timeout=180,
         )
+        code_port = free_port()
+        self.spawn(
+            "code-server",
+            [
+                str(bin_dir / "dagster"),
+                *("code-server", "start", "-h", "127.0.0.1", "-p", str(code_port)),
+                *("-m", "ml_platform.definitions", "--location-name", "ml_platform"),
+            ],
+        )
+        workspace = self.logs / "workspace.yaml"
+        workspace.write_text(
+            yaml.safe_dump(
+                {
+                    "load_from": [
+                        {
+                            "grpc_server": {
+                                "host": "127.0.0.1",
+                                "port": code_port,
+                                "location_name": "ml_platform",
+                            }
+                        }
+                    ]
+                }
+            )
+        )
+        # The code server listens once it has loaded the code location.
+        self.wait_for(lambda: listening(code_port), 180, "the code server")
         if webserver:
             self.spawn(
                 "webserver",
                 [
                     str(bin_dir / "dagster-webserver"),
-                    *("-h", "127.0.0.1", "-p", str(self.port), "-w", "workspace.yaml"),
+                    *("-h", "127.0.0.1", "-p", str(self.port), "-w", str(workspace)),
                 ],
             )
         if daemon:
-            self.spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+            self.spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)])
 
     def spawn(self, name: str, command: list[str]) -> None:
         """Start a process in its own group (stop() ends the group), logging to <name>.log."""
@@ -420,7 +452,7 @@ class DagsterProcesses:
         """The last lines of each process's log, for a failure message."""
         return "\n".join(
             f"--- {name} (last lines)\n" + (self.logs / f"{name}.log").read_text()[-4000:]
-            for name in ("webserver", "daemon")
+            for name in ("code-server", "webserver", "daemon")
             if (self.logs / f"{name}.log").exists()
         )
 
@@ -452,11 +484,11 @@ class DagsterProcesses:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
 
-    def wait_for(self, predicate, timeout: float, what: str, daemon_alive: bool = True):
+    def wait_for(self, predicate, timeout: float, what: str):
         """The first truthy value of `predicate`, polled each second while the processes live."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for proc in self.procs if daemon_alive else self.procs[:1]:
+            for proc in self.procs:
                 assert proc.poll() is None, f"a Dagster process exited\n{self.output()}"
             try:
                 value = predicate()
@@ -466,6 +498,12 @@ class DagsterProcesses:
                 return value
             time.sleep(1)
         raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.output()}")
+
+
+def listening(port: int) -> bool:
+    """Whether a server accepts connections on 127.0.0.1:port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
 
 
 def living_in_group(pgid: int) -> list[str]:
