@@ -99,17 +99,20 @@ system-packages:
 	fi
 
 # Everything but the integration tests runs on the machine's cores (pytest-xdist; each test has
-# its own temporary instance and lake); the integration tests, which start servers, daemons and
-# browsers and wait on them, run after, two modules at a time (a module's tests share its
-# webserver and daemon): each module has its own instance, lake and free ports, and much of their
-# time is spent waiting on a daemon's tick or a process start. Both layers run whatever the first
-# gives.
+# its own temporary instance and lake). The integration tests, which start servers, daemons and
+# browsers, run beside them, two modules at a time (a module's tests share its webserver, daemon
+# and code server; each module has its own instance, lake and free ports): much of their time
+# is spent waiting on a daemon's tick or a run's start, which the unit tests fill. Their output
+# follows the unit tests'. Both layers run whatever the other gives.
 PARALLEL := -n auto --maxprocesses=4
 
 test: lint system-packages
-	status=0; \
+	status=0; log=$$(mktemp); \
+	.venv/bin/pytest -ra --durations=15 -n 2 --dist loadfile -m integration \
+	  > $$log 2>&1 & integration=$$!; \
 	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
-	.venv/bin/pytest -ra --durations=15 -n 2 --dist loadfile -m integration || status=$$?; \
+	wait $$integration || status=$$?; \
+	echo "--- integration tests"; cat $$log; rm -f $$log; \
 	exit $$status
 
 # The unit layer, for the edit-test loop (about 2 minutes): pure functions, sensors and schedules
