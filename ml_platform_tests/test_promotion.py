@@ -2,6 +2,7 @@
 candidate as the day's outcome: the run succeeds, the champion stays, rejections in a row warn."""
 
 import datetime as dt
+import errno
 import json
 import re
 from pathlib import Path
@@ -25,7 +26,8 @@ from ml_platform.evaluation.metrics import (
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.assets import outcome_line, rejected_in_a_row
-from ml_platform.registry.store import ModelRegistry
+from ml_platform.registry.chain import RecordedChain
+from ml_platform.registry.store import ModelRegistry, ModelRegistryResource
 from ml_platform.training.model import TrainedModel, train_model
 from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
@@ -411,7 +413,7 @@ def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
         assert platform.materialize(day).success
     registry = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "synthetic")
     assert registry.alias("champion") == f"daily-{DAYS[1]}"
-    history = registry.history()
+    aliases = {alias: registry.alias(alias) for alias in ("champion", "challenger")}
 
     # The first day re-landed (here: run again) is retrained after a later day's promotion.
     result = platform.materialize(DAYS[0])
@@ -426,10 +428,81 @@ def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
     metadata = result.asset_materializations_for_node(platform.node("registered_model"))[0].metadata
     assert metadata["outcome"].value == registered["outcome"]
     assert metadata["version"].value == "none: not promoted, a later day's model is champion"
-    assert registry.alias("champion") == registered["champion_after"] == f"daily-{DAYS[1]}"
-    assert registry.history() == history
+    # The live champion stays the later day's; the chain after the first day stays what its
+    # first run left, which served the second day.
+    assert registry.alias("champion") == f"daily-{DAYS[1]}"
+    assert registered["champion_after"] == f"daily-{DAYS[0]}"
+    assert {alias: registry.alias(alias) for alias in aliases} == aliases
     # The serving champion of the second day is still the one the first day left.
     monitored = json.loads(platform.stored("champion_performance", DAYS[1], "json").read_text())
     assert monitored["champion_version"] == f"daily-{DAYS[0]}"
-    assert registry.champion_before(DAYS[1]) == f"daily-{DAYS[0]}"
-    assert registry.champion_before(DAYS[0]) is None
+    # Dagster's record says the same: the first day's first run left it, the second day's moved it.
+    chain = RecordedChain(platform.instance, platform.key("registered_model"), DAYS[0])
+    assert chain.before(DAYS[1])["champion"] == f"daily-{DAYS[0]}"
+    assert chain.before(DAYS[0])["champion"] is None
+
+
+class FlakyManifests(LocalStorage):
+    """A local lake whose write of one version's manifest fails once, as a dropped write does.
+
+    Dagster builds the resource again from its fields for each run, so the one failure is kept
+    on disk: it happens while the `armed` file exists, which it removes.
+    """
+
+    fails_on: str
+    armed: str
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        armed = Path(self.armed)
+        if key.endswith(f"/versions/{self.fails_on}/manifest.json") and armed.exists():
+            armed.unlink()
+            raise OSError(errno.EIO, "Input/output error")
+        super().write_bytes(key, data)
+
+
+def registrations_of(platform: Platform) -> tuple[list[tuple], dict[str, str]]:
+    """Each day's decision, the champion it met, the alias it moved and where the aliases were
+    after it, as recorded; and where the registry's aliases are now."""
+    fields = ("decision", "champion_met", "alias", "champion_after", "challenger_after")
+    recorded = [
+        (day, *(value[f] for f in fields))
+        for day in DAYS
+        for value in [json.loads(platform.stored("registered_model", day, "json").read_text())]
+    ]
+    aliases = json.loads((platform.lake_dir / "synthetic/registry/aliases.json").read_text())
+    return recorded, aliases
+
+
+def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrupted_run(tmp_path):
+    # Any eligible candidate clears a change threshold this tolerant: each day moves the champion,
+    # so the failed attempt leaves the champion on a later day's model than its retry judges.
+    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
+    clean, faulty = (Platform(tolerant, tmp_path / name) for name in ("clean", "faulty"))
+    upstream = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
+    for platform in (clean, faulty):
+        platform.land(DAYS[0], len(DAYS))
+        assert materialize_range(platform, DAYS[0], DAYS[-1], upstream).success
+    assert materialize_range(clean, DAYS[0], DAYS[-1], ["registered_model"]).success
+
+    # The registry's storage drops the last day's manifest once, after three days moved aliases.
+    armed = tmp_path / "armed"
+    armed.touch()
+    flaky = FlakyManifests(
+        base_dir=str(faulty.lake_dir), fails_on=f"daily-{DAYS[-1]}", armed=str(armed)
+    )
+    registry = ModelRegistryResource(storage=flaky)
+    result = materialize_range(
+        faulty, DAYS[0], DAYS[-1], ["registered_model"], model_registry=registry
+    )
+
+    assert result.success
+    retry = dg.DagsterEventType.STEP_UP_FOR_RETRY
+    retried = [e for e in result.all_events if e.event_type == retry]
+    assert len(retried) == 1, "the storage fault should have failed the first attempt"
+    assert "Input/output error" in str(retried[0].event_specific_data.error)
+    assert registrations_of(faulty) == registrations_of(clean)
+    promoted = [row[3] for row in registrations_of(clean)[0]]
+    assert promoted == ["champion"] * len(DAYS)
+    # A rerun of the range meets what the record says, and decides the same again.
+    assert materialize_range(faulty, DAYS[0], DAYS[-1], ["registered_model"]).success
+    assert registrations_of(faulty) == registrations_of(clean)

@@ -25,7 +25,8 @@ Compared, day by day: the quality gate's verdict (validated_data's record: verdi
 reason, rows) and each of its checks' evaluations (passed and description: the history gate's
 names its reference days and bounds), every daily asset's recorded verdict, each evaluation's
 decision, the registry's decisions (every candidate, daily and weekly, the champion it met and
-the champion and challenger after the day), the alias history and the champion's monitoring.
+the champion and challenger after the day), the alias moves they record, and the champion's
+monitoring.
 The span promotes at least 3 times (5 times when written: 01-02, 01-04, the weekly retrain of
 01-13, 01-29 and 01-30), so the champion changes inside every split.
 """
@@ -44,7 +45,7 @@ import pytest
 
 from ml_platform.contracts import Contract
 from ml_platform.platform.records import day_records
-from ml_platform.registry.store import ModelRegistry
+from ml_platform.registry.store import ALIASES, ModelRegistry
 from ml_platform.validation.assets import DELIVERY_CHECK
 from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
@@ -158,10 +159,15 @@ def chain_of(platform: Platform) -> dict[str, Any]:
             for report in [stored(platform, "full_evaluation_report", sunday)]
         },
         "registered": registered,
+        # The alias moves, as each day's record says, and where the registry's aliases are.
         "history": [
-            (move["alias"], move["version"], move["previous"], move["partition"])
-            for move in registry.history()
+            (candidate["alias"], candidate["candidate"], day)
+            for day in DAYS
+            if registered[day]
+            for candidate in registered[day]["candidates"]
+            if candidate["alias"]
         ],
+        "aliases": {alias: registry.alias(alias) for alias in ALIASES},
         "monitoring": {day: stored(platform, "champion_performance", day) for day in DAYS},
     }
 

@@ -115,7 +115,7 @@ def test_a_registration_cut_short_by_a_full_disk_leaves_no_version(
     with pytest.raises(RegistryError, match=f"no version '{NEW}'"):
         registry.load(NEW)
     with pytest.raises(RegistryError, match=f"cannot point 'champion' at version '{NEW}'"):
-        registry.set_alias("champion", NEW, partition=SECOND, run_id="r", reason="test")
+        registry.set_alias("champion", NEW)
     code, _, err = score(landed, tmp_path, capsys, "--version", NEW)
     assert code == 2 and f"error: no version '{NEW}'" in err and "Traceback" not in err
     # The previous champion still serves.
@@ -150,7 +150,7 @@ def test_a_half_written_version_of_the_old_layout_is_refused_and_a_whole_one_sti
     assert code == 2
     assert f"version '{NEW}' is incomplete" in err and "manifest was never written" in err
     with pytest.raises(RegistryError, match="is incomplete"):
-        registry.set_alias("challenger", NEW, partition=SECOND, run_id="r", reason="test")
+        registry.set_alias("challenger", NEW)
     code, out, _ = score(landed, tmp_path, capsys, "--version", old)
     assert code == 0 and f"1000 rows scored by {old} (pinned)" in out
 
@@ -176,7 +176,7 @@ def test_replacing_a_version_that_fails_midway_keeps_the_previous_one_whole(fail
     registry = ModelRegistry(failing_storage, "synthetic")
     # The registry stores whatever joblib serialises; small stand-ins keep this test fast.
     registry.upsert(NEW, {"coef": [1.0]}, {"partition": SECOND, "run_id": "first"})
-    registry.set_alias("champion", NEW, partition=SECOND, run_id="first", reason="test")
+    registry.set_alias("champion", NEW)
 
     failing_storage.fill_after(1)
     with pytest.raises(OSError) as raised:
@@ -199,23 +199,28 @@ def test_replacing_a_version_that_fails_midway_keeps_the_previous_one_whole(fail
     assert len(failing_storage.list_keys(folder)) == 2  # the replaced model object is gone
 
 
-def test_champion_before_a_day_is_what_the_registrations_of_the_days_before_left(tmp_path):
+def test_the_aliases_are_set_together_and_only_to_whole_versions(tmp_path):
     registry = ModelRegistry(LocalStorage(base_dir=str(tmp_path)), "synthetic")
-    for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
+    for day in ("2024-01-01", "2024-01-02"):
         registry.upsert(f"daily-{day}", {"coef": [day]}, {"partition": day})
-    # A weekly candidate is registered on the next day's registration.
-    registry.upsert("full-2024-01-02", {"coef": ["full"]}, {"partition": "2024-01-02"})
-    moves = [
-        ("champion", "daily-2024-01-01", "2024-01-01"),
-        ("challenger", "daily-2024-01-02", "2024-01-02"),
-        ("champion", "full-2024-01-02", "2024-01-03"),
-        ("champion", "daily-2024-01-03", "2024-01-03"),
-    ]
-    for alias, version, day in moves:
-        registry.set_alias(alias, version, partition=day, run_id="r", reason="test")
+    registry.set_alias("champion", "daily-2024-01-02")
+    registry.set_alias("challenger", "daily-2024-01-01")
 
-    assert registry.champion_before("2024-01-01") is None
-    assert registry.champion_before("2024-01-02") == "daily-2024-01-01"
-    assert registry.champion_before("2024-01-03") == "daily-2024-01-01"
-    assert registry.champion_before("2024-01-04") == "daily-2024-01-03"
+    # Back to what a recorded day says: both at once, an alias at nothing cleared.
+    registry.set_aliases({"champion": "daily-2024-01-01", "challenger": None})
+    assert registry.alias("champion") == "daily-2024-01-01"
+    assert registry.alias("challenger") is None
+    # Nothing moves to a version that is not whole, and nothing else moves with it.
+    with pytest.raises(
+        RegistryError, match="cannot point 'challenger' at version 'daily-2024-01-09'"
+    ):
+        registry.set_aliases({"champion": "daily-2024-01-02", "challenger": "daily-2024-01-09"})
+    assert registry.alias("champion") == "daily-2024-01-01"
+    with pytest.raises(ValueError, match="unknown alias"):
+        registry.set_aliases({"production": "daily-2024-01-01"})
+    # No second history of the moves: Dagster's record of registered_model is the history.
+    assert sorted(p.name for p in (tmp_path / "synthetic" / "registry").iterdir()) == [
+        "aliases.json",
+        "versions",
+    ]
     assert version_day("full-2024-01-02") == "2024-01-02"

@@ -14,10 +14,13 @@ and for each candidate: a rejected one is recorded as not registered (the champi
 eligible one is scored, with the champion it meets, on the candidate's held-out rows with the
 same bootstrap samples (a paired bootstrap, `evaluation.metrics.compare_with_champion`), and is
 promoted or registered as challenger. The champion a day meets is the one the registrations of
-the days before left (`ModelRegistry.champion_before`), so a day's decision is the same whether
-the days ran one by one or in ranges of any split, and a re-run of a day meets what its first run
-met. An alias never moves back to an older day's model: when the champion is a later day's
-version (a past day re-landed and retrained), the candidate is recorded as not promoted.
+the days before left, as Dagster recorded them (`ml_platform.registry.chain`), never whatever
+the aliases say now: a day's decision is the same whether the days ran one by one or in ranges
+of any split, a re-run of a day meets what its first run met, and before judging anything a
+step points the aliases at what the latest recorded day says, undoing the moves of an attempt
+that failed before recording its days (so a retry decides as the uninterrupted run did). An
+alias never moves back to an older day's model: when the champion is a later day's version (a
+past day re-landed and retrained), the candidate is recorded as not promoted.
 
 Nothing upstream reads the registry. A rejected candidate is an outcome of the day, not a failure
 of the run; the check `rejection_streak` warns once several candidates in a row were rejected.
@@ -43,7 +46,7 @@ from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.inputs import DailyInput, WindowPartitions
 from ml_platform.platform.io_manager import LakeIOManager
-from ml_platform.platform.records import day_records
+from ml_platform.platform.records import DayRecord, day_records
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
 from ml_platform.platform.steps import (
@@ -52,6 +55,7 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
+from ml_platform.registry.chain import RecordedChain, aliases_of
 from ml_platform.registry.store import (
     ModelRegistryResource,
     RegistryError,
@@ -256,9 +260,10 @@ def build_registered_model(
         held-out rows, with the same bootstrap samples: it is promoted when the improvement's
         95 % interval clears the contract's change thresholds, else registered as challenger;
         the first model is promoted. It is registered with its lineage manifest (`daily-D`,
-        `full-D`; registering a day again replaces its version), and every alias move is
-        appended to the registry's history. An alias never moves back to an older day's model:
-        when the champion is a later day's version, the candidate is recorded as not promoted.
+        `full-D`; registering a day again replaces its version); the day's record says which
+        alias it moved and where the aliases were after it. An alias never moves back to an
+        older day's model: when the champion is a later day's version, the candidate is
+        recorded as not promoted.
 
         The stored value and metadata say what each candidate did (`outcome`), the champion it
         met, the improvement and its paired interval, and the champion after the day
@@ -277,6 +282,45 @@ def build_registered_model(
         weekly = day_records(
             context.instance, full_key, [day_before(day) for day in context.partition_keys]
         )
+
+        days = list(context.partition_keys)
+        chain = RecordedChain(context.instance, key, contract.partitions.start_date.isoformat())
+        # The step's days as recorded before it (a superseded rerun keeps its day's record).
+        chain.prefetch(days[0], days[-1])
+        # The latest day after the step's that is recorded already, if any (with its record):
+        # the step reruns the past, and the live aliases are that day's, which it never moves.
+        past = chain.latest_after(days[-1], partitions.get_last_partition_key() or days[-1])
+        live = aliases_of(past[1]) if past is not None else chain.before(days[0])
+        # The aliases as the record says, before anything is judged: an attempt that failed
+        # after moving some recorded none of its days, so its moves are undone here.
+        found = {alias: registry.alias(alias) for alias in live}
+        if found != live:
+            context.log.warning(
+                f"registered_model: the aliases were {found}, which no recorded day left (a "
+                f"run failed after moving them); they are set back to {live}"
+            )
+            try:
+                registry.set_aliases(live)
+            except RegistryError as exc:
+                raise dg.Failure(
+                    description=(
+                        "registered_model: the aliases cannot be set to what the latest "
+                        f"recorded day says ({exc}); rerun registered_model for that day or fix "
+                        "the registry (docs/runbook.md)"
+                    ),
+                    allow_retries=False,
+                ) from exc
+        # The aliases each day this step judged left: what its next day meets.
+        judged_after: dict[str, dict[str, str | None]] = {}
+
+        def aliases_met(day: str) -> dict[str, str | None]:
+            """The aliases the days before `day` left: this step's, else Dagster's record.
+
+            A day of the step it did not judge (rejected upstream in this run) leaves nothing,
+            whatever an earlier run recorded for it.
+            """
+            earlier = [d for d in judged_after if d < day]
+            return dict(judged_after[max(earlier)] if earlier else chain.before(days[0]))
 
         def decision_of(day: str) -> str | None:
             value = store.load_recorded(context.instance, key, day, "json")
@@ -369,7 +413,12 @@ def build_registered_model(
             target = "champion" if decision == PROMOTE else "challenger"
             alias: str | None = None
             kept = moves_back(target, version)
-            if kept is not None:
+            if past is not None:
+                note = (
+                    f"{past[0]} is registered already: a rerun of a past day moves no alias, "
+                    f"they stay where {past[0]} left them"
+                )
+            elif kept is not None:
                 note = f"{target} stays {kept}, a later day's model"
             elif target == "challenger" and registry.alias("champion") == version:
                 # A re-run of the champion's own day that no longer beats the one before it.
@@ -377,9 +426,7 @@ def build_registered_model(
             else:
                 note = ""
                 alias = target
-                registry.set_alias(
-                    alias, version, partition=day, run_id=run_id, reason=comparison.cause
-                )
+                registry.set_alias(alias, version)
             comparison_md = (
                 render_comparison(version, candidate, champion_scores, champion, comparison)
                 if champion is not None and champion_scores is not None
@@ -419,8 +466,8 @@ def build_registered_model(
             evaluation: dict[str, Any],
             features: Mapping[str, pd.DataFrame],
         ) -> Iterator:
-            before = registry.champion_before(day)
-            champion = before
+            met = aliases_met(day)
+            before = champion = met["champion"]
             candidates = []
             full = weekly_candidate(day, champion)
             if full is not None:
@@ -432,7 +479,13 @@ def build_registered_model(
             for candidate in candidates:
                 candidate["outcome"] = outcome_line(candidate["decision"], candidate["reason"])
             streak = rejected_in_a_row(decision_of, day, daily["decision"], limit)
-            champion_after = registry.alias("champion")
+            after = (
+                aliases_left(met, candidates, chain.recorded(day))
+                if past is not None
+                else {alias: registry.alias(alias) for alias in met}
+            )
+            judged_after[day] = after
+            champion_after = after["champion"]
             yield streak_check(streak, limit, champion_after, daily["reason"])
             outcome = daily["outcome"]
             if full is not None:
@@ -443,7 +496,7 @@ def build_registered_model(
                 "outcome": outcome,
                 "champion_before": before,
                 "champion_after": champion_after,
-                "challenger_after": registry.alias("challenger"),
+                "challenger_after": after["challenger"],
                 "candidates": candidates,
                 "rejected_in_a_row": len(streak),
             }
@@ -454,7 +507,7 @@ def build_registered_model(
                 "outcome": outcome,
                 "champion_met": daily["champion_met"] or "none",
                 "champion": champion_after or "none",
-                "challenger": registry.alias("challenger") or "none",
+                "challenger": after["challenger"] or "none",
                 "rejected_in_a_row": len(streak),
                 "registered_versions": len(registry.versions()),
             }
@@ -480,6 +533,26 @@ def build_registered_model(
         )
 
     return _registered_model
+
+
+def aliases_left(
+    met: dict[str, str | None], candidates: list[dict[str, Any]], recorded: DayRecord | None
+) -> dict[str, str | None]:
+    """The aliases a rerun of a past day leaves for its next day, though it moves none.
+
+    What its candidates' decisions would have moved; a superseded candidate was not judged
+    again, so the day keeps what its earlier record says (what the meeting days after it saw).
+    """
+    after = dict(met)
+    for candidate in candidates:
+        decision, version = candidate["decision"], candidate["version"]
+        if decision == PROMOTE:
+            after["champion"] = version
+        elif decision == CHALLENGER and version != after["champion"]:
+            after["challenger"] = version
+        elif decision == SUPERSEDED and recorded is not None:
+            after = aliases_of(recorded)
+    return after
 
 
 def not_registered(decision: str) -> str:

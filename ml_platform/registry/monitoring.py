@@ -3,8 +3,8 @@
 registered_model compares a candidate with the champion on the candidate's held-out rows; that
 says nothing about how the model users are served does on the days it serves them. This asset
 answers that: the serving champion of day D is the champion the registrations of the days before
-D left, as the registry's record of alias moves holds it (`ModelRegistry.champion_before`,
-written by registered_model, on whose day before this asset depends). It was trained before D's
+D left, as Dagster recorded registered_model's days before D (`registry.chain`; this asset
+depends on registered_model's day before). It was trained before D's
 rows came in, so its metrics on D's labelled rows are its performance on data it never saw.
 Plotted across partitions in the UI, they show when to retrain.
 
@@ -40,6 +40,7 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
+from ml_platform.registry.chain import RecordedChain
 from ml_platform.registry.store import ModelRegistryResource, RegistryError
 from ml_platform.training.model import TrainedModel, labelled
 
@@ -243,7 +244,7 @@ def decay_check(
 
 
 def registered_day_before(dataset: str) -> dg.AssetDep:
-    """The dependency on registered_model of the day before, whose alias moves say who served D."""
+    """The dependency on registered_model of the day before, whose record says who served D."""
     # Dropping the day before the first partition is what the flag does; it is marked beta.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
@@ -305,9 +306,8 @@ def build_champion_performance(
     ) -> Iterator:
         """The serving champion of day D scored on D's labelled rows: metrics and intervals.
 
-        The serving champion is the one the registrations of the days before D left, as the
-        registry's alias history records it (registered_model, the one writer of the aliases,
-        records each move with the day it registered), trained before D. Each metric has a
+        The serving champion is the one the registrations of the days before D left, as
+        Dagster recorded registered_model's latest day before D, trained before D. Each metric has a
         bootstrap 95 % interval; the record says which value thresholds it meets. The
         `champion_<metric>` metadata plot the champion's performance across days. The first day
         (no champion yet) and a day without labelled rows are recorded as such.
@@ -315,6 +315,10 @@ def build_champion_performance(
         `evaluation.decay_days` accepted days in a row.
         """
         registry = model_registry.for_dataset(contract.name)
+        registered = asset_key(contract.name, "registered_model")
+        first_day = contract.partitions.start_date.isoformat()
+        chain = RecordedChain(context.instance, registered, first_day)
+        chain.prefetch(context.partition_keys[0], context.partition_keys[-1])
 
         def stored(day: str) -> dict[str, Any] | None:
             # Only an accepted day has a file: a tombstone reads as None and is skipped.
@@ -332,14 +336,14 @@ def build_champion_performance(
                 raise dg.Failure(
                     description=(
                         f"champion_performance: the serving champion {version} that the "
-                        f"registry's alias history names is not in the registry ({exc}); rerun "
+                        f"record of registered_model names is not in the registry ({exc}); rerun "
                         "registered_model for its day or fix the registry (docs/runbook.md)"
                     ),
                     allow_retries=False,
                 ) from exc
 
         def day_of_champion_performance(day: str, features: pd.DataFrame) -> Iterator:
-            version = registry.champion_before(day)
+            version = chain.before(day)["champion"]
             record = champion_record(contract, day, version, features, load)
             # The days before matter only to a day that missed.
             earlier = (

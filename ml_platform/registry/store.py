@@ -1,12 +1,12 @@
 """The model registry, kept in the platform's lake storage next to the data it came from.
 
 Layout under `<dataset>/registry/`: `versions/<version>/model-<sha256>.joblib` and
-`manifest.json`, `aliases.json` (where each alias points now) and `alias_history.json` (every
-move of an alias, never rewritten, only extended, each with the partition whose registration
-made it), which answers "which version served day X" (`champion_before`). Versions are named
-after what they are (`daily-2013-01-28`, `full-2013-01-28`), so registering the model of a day
-again replaces that version instead of adding one. One writer moves the aliases:
-registered_model, which walks the days in date order (`ml_platform.registry.assets`).
+`manifest.json`, and `aliases.json` (where each alias points now). Versions are named after
+what they are (`daily-2013-01-28`, `full-2013-01-28`), so registering the model of a day again
+replaces that version instead of adding one. One writer moves the aliases: registered_model,
+which walks the days in date order (`ml_platform.registry.assets`). The history of the aliases
+is Dagster's record of registered_model (each day's materialisation says what it moved and
+what the aliases were after it, `ml_platform.registry.chain`); the registry keeps no second one.
 
 A version is whole or absent. Its manifest is its commit record: written last, in one write
 (an atomic rename on a directory, one PUT on S3, neither of which has a multi-object commit),
@@ -18,7 +18,6 @@ missing or does not match its checksum, is invisible to `versions()` and refused
 model entry) still load.
 """
 
-import datetime as dt
 import hashlib
 import importlib.metadata
 import json
@@ -223,50 +222,30 @@ class ModelRegistry:
         value = self._json("aliases.json", {}).get(name)
         return str(value) if value is not None else None
 
-    def champion_before(self, day: str) -> str | None:
-        """The champion the registrations of the days before `day` left: the one that served it.
+    def set_alias(self, name: str, version: str) -> None:
+        """Point an alias at a whole version; RegistryError if the version is not whole."""
+        self.set_aliases({**self._json("aliases.json", {}), name: version})
 
-        The version of the last `champion` move recorded for an earlier partition (moves are
-        appended in the order registered_model makes them, which walks the days in date order),
-        None before the first. A re-run of a day meets the champion its first run met, even when
-        that run moved the champion itself.
+    def set_aliases(self, aliases: dict[str, str | None]) -> None:
+        """Point every alias as given (None: at nothing), in one write; a no-op if they do.
+
+        Each version named must be whole: RegistryError names the alias and why otherwise.
         """
-        moves = [
-            move
-            for move in self.history()
-            if move["alias"] == "champion" and str(move.get("partition", "")) < day
-        ]
-        return str(moves[-1]["version"]) if moves else None
-
-    def set_alias(self, name: str, version: str, *, partition: str, run_id: str, reason: str):
-        """Point an alias at a version and record the move; a no-op if it already points there."""
-        if name not in ALIASES:
-            raise ValueError(f"unknown alias '{name}'; aliases are {', '.join(ALIASES)}")
-        try:
-            self._model_key(version)
-        except RegistryError as exc:
-            raise RegistryError(f"cannot point '{name}' at version '{version}': {exc}") from exc
-        aliases = self._json("aliases.json", {})
-        if aliases.get(name) == version:
+        unknown = set(aliases) - set(ALIASES)
+        if unknown:
+            raise ValueError(f"unknown alias(es) {sorted(unknown)}; aliases are {ALIASES}")
+        wanted = {name: version for name, version in aliases.items() if version is not None}
+        current = self._json("aliases.json", {})
+        if wanted == current:
             return
-        history = self.history()
-        history.append(
-            {
-                "alias": name,
-                "version": version,
-                "previous": aliases.get(name),
-                "at": dt.datetime.now(dt.UTC).isoformat(),
-                "partition": partition,
-                "run_id": run_id,
-                "reason": reason,
-            }
-        )
-        self._write_json("alias_history.json", history)
-        self._write_json("aliases.json", {**aliases, name: version})
-
-    def history(self) -> list[dict]:
-        """Every move of every alias, oldest first."""
-        return list(self._json("alias_history.json", []))
+        for name, version in wanted.items():
+            if current.get(name) == version:
+                continue
+            try:
+                self._model_key(version)
+            except RegistryError as exc:
+                raise RegistryError(f"cannot point '{name}' at version '{version}': {exc}") from exc
+        self._write_json("aliases.json", wanted)
 
 
 class ModelRegistryResource(dg.ConfigurableResource):

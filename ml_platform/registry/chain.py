@@ -1,0 +1,101 @@
+"""The chain of champions as Dagster recorded it: what each day's registered_model left.
+
+Each accepted day of registered_model records, in its materialisation's metadata, the aliases
+it left (`champion`, `challenger`). That record, never the registry's aliases as they are now,
+says which champion a day met (the one the latest recorded day before it left) and what the
+aliases must be before a step judges anything (what the latest recorded day says).
+A step that failed after moving aliases recorded no day (a step's days are recorded together,
+at its end), so its moves are undone before its retry or the next run judges again: a day's
+decision is the same whatever attempts failed before it.
+"""
+
+import datetime as dt
+
+import dagster as dg
+
+from ml_platform.platform.records import DayRecord, day_records
+from ml_platform.registry.store import ALIASES
+
+# Days asked of Dagster at once when looking back for the latest recorded day.
+LOOKBACK_DAYS = 31
+
+
+def says_aliases(record: DayRecord | None) -> bool:
+    """Whether a record says where the aliases were after its day: an accepted, judged day.
+
+    A tombstone judged nothing, and a day recorded unchanged (its inputs' re-deliveries were
+    rejected) kept an earlier record, which Dagster's latest record no longer carries.
+    """
+    return record is not None and record.accepted and ALIASES[0] in record.metadata
+
+
+def aliases_of(record: DayRecord | None) -> dict[str, str | None]:
+    """The aliases an accepted day's record says its registration left (none: no record)."""
+    if record is None:
+        return dict.fromkeys(ALIASES)
+    return {
+        alias: (None if record.metadata.get(alias, "none") == "none" else record.metadata[alias])
+        for alias in ALIASES
+    }
+
+
+class RecordedChain:
+    """The aliases each recorded day of registered_model left, looked up by the day after.
+
+    `first_day` is the dataset's first partition: nothing before it is ever recorded.
+    """
+
+    def __init__(self, instance: dg.DagsterInstance, key: dg.AssetKey, first_day: str):
+        self.instance = instance
+        self.key = key
+        self.first_day = first_day
+        # Each day asked for so far: its accepted record, or None.
+        self._known: dict[str, DayRecord | None] = {}
+
+    def _fetch(self, days: list[str]) -> None:
+        wanted = [d for d in days if d not in self._known]
+        if wanted:
+            found = day_records(self.instance, self.key, wanted)
+            for day in wanted:
+                record = found.get(day)
+                self._known[day] = record if says_aliases(record) else None
+
+    def prefetch(self, first: str, last: str) -> None:
+        """Ask Dagster once for the days a step will look up (the look-back before `first` too)."""
+        start = max(self.first_day, _shift(first, -LOOKBACK_DAYS))
+        self._fetch(_days(start, last))
+
+    def recorded(self, day: str) -> DayRecord | None:
+        """The day's record that says the aliases, as it was when first asked for (or None)."""
+        self._fetch([day])
+        return self._known[day]
+
+    def latest_after(self, day: str, last: str) -> tuple[str, DayRecord] | None:
+        """The latest day after `day` (to `last`) with an accepted record, and that record."""
+        later = _days(_shift(day, 1), last)
+        found = day_records(self.instance, self.key, later) if later else {}
+        accepted = [(d, record) for d, record in found.items() if says_aliases(record)]
+        return max(accepted, key=lambda item: item[0]) if accepted else None
+
+    def before(self, day: str) -> dict[str, str | None]:
+        """The aliases the latest recorded day before `day` left: the champion `day` met."""
+        end = _shift(day, -1)
+        while end >= self.first_day:
+            start = max(self.first_day, _shift(end, -(LOOKBACK_DAYS - 1)))
+            days = _days(start, end)
+            self._fetch(days)
+            for earlier in reversed(days):
+                record = self._known[earlier]
+                if record is not None:
+                    return aliases_of(record)
+            end = _shift(start, -1)
+        return aliases_of(None)
+
+
+def _shift(day: str, days: int) -> str:
+    return (dt.date.fromisoformat(day) + dt.timedelta(days=days)).isoformat()
+
+
+def _days(first: str, last: str) -> list[str]:
+    start, end = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    return [(start + dt.timedelta(days=n)).isoformat() for n in range((end - start).days + 1)]
