@@ -233,6 +233,8 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
     noise = Platform(
         synthetic(tmp_path, "noise", "temperature", value_thresholds={}), tmp_path / "root"
     )
+    # One lake, one instance: the second contract's run meets the champion the first recorded.
+    noise.instance = normal.instance
     normal.land(days[0], 2)
     assert normal.materialize(days[0]).success
     before = champion_state(normal)
