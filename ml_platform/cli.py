@@ -119,7 +119,8 @@ def landing_status(args: argparse.Namespace) -> int:
     --landing-dir names a directory. With a `freshness:` section, the days whose delivery has
     not arrived and been accepted by the deadline are listed from the instance's records.
     """
-    from ml_platform.ingestion.landing import landing_store, own_files, scan_landing
+    from ml_platform.ingestion.landing import own_files, scan_landing
+    from ml_platform.ingestion.zones import landing_store
 
     settings = Settings()
     contract = dataset_of(args, settings)
@@ -474,7 +475,7 @@ def score(args: argparse.Namespace) -> int:
     from ml_platform.contracts.schema import type_rows
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
-    from ml_platform.platform.storage import lake_storage
+    from ml_platform.platform.locations import lake_storage
     from ml_platform.registry.store import ModelRegistry, RegistryError
 
     settings = Settings()

@@ -22,12 +22,12 @@ from ml_platform.drift.assets import build_drift_report
 from ml_platform.evaluation.assets import build_evaluation_report
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
-from ml_platform.ingestion.landing import landing_store
+from ml_platform.ingestion.zones import landing_store
 from ml_platform.platform.datasets import catalogued, dataset_name
 from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.locations import lake_storage, s3_resource
 from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
-from ml_platform.platform.storage import lake_storage, s3_resource
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.registry.monitoring import build_champion_performance
 from ml_platform.registry.store import ModelRegistryResource

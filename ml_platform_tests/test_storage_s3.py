@@ -18,9 +18,10 @@ from dagster_aws.s3 import S3Resource
 from ml_platform.platform.formats import deserialise
 from ml_platform.platform.inputs import DailyInput
 from ml_platform.platform.io_manager import LakeIOManager
+from ml_platform.platform.locations import lake_storage
 from ml_platform.platform.s3 import S3Storage
 from ml_platform.platform.settings import Settings
-from ml_platform.platform.storage import LakeStorage, LocalStorage, lake_storage
+from ml_platform.platform.storage import LakeStorage, LocalStorage
 from ml_platform_tests.services import FAKE_AWS, s3_test_client
 
 BUCKET = "lake-bucket"

@@ -19,7 +19,7 @@ import re
 import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 import dagster as dg
 import pandas as pd
@@ -27,11 +27,7 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
-from ml_platform.platform.settings import Location, Settings
-from ml_platform.platform.storage import s3_resource, write_atomically
-
-if TYPE_CHECKING:
-    from dagster_aws.s3 import S3Resource
+from ml_platform.platform.storage import write_atomically
 
 # The run tags of a run for a landed file: which file and which version of it the run reads.
 LANDED_FILE_TAG = "ml_platform/landed_file"
@@ -94,8 +90,8 @@ class LandingStore(dg.ConfigurableResource):
     """Where day files land: the interface the assets and the landing sensor use.
 
     Implemented by a local directory (`LandingZone`) and an S3 prefix (`S3LandingZone`,
-    `ml_platform.ingestion.s3_landing`); `landing_store` picks one by the settings, as
-    `storage.lake_storage` does for the lake.
+    `ml_platform.ingestion.s3_landing`); `zones.landing_store` picks one by the settings, as
+    `platform.locations.lake_storage` does for the lake.
     """
 
     def path_for(self, file_name: str) -> Path | str:
@@ -276,21 +272,6 @@ def local_object(name: str, found: os.stat_result) -> LandedObject:
         version=f"{found.st_ino}-{found.st_size}-{found.st_ctime_ns}",
         refused=refused,
     )
-
-
-def landing_store(
-    location: Location, settings: Settings, s3: "S3Resource | None" = None
-) -> LandingStore:
-    """The landing zone at a location: a directory, or an S3 prefix.
-
-    The S3 prefix is reached through `s3` (default: the settings' `S3Resource`); its backend is
-    imported only then, as `storage.lake_storage` says why.
-    """
-    if location.kind == "s3":
-        from ml_platform.ingestion.s3_landing import S3LandingZone
-
-        return S3LandingZone(url=location.config(), s3=s3 or s3_resource(settings))
-    return LandingZone(base_dir=location.config())
 
 
 @dataclasses.dataclass(frozen=True)

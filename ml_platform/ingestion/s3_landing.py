@@ -1,6 +1,6 @@
 """Day files landed on S3: the production landing zone, behind `LandingStore`.
 
-Imported only where the landing zone is on S3 (`landing.landing_store`), so a process whose
+Imported only where the landing zone is on S3 (`zones.landing_store`), so a process whose
 landing zone is a directory never imports dagster_aws.
 """
 

@@ -1,6 +1,6 @@
 """The lake on S3: an S3 prefix reached through `dagster_aws.s3.S3Resource`.
 
-Imported only where a location is on S3 (`storage.lake_storage`, `landing.landing_store`), so
+Imported only where a location is on S3 (`locations.lake_storage`, `zones.landing_store`), so
 a process whose lake and landing zone are directories never imports dagster_aws.
 """
 

@@ -1,10 +1,10 @@
 """The lake's storage: one interface (`LakeStorage`) for every read and write of the lake.
 
 A local directory is the embedded default; S3 is the production backend behind the same
-interface (`ml_platform.platform.s3`), chosen by the settings' lake location (`lake_storage`),
-its client from `dagster_aws.s3.S3Resource`. Every write replaces an object whole, so a reader
-sees the previous version or the new one, never a mix. A backend's error names the object it
-failed on (`storage_errors.LakeStorageError`).
+interface (`ml_platform.platform.s3`), chosen by the settings' lake location
+(`locations.lake_storage`), its client from `dagster_aws.s3.S3Resource`. Every write replaces
+an object whole, so a reader sees the previous version or the new one, never a mix. A backend's
+error names the object it failed on (`storage_errors.LakeStorageError`).
 """
 
 import contextlib
@@ -13,16 +13,12 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 import dagster as dg
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ml_platform.platform.settings import Location, Settings
 from ml_platform.platform.storage_errors import LakeStorageError, storage_error
-
-if TYPE_CHECKING:
-    from dagster_aws.s3 import S3Resource
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -51,9 +47,10 @@ class LakeStorage(dg.ConfigurableResource):
     """Where the lake's objects live: the interface every lake read and write goes through.
 
     Implemented by a local directory (`LocalStorage`, the embedded default) and an S3 prefix
-    (`S3Storage`, production); `lake_storage` picks one by the settings. Keys are relative,
-    '/'-separated (`<dataset>/<asset>/<day>/<version>.<ext>`, `LakeIOManager`), and every write
-    replaces an object whole, so a reader sees the previous version or the new one, never a mix.
+    (`S3Storage`, production); `locations.lake_storage` picks one by the settings. Keys are
+    relative, '/'-separated (`<dataset>/<asset>/<day>/<version>.<ext>`, `LakeIOManager`), and
+    every write replaces an object whole, so a reader sees the previous version or the new one,
+    never a mix.
     """
 
     def uri(self, key: str) -> str:
@@ -178,27 +175,3 @@ def is_missing_key(exc: Exception) -> bool:
     """Whether a botocore ClientError says the object (or its key) does not exist."""
     code = getattr(exc, "response", {}).get("Error", {}).get("Code")
     return code in {"NoSuchKey", "404", "NotFound"}
-
-
-def s3_resource(settings: Settings) -> "S3Resource":
-    """The one `S3Resource` of the code location: endpoint and region from the settings."""
-    from dagster_aws.s3 import S3Resource
-
-    return S3Resource(**settings.s3_config)
-
-
-def lake_storage(
-    location: Location, settings: Settings, s3: "S3Resource | None" = None
-) -> LakeStorage:
-    """The lake's storage at a location: a directory, or an S3 prefix.
-
-    The S3 prefix is reached through `s3` (default: the settings' `S3Resource`). Values from
-    the environment stay `EnvVar`s. The S3 backend is imported only here, for an S3 location:
-    dagster_aws's imports cost about 1.5 s of CPU in every process that loads the code location
-    (each run, the code server, each `ml-platform` command), which a local lake never uses.
-    """
-    if location.kind == "s3":
-        from ml_platform.platform.s3 import S3Storage
-
-        return S3Storage(url=location.config(), s3=s3 or s3_resource(settings))
-    return LocalStorage(base_dir=location.config())
