@@ -80,18 +80,19 @@ KILL_AT = 3
 
 
 # Each estimator's settings: a checkpoint after every epoch or boosting iteration
-# (checkpoint_seconds 0), many more of them than KILL_AT, so the kill lands between two: SGD in
-# 512-row calls (which also exercises resuming a run that cuts its epochs into many calls),
-# without early stop; boosting one iteration a step on 15,000 rows without early stop. A linear
-# model has no checkpoint: a restart is the resume.
+# (checkpoint_seconds 0), more of them than KILL_AT, so the kill (at the KILL_AT-th checkpoint,
+# not after some time) lands between two: SGD in 512-row calls on 12,000 rows (which also
+# exercises resuming a run that cuts its epochs into many calls), without early stop; boosting
+# one iteration a step on 15,000 rows without early stop. A linear model has no checkpoint: a
+# restart is the resume.
 KILLED = {
     "sgd": (
-        20000,
-        {"estimator": "sgd", "max_epochs": 25, "patience": 25, "batch_size": 512},
+        4000,
+        {"estimator": "sgd", "max_epochs": 10, "patience": 10, "batch_size": 512},
     ),
     "hist_gradient_boosting": (
         5000,
-        {"estimator": "hist_gradient_boosting", "max_iter": 80, "patience": 80, "step": 1},
+        {"estimator": "hist_gradient_boosting", "max_iter": 20, "patience": 20, "step": 1},
     ),
     "linear": (1000, {"estimator": "linear"}),
 }
