@@ -476,13 +476,15 @@ def score(args: argparse.Namespace) -> int:
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
     from ml_platform.platform.locations import lake_storage
+    from ml_platform.platform.tracking import MlflowStores
     from ml_platform.registry.store import ModelRegistry, RegistryError
 
     settings = Settings()
     contract = dataset_of(args, settings)
     # The code location's lake, a directory or S3; resolving it fails naming a missing variable.
-    with configured(lake_storage(settings.lake, settings)) as lake:
-        registry = ModelRegistry(lake, contract.name)
+    stores = MlflowStores(lake=lake_storage(settings.lake, settings), **settings.mlflow_config)
+    with configured(stores) as resolved:
+        registry = ModelRegistry(resolved, contract.name)
         version = args.version or registry.alias(args.alias)
         if version is None:
             raise SystemExit(f"error: alias '{args.alias}' points to no version yet")

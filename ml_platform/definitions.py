@@ -28,6 +28,7 @@ from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.locations import lake_storage, s3_resource
 from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.settings import Location, Settings
+from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.registry.monitoring import build_champion_performance
 from ml_platform.registry.store import ModelRegistryResource
@@ -136,6 +137,7 @@ def build_definitions(
     s3 = s3_resource(settings) if "s3" in (landing.kind, lake_location.kind) else None
     lake = lake_storage(lake_location, settings, s3)
     interval = settings.sensor_interval_seconds
+    mlflow = MlflowStores(lake=lake, **settings.mlflow_config)
     shared = dg.Definitions(
         sensors=[
             *build_alert_sensors(minimum_interval_seconds=interval),
@@ -148,8 +150,9 @@ def build_definitions(
                 **settings.notifier_config, owners={c.name: c.owners for c in contracts}
             ),
             "lake": lake,
-            # Every dataset's registry, under `<dataset>/registry/` in the lake.
-            "model_registry": ModelRegistryResource(storage=lake),
+            # Every dataset's registered model and runs, in MLflow (its stores from the settings).
+            "mlflow": mlflow,
+            "model_registry": ModelRegistryResource(stores=mlflow),
             # Keys start with the dataset, so one IO manager stores every dataset in its folder.
             "io_manager": LakeIOManager(storage=lake),
         },

@@ -1,8 +1,12 @@
 """Shared fixtures: temporary landing zone and lake, contracts, and running days of the graph."""
 
+import contextlib
 import datetime as dt
+import errno
 import json
 import socket
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,9 @@ from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.datasets import asset_key, op_name
 from ml_platform.platform.records import day_records
+from ml_platform.platform.storage import LocalStorage
+from ml_platform.platform.tracking import MlflowStores
+from ml_platform.registry.store import ModelRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_ASSETS = [
@@ -85,6 +92,11 @@ def day_files(lake_dir: Path, dataset: str, asset: str, day: str) -> list[Path]:
     return sorted(p for p in folder.glob("*") if p.is_file() and not p.name.startswith("."))
 
 
+def lake_registry(lake_dir: Path | str, dataset: str) -> ModelRegistry:
+    """A dataset's registry in the embedded MLflow of the lake in `lake_dir`."""
+    return ModelRegistry(MlflowStores(lake=LocalStorage(base_dir=str(lake_dir))), dataset)
+
+
 class Platform:
     """One dataset's graph over temporary storage, with an ephemeral Dagster instance."""
 
@@ -96,6 +108,10 @@ class Platform:
             contract, landing_dir=str(self.landing_dir), lake_dir=str(self.lake_dir)
         )
         self.instance = dg.DagsterInstance.ephemeral()
+
+    def registry(self) -> ModelRegistry:
+        """The dataset's registry in the platform's MLflow (the lake's embedded store)."""
+        return lake_registry(self.lake_dir, self.contract.name)
 
     def land(self, start: str, days: int, **switches) -> None:
         zone = LandingZone(base_dir=str(self.landing_dir))
@@ -176,3 +192,33 @@ def s3_server():
 
     with moto_s3() as endpoint:
         yield endpoint
+
+
+PAGE = 4096
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str, *options: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `path` for the block."""
+    path.mkdir(parents=True, exist_ok=True)
+    flags = ",".join([f"size={size}", *options])
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", flags, "tmpfs", str(path)], check=True, timeout=30
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True, timeout=30)
+
+
+def fill(folder: Path, leave_pages: int) -> Path:
+    """Fill the file system of `folder` until the kernel says ENOSPC, then free a few pages."""
+    filler = folder / "filler"
+    with filler.open("wb") as handle:
+        with pytest.raises(OSError) as full:
+            while True:
+                handle.write(b"\0" * (64 * PAGE))
+                handle.flush()
+        assert full.value.errno == errno.ENOSPC
+        handle.truncate(filler.stat().st_size - leave_pages * PAGE)
+    return filler

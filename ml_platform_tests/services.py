@@ -314,6 +314,12 @@ class Postgres:
         finally:
             connection.close()
 
+    def url(self) -> str:
+        """The database's SQLAlchemy URL, password included (MLflow's MLFLOW_TRACKING_URI)."""
+        return (
+            f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.db_name}"
+        )
+
     def env(self) -> dict[str, str]:
         """The variables deploy/dagster.yaml reads the connection from."""
         return {

@@ -64,8 +64,7 @@ def alias_moves(platform: Platform) -> tuple[list[tuple], dict]:
         if path.exists():
             value = json.loads(path.read_text())
             moves.append((day, value["alias"], value["champion_after"], value["challenger_after"]))
-    aliases = platform.lake_dir / "synthetic/registry/aliases.json"
-    return moves, json.loads(aliases.read_text())
+    return moves, platform.registry().aliases()
 
 
 def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path):
@@ -179,7 +178,8 @@ def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(
         DAYS[0]: False,
         DAYS[1]: False,
     }
-    assert not (platform.lake_dir / "synthetic/registry/aliases.json").exists()
+    assert platform.registry().versions() == []
+    assert platform.registry().aliases() == {"champion": None, "challenger": None}
     for day in DAYS[:2]:
         registered = json.loads(platform.stored("registered_model", day, "json").read_text())
         assert registered["version"] is None and registered["registered"] is False

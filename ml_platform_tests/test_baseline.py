@@ -26,11 +26,9 @@ from ml_platform.evaluation.metrics import (
     score_predictions,
 )
 from ml_platform.platform.formats import deserialise
-from ml_platform.platform.storage import LocalStorage
-from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.model import TrainedModel, split_holdout, window_frame
 from ml_platform.training.window import LabelSummary
-from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.conftest import Platform, days_from, lake_registry
 from ml_platform_tests.test_promotion import champion_state
 
 FLIGHTS = load_contract("flights")
@@ -264,7 +262,7 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
         return score_predictions("regression", y, predicted, predicted, samples, seed)
 
     candidate = deserialise(noise.stored("model", days[1], "joblib").read_bytes(), "joblib")
-    registry = ModelRegistry(LocalStorage(base_dir=str(noise.lake_dir)), "synthetic")
+    registry = lake_registry(noise.lake_dir, "synthetic")
     champion = registry.load(str(before[0]))
     comparison = compare_with_champion(noise.contract, scores_of(candidate), scores_of(champion))
     assert comparison.improvements["rmse"][1] > 0 and comparison.decision == "promote"

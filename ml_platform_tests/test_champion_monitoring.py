@@ -25,7 +25,6 @@ from ml_platform.registry.monitoring import (
     decay_check,
     threshold_results,
 )
-from ml_platform.registry.store import ModelRegistry
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 
@@ -99,7 +98,7 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
     # The champion serves the good day well and misses on every changed day; the changed
     # days' candidates are rejected, so the champion they compete with stays the registry's.
     assert record(platform, GOOD[1])["meets_thresholds"] is True
-    champion = ModelRegistry(platform.defs.resources["lake"], "synthetic").alias("champion")
+    champion = platform.registry().alias("champion")
     for day in CHANGED:
         report = json.loads(platform.stored("evaluation_report", day, "json").read_text())
         assert report["decision"] == "reject", day

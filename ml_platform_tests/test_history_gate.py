@@ -10,8 +10,6 @@ import yaml
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.platform.records import day_records
-from ml_platform.platform.storage import LocalStorage
-from ml_platform.registry.store import ModelRegistry
 from ml_platform.validation.expectations import HISTORY
 from ml_platform.validation.history import (
     PROFILE_KEY,
@@ -25,7 +23,7 @@ from ml_platform.validation.history import (
     share_bound,
     window_from_profiles,
 )
-from ml_platform_tests.conftest import DAILY_ASSETS, Platform, days_from
+from ml_platform_tests.conftest import DAILY_ASSETS, Platform, days_from, lake_registry
 
 pytestmark = pytest.mark.slow
 
@@ -187,9 +185,7 @@ def test_a_first_day_passes_with_a_note_that_the_history_is_too_short(platform):
 
 def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(platform):
     registry_dir = platform.lake_dir / "flights" / "registry"
-    champion = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "flights").alias(
-        "champion"
-    )
+    champion = lake_registry(platform.lake_dir, "flights").alias("champion")
     assert champion is not None, "the good days produced a champion"
     # The champion's version folder, its model and manifest, and where the aliases point.
     champion_files = sorted((registry_dir / "versions" / champion).iterdir())

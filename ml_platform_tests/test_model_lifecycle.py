@@ -15,11 +15,10 @@ import yaml
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.platform.formats import deserialise
-from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.store import ModelRegistry
 from ml_platform.training.assets import LOSS_PLATEAU_CHECK
 from ml_platform.training.window import data_version
-from ml_platform_tests.conftest import REPO, Platform, days_from
+from ml_platform_tests.conftest import REPO, Platform, days_from, lake_registry
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +42,7 @@ def write_contract(
 
 
 def registry_of(platform: Platform) -> ModelRegistry:
-    return ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), platform.contract.name)
+    return lake_registry(platform.lake_dir, platform.contract.name)
 
 
 # The run killed at an exact point of its training, placed by wrapping the model's checkpoint

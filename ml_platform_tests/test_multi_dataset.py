@@ -17,9 +17,7 @@ from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import DAILY_JOB, build_definitions
 from ml_platform.ingestion.landing import LANDED_FILE_TAG, LandingZone, land_days
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.storage import LocalStorage
-from ml_platform.registry.store import ModelRegistry
-from ml_platform_tests.conftest import REPO, day_files
+from ml_platform_tests.conftest import REPO, day_files, lake_registry
 
 FIRST, DAY = "2013-01-01", "2013-01-02"
 INSTANCE_FILES = [REPO / "dagster.yaml", REPO / "deploy" / "dagster.yaml"]
@@ -142,11 +140,10 @@ def test_a_day_of_each_dataset_materialises_in_one_instance_into_its_own_lake_an
         report = instance.get_materialized_partitions(asset_key(dataset, "evaluation_report"))
         assert report == {FIRST, DAY}
         assert day_files(lake, dataset, "raw_data", DAY)
-    assert sorted(p.name for p in lake.iterdir()) == ["flights", "sales"]
+    assert sorted(p.name for p in lake.iterdir()) == ["flights", "mlflow", "sales"]
     # Each registry holds its own dataset's models, with manifests naming the dataset: a
     # regressor for sales, a classifier for flights (whose small first days may be rejected).
-    storage = LocalStorage(base_dir=str(lake))
-    registries = {d: ModelRegistry(storage, d) for d in ("flights", "sales")}
+    registries = {d: lake_registry(lake, d) for d in ("flights", "sales")}
     assert registries["sales"].versions()
     for dataset, task in [("flights", "classification"), ("sales", "regression")]:
         for version in registries[dataset].versions():

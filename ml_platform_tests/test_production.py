@@ -102,7 +102,7 @@ def git_state() -> str:
 class ProductionStack(Stack):
     """Code server, webserver and daemon on the production instance config (one machine)."""
 
-    def __init__(self, tmp_path: Path, s3_endpoint: str, postgres, sink: HeldLog):
+    def __init__(self, tmp_path: Path, s3_endpoint: str, postgres, mlflow, sink: HeldLog):
         self.tmp = tmp_path
         self.sink = sink
         home = tmp_path / "dagster_home"
@@ -115,6 +115,7 @@ class ProductionStack(Stack):
         (tmp_path / "tmp").mkdir()
         self.home = home
         self.postgres = postgres
+        self.mlflow = mlflow
         self.port = free_port()
         self.code_port = free_port()
         # moto accepts any credentials: a fresh random secret per test, to look for in the logs.
@@ -144,6 +145,9 @@ class ProductionStack(Stack):
                 "AWS_ACCESS_KEY_ID": "production-test",
                 "AWS_SECRET_ACCESS_KEY": self.aws_secret,
                 "AWS_DEFAULT_REGION": "us-east-1",
+                # MLflow's runs and registry in PostgreSQL, its artifacts in the lake's bucket.
+                "MLFLOW_TRACKING_URI": mlflow.url(),
+                "MLFLOW_S3_ENDPOINT_URL": s3_endpoint,
             }
         )
         self.s3 = s3_test_client(s3_endpoint)
@@ -223,7 +227,8 @@ def production(tmp_path_factory, postgres):
     # Holds nothing until a test names the record to hold.
     with moto_s3() as endpoint, held_log(HOLD_NOTHING) as sink:
         database = postgres.database(f"dagster_{secrets.token_hex(4)}")
-        stack = ProductionStack(tmp_path, endpoint, database, sink)
+        mlflow = postgres.database(f"mlflow_{secrets.token_hex(4)}")
+        stack = ProductionStack(tmp_path, endpoint, database, mlflow, sink)
         try:
             stack.start()
             stack.wait_for(lambda: stack.graphql("{ version }"), 180, "the webserver")
@@ -281,7 +286,14 @@ def test_the_production_config_runs_three_days_with_state_in_postgres_and_s3(pro
         ]:
             folder = f"{LAKE}synthetic/{asset}/{partition}/"
             assert any(k.startswith(folder) and k.endswith(f".{ext}") for k in lake)
-    assert any(k.startswith(f"{LAKE}synthetic/registry/versions/") for k in lake)
+    # Models in MLflow: versions and aliases in its PostgreSQL database, files in the bucket.
+    versions = stack.mlflow.query("SELECT name, version, source FROM model_versions")
+    assert versions and {name for name, _, _ in versions} == {"synthetic"}
+    assert all(source.startswith(f"s3://{BUCKET}/{LAKE}mlflow/") for _, _, source in versions)
+    assert ("champion",) in stack.mlflow.query("SELECT alias FROM registered_model_aliases")
+    assert any(k.startswith(f"{LAKE}mlflow/artifacts/synthetic/") for k in lake)
+    trainings = stack.mlflow.query("SELECT count(*) FROM runs WHERE name LIKE 'model %'")
+    assert trainings[0][0] >= len(days)
     # Great Expectations' results and Data Docs pages.
     assert any(k.startswith(f"{LAKE}synthetic/quality/validated_data/") for k in lake)
     logs = stack.keys(COMPUTE_LOGS)

@@ -25,11 +25,12 @@ from ml_platform.evaluation.metrics import (
 )
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.platform.storage import LocalStorage
+from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.assets import outcome_line, rejected_in_a_row
 from ml_platform.registry.chain import RecordedChain
 from ml_platform.registry.store import ModelRegistry, ModelRegistryResource
 from ml_platform.training.model import TrainedModel, train_model
-from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.conftest import Platform, days_from, lake_registry
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 from ml_platform_tests.test_training import features_of
 
@@ -206,14 +207,12 @@ def synthetic_contract(tmp_path: Path, name: str, **evaluation) -> Contract:
 UNREACHABLE = {"value_thresholds": {"r2": 0.9999}}
 
 
-def champion_state(platform: Platform) -> tuple[str | None, bytes, bytes]:
-    """Where champion points, the bytes of its version's files and of the aliases file."""
-    registry = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "synthetic")
+def champion_state(platform: Platform) -> tuple[str | None, tuple, dict]:
+    """Where champion points, its MLflow model version and files' checksum, and the aliases."""
+    registry = lake_registry(platform.lake_dir, "synthetic")
     champion = registry.alias("champion")
-    base = platform.lake_dir / "synthetic" / "registry"
-    version = sorted((base / "versions" / str(champion)).iterdir())
-    files = b"".join(path.name.encode() + path.read_bytes() for path in version)
-    return champion, files, (base / "aliases.json").read_bytes()
+    found = registry.model_version(str(champion))
+    return champion, (found.version, found.source, found.tags), registry.aliases()
 
 
 def test_a_rejected_day_succeeds_and_keeps_the_champion_in_a_one_day_run(tmp_path):
@@ -411,7 +410,7 @@ def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
     platform.land(DAYS[0], 2)
     for day in DAYS[:2]:
         assert platform.materialize(day).success
-    registry = ModelRegistry(LocalStorage(base_dir=str(platform.lake_dir)), "synthetic")
+    registry = lake_registry(platform.lake_dir, "synthetic")
     assert registry.alias("champion") == f"daily-{DAYS[1]}"
     aliases = {alias: registry.alias(alias) for alias in ("champion", "challenger")}
 
@@ -442,8 +441,8 @@ def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
     assert chain.before(DAYS[0])["champion"] is None
 
 
-class FlakyManifests(LocalStorage):
-    """A local lake whose write of one version's manifest fails once, as a dropped write does.
+class FlakyRegistry(ModelRegistryResource):
+    """The registry, whose registration of one version fails once, as a dropped write does.
 
     Dagster builds the resource again from its fields for each run, so the one failure is kept
     on disk: it happens while the `armed` file exists, which it removes.
@@ -452,12 +451,20 @@ class FlakyManifests(LocalStorage):
     fails_on: str
     armed: str
 
-    def write_bytes(self, key: str, data: bytes) -> None:
-        armed = Path(self.armed)
-        if key.endswith(f"/versions/{self.fails_on}/manifest.json") and armed.exists():
-            armed.unlink()
+    def for_dataset(self, dataset: str) -> ModelRegistry:
+        return FlakyVersions(self.stores, dataset, self.fails_on, Path(self.armed))
+
+
+class FlakyVersions(ModelRegistry):
+    def __init__(self, stores: MlflowStores, dataset: str, fails_on: str, armed: Path):
+        super().__init__(stores, dataset)
+        self.fails_on, self.armed = fails_on, armed
+
+    def upsert(self, version, *args, **kwargs):
+        if version == self.fails_on and self.armed.exists():
+            self.armed.unlink()
             raise OSError(errno.EIO, "Input/output error")
-        super().write_bytes(key, data)
+        return super().upsert(version, *args, **kwargs)
 
 
 def registrations_of(platform: Platform) -> tuple[list[tuple], dict[str, str]]:
@@ -469,8 +476,7 @@ def registrations_of(platform: Platform) -> tuple[list[tuple], dict[str, str]]:
         for day in DAYS
         for value in [json.loads(platform.stored("registered_model", day, "json").read_text())]
     ]
-    aliases = json.loads((platform.lake_dir / "synthetic/registry/aliases.json").read_text())
-    return recorded, aliases
+    return recorded, platform.registry().aliases()
 
 
 def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrupted_run(tmp_path):
@@ -484,13 +490,11 @@ def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrup
         assert materialize_range(platform, DAYS[0], DAYS[-1], upstream).success
     assert materialize_range(clean, DAYS[0], DAYS[-1], ["registered_model"]).success
 
-    # The registry's storage drops the last day's manifest once, after three days moved aliases.
+    # The registry drops the last day's registration once, after three days moved aliases.
     armed = tmp_path / "armed"
     armed.touch()
-    flaky = FlakyManifests(
-        base_dir=str(faulty.lake_dir), fails_on=f"daily-{DAYS[-1]}", armed=str(armed)
-    )
-    registry = ModelRegistryResource(storage=flaky)
+    stores = MlflowStores(lake=LocalStorage(base_dir=str(faulty.lake_dir)))
+    registry = FlakyRegistry(stores=stores, fails_on=f"daily-{DAYS[-1]}", armed=str(armed))
     result = materialize_range(
         faulty, DAYS[0], DAYS[-1], ["registered_model"], model_registry=registry
     )

@@ -45,7 +45,7 @@ import pytest
 
 from ml_platform.contracts import Contract
 from ml_platform.platform.records import day_records
-from ml_platform.registry.store import ALIASES, ModelRegistry
+from ml_platform.registry.store import ALIASES
 from ml_platform.validation.assets import DELIVERY_CHECK
 from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
@@ -131,7 +131,7 @@ def chain_of(platform: Platform) -> dict[str, Any]:
     """What the gates and the chain decided, without run ids, times, paths or the environment."""
     registered = registrations(platform, DAYS)
     # The registry as the assets open it: its layout is the registry's own business.
-    registry = ModelRegistry((platform.defs.resources or {})["lake"], platform.contract.name)
+    registry = platform.registry()
     gate = day_records(platform.instance, platform.key("validated_data"), DAYS)
     return {
         "gate": {

@@ -4,12 +4,9 @@ The lake lives on a real small file system (a tmpfs mounted for the test; the te
 as in CI): a full one gives the kernel's ENOSPC, a read-only one its EROFS.
 """
 
-import contextlib
 import errno
 import os
 import re
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -30,37 +27,10 @@ from ml_platform.platform.storage_errors import (
     partition_errors,
 )
 from ml_platform.troubleshooting.diagnose import diagnose_run
+from ml_platform_tests.conftest import fill, tmpfs
 
 DAY = "2024-01-01"
 NEXT_DAY = "2024-01-02"
-PAGE = 4096
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str, *options: str) -> Iterator[Path]:
-    """A tmpfs of `size` mounted at `path` for the block."""
-    path.mkdir(parents=True, exist_ok=True)
-    flags = ",".join([f"size={size}", *options])
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", flags, "tmpfs", str(path)], check=True, timeout=30
-    )
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True, timeout=30)
-
-
-def fill(folder: Path, leave_pages: int) -> Path:
-    """Fill the file system of `folder` until the kernel says ENOSPC, then free a few pages."""
-    filler = folder / "filler"
-    with filler.open("wb") as handle:
-        with pytest.raises(OSError) as full:
-            while True:
-                handle.write(b"\0" * (64 * PAGE))
-                handle.flush()
-        assert full.value.errno == errno.ENOSPC
-        handle.truncate(filler.stat().st_size - leave_pages * PAGE)
-    return filler
 
 
 def files_in(root: Path) -> set[str]:

@@ -176,6 +176,23 @@ class Settings:
         return config
 
     @property
+    def mlflow_config(self) -> dict[str, Any]:
+        """`MlflowStores` fields of MLflow's own store variables that are set, as EnvVars.
+
+        Unset, the tracking (and registry) store is the embedded file in the lake directory.
+        """
+        import dagster as dg
+
+        return {
+            field: dg.EnvVar(variable)
+            for field, variable in (
+                ("tracking_uri", "MLFLOW_TRACKING_URI"),
+                ("registry_uri", "MLFLOW_REGISTRY_URI"),
+            )
+            if self._get(variable)
+        }
+
+    @property
     def sensor_interval_seconds(self) -> int:
         """Seconds between sensor ticks (default 30)."""
         return self._positive_int(SENSOR_INTERVAL_ENV) or DEFAULT_SENSOR_INTERVAL

@@ -293,7 +293,8 @@ def build_registered_model(
         live = aliases_of(past[1]) if past is not None else chain.before(days[0])
         # The aliases as the record says, before anything is judged: an attempt that failed
         # after moving some recorded none of its days, so its moves are undone here.
-        found = {alias: registry.alias(alias) for alias in live}
+        now = registry.aliases()
+        found = {alias: now[alias] for alias in live}
         if found != live:
             context.log.warning(
                 f"registered_model: the aliases were {found}, which no recorded day left (a "
@@ -409,7 +410,8 @@ def build_registered_model(
                 "champion_met": champion,
                 **environment,
             }
-            registry.upsert(version, model, manifest)
+            example = next(holdout.chunks()).head(5)
+            registry.upsert(version, model, manifest, example, model.mlflow_run_id)
             target = "champion" if decision == PROMOTE else "challenger"
             alias: str | None = None
             kept = moves_back(target, version)
@@ -482,7 +484,7 @@ def build_registered_model(
             after = (
                 aliases_left(met, candidates, chain.recorded(day))
                 if past is not None
-                else {alias: registry.alias(alias) for alias in met}
+                else {alias: registry.aliases()[alias] for alias in met}
             )
             judged_after[day] = after
             champion_after = after["champion"]

@@ -1,47 +1,53 @@
-"""The model registry, kept in the platform's lake storage next to the data it came from.
+"""The model registry: MLflow's, one registered model per dataset, named after it.
 
-Layout under `<dataset>/registry/`: `versions/<version>/model-<sha256>.joblib` and
-`manifest.json`, and `aliases.json` (where each alias points now). Versions are named after
-what they are (`daily-2013-01-28`, `full-2013-01-28`), so registering the model of a day again
-replaces that version instead of adding one. One writer moves the aliases: registered_model,
-which walks the days in date order (`ml_platform.registry.assets`). The history of the aliases
-is Dagster's record of registered_model (each day's materialisation says what it moved and
-what the aliases were after it, `ml_platform.registry.chain`); the registry keeps no second one.
+Each eligible candidate registered_model judges is a model version: the scikit-learn pipeline in
+MLflow's sklearn flavour (its signature and an input example, so `mlflow.pyfunc.load_model`
+serves it without this package), beside two files of the platform's own: what the model was
+trained on (`ml_platform_model.json`) and the lineage manifest (`ml_platform_manifest.json`).
+The version's tags say its platform name (`daily-2013-01-28`, `full-2013-01-28`: the day of its
+data and its kind), decision, run and the model file's checksum. Registering a day again adds a
+model version with the same platform name; the latest one is that name's version. One writer
+moves the aliases `champion` and `challenger`: registered_model, in day order
+(`ml_platform.registry.assets`). Their history is Dagster's record of registered_model
+(`ml_platform.registry.chain`); nothing else keeps a second one.
 
-A version is whole or absent. Its manifest is its commit record: written last, in one write
-(an atomic rename on a directory, one PUT on S3, neither of which has a multi-object commit),
-and it names the model object with its checksum. The model object is named by its content, so
-registering a version again never touches the bytes the committed manifest points to until the
-new manifest replaces it. A version without a manifest, or whose manifest names a model that is
-missing or does not match its checksum, is invisible to `versions()` and refused by `load` and
-`set_alias`. Versions written before this layout (`model.joblib` beside a manifest without a
-model entry) still load.
+A version is whole or absent: its files are logged first, under a folder named by the model's
+content (so logging again never touches the bytes a committed version points to), and the model
+version is created after them, in one call that carries its tags. A registration that fails
+midway (a full disk) leaves no model version; a version whose model file does not match its
+checksum is refused by `load` and by `set_aliases`.
 """
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import math
 import platform
 import subprocess
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from ml_platform.platform.formats import deserialise, serialise
 from ml_platform.platform.settings import Settings
-from ml_platform.platform.storage import LakeStorage
-from ml_platform.platform.storage_errors import LakeStorageError, storage_error
+from ml_platform.platform.tracking import TAG, MlflowStores
 from ml_platform.training.model import TrainedModel
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from mlflow.entities.model_registry import ModelVersion
 
 ALIASES = ("champion", "challenger")
 KEY_PACKAGES = ("dagster", "pandas", "numpy", "scikit-learn", "great-expectations", "scipy")
-MANIFEST = "manifest.json"
-# The model object of versions registered before manifests named their model.
-LEGACY_MODEL = "model.joblib"
-# Manifest entries that make it the version's commit record.
-MODEL_OBJECT = "model_object"
-MODEL_SHA256 = "model_sha256"
+# What a served model needs, pinned to this environment's releases.
+SERVING_PACKAGES = ("scikit-learn", "pandas", "numpy", "scipy", "cloudpickle")
+VERSION_TAG = f"{TAG}.version"
+SHA256_TAG = f"{TAG}.model_sha256"
+MODEL_FILE = "model.pkl"  # the sklearn flavour's pickle (cloudpickle)
+MODEL_FIELDS = "ml_platform_model.json"
+MANIFEST_FILE = "ml_platform_manifest.json"
 
 
 def version_day(version: str) -> str:
@@ -53,214 +59,267 @@ class RegistryError(LookupError):
     """A version or alias asked for is not in the registry, or not whole."""
 
 
-class RegistryStorageError(LakeStorageError):
-    """The lake failed to read or write a registry object; the message names it and the version.
-
-    A `LakeStorageError` (with the cause's errno when it had one), so out-of-disk still reads as
-    `[Errno 28]` to the failure classifier, the step adds its asset and day, and a full disk or
-    a refused permission fails it at once (`storage_errors.partition_errors`).
-    """
+def _tag_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    # MLflow keeps at most 5000 characters of a model version's tag.
+    return text if len(text) <= 5000 else text[:4990] + " [...]"
 
 
-def _is_model_object(name: str) -> bool:
-    return name == LEGACY_MODEL or (name.startswith("model-") and name.endswith(".joblib"))
+def _json(value: Any) -> bytes:
+    def plain(item: Any) -> Any:
+        if hasattr(item, "item"):  # numpy scalars
+            return item.item()
+        return str(item)
+
+    return json.dumps(value, default=plain, indent=2, sort_keys=True).encode()
 
 
 class ModelRegistry:
-    """Versions and aliases of one dataset's models."""
+    """Versions and aliases of one dataset's models, in MLflow's registry."""
 
-    def __init__(self, storage: LakeStorage, dataset: str):
-        self.storage = storage
-        self.prefix = f"{dataset}/registry"
+    def __init__(self, stores: MlflowStores, dataset: str):
+        self.stores = stores
+        self.name = dataset
 
-    def _key(self, version: str, name: str) -> str:
-        return f"{self.prefix}/versions/{version}/{name}"
+    @property
+    def client(self) -> Any:
+        """The MLflow client of the stores."""
+        return self.stores.client()
 
-    def _failed(self, doing: str, key: str, version: str | None, exc: Exception) -> OSError:
-        """The storage error of `exc`, naming the object and the version it belongs to."""
-        of = f" of version '{version}'" if version is not None else ""
-        # The backend's error already names the object; the reason is its cause's.
-        cause = exc.__cause__ if isinstance(exc, LakeStorageError) and exc.__cause__ else exc
-        return storage_error(doing, f"{self.storage.uri(key)}{of}", cause, RegistryStorageError)
+    def _all(self) -> list["ModelVersion"]:
+        """Every READY model version of the dataset, oldest first."""
+        found = self.client.search_model_versions(f"name='{self.name}'")
+        ready = [mv for mv in found if mv.status == "READY" and VERSION_TAG in mv.tags]
+        return sorted(ready, key=lambda mv: int(mv.version))
 
-    def _read(self, key: str, version: str | None = None) -> bytes:
-        try:
-            return self.storage.read_bytes(key)
-        except Exception as exc:
-            raise self._failed("reading", key, version, exc) from exc
+    def model_version(self, version: str) -> "ModelVersion":
+        """The MLflow model version a platform name stands for now (its latest whole one)."""
+        matches = [mv for mv in self._all() if mv.tags[VERSION_TAG] == version]
+        if not matches:
+            known = ", ".join(self.versions()[-5:]) or "none"
+            raise RegistryError(
+                f"no version '{version}' of registered model '{self.name}' in "
+                f"{self._where()}; latest: {known}"
+            )
+        return matches[-1]
 
-    def _write(self, key: str, data: bytes, version: str | None = None) -> None:
-        try:
-            self.storage.write_bytes(key, data)
-        except Exception as exc:
-            raise self._failed("writing", key, version, exc) from exc
-
-    def _exists(self, key: str, version: str | None = None) -> bool:
-        try:
-            return self.storage.exists(key)
-        except Exception as exc:
-            raise self._failed("looking up", key, version, exc) from exc
-
-    def _json(self, key: str, default: Any) -> Any:
-        full = f"{self.prefix}/{key}"
-        return json.loads(self._read(full)) if self._exists(full) else default
-
-    def _write_json(self, key: str, value: Any) -> None:
-        self._write(f"{self.prefix}/{key}", serialise(value, "json"))
-
-    def _objects(self, version: str) -> set[str]:
-        """Names of the objects stored under a version, whole or not."""
-        folder = f"{self.prefix}/versions/{version}"
-        try:
-            keys = self.storage.list_keys(folder)
-        except Exception as exc:
-            raise self._failed("listing", folder, version, exc) from exc
-        return {k.rsplit("/", 1)[-1] for k in keys}
+    def _where(self) -> str:
+        return f"MLflow's registry ({self.stores.registry().split('://', 1)[0]})"
 
     def versions(self) -> list[str]:
-        """Registered whole versions, sorted: a manifest and a model object (see the module)."""
-        folder = f"{self.prefix}/versions"
-        try:
-            keys = self.storage.list_keys(folder)
-        except Exception as exc:
-            raise self._failed("listing", folder, None, exc) from exc
-        names: dict[str, set[str]] = {}
-        for key in keys:
-            parts = key[len(folder) + 1 :].split("/")
-            if len(parts) == 2:
-                names.setdefault(parts[0], set()).add(parts[1])
-        return sorted(
-            v
-            for v, found in names.items()
-            if MANIFEST in found and any(map(_is_model_object, found))
-        )
+        """The platform names of the registered versions, sorted."""
+        return sorted({mv.tags[VERSION_TAG] for mv in self._all()})
 
-    def upsert(self, version: str, model: TrainedModel, manifest: dict) -> None:
-        """Store a version whole, replacing a previous one of the same name (never a second copy).
+    def upsert(
+        self,
+        version: str,
+        model: TrainedModel,
+        manifest: dict,
+        example: "pd.DataFrame",
+        run_id: str | None = None,
+    ) -> str:
+        """Register `model` as a new model version named `version`; the MLflow version number.
 
-        The model object first, under a name of its content, then the manifest naming it: until
-        the manifest is written the version is absent (or still the previous one). A failed
-        write removes what it wrote, and raises naming the object and the version.
+        Its files are logged to the training's run `run_id` (else a run of its own), then the
+        model version is created from them with its tags: until then the name's previous
+        version, if any, is the one that loads.
         """
-        data = serialise(model, "joblib")
-        digest = hashlib.sha256(data).hexdigest()
-        model_name = f"model-{digest[:16]}.joblib"
-        model_key = self._key(version, model_name)
-        before = self._objects(version)
-        record = {**manifest, "version": version, MODEL_OBJECT: model_name, MODEL_SHA256: digest}
-        try:
-            if model_name not in before:
-                self._write(model_key, data, version)
-            self._write(self._key(version, MANIFEST), serialise(record, "json"), version)
-        except BaseException as exc:
-            # The previous manifest, if any, still names its own (older) model object.
-            if model_name not in before:
-                self._discard(model_key, version, exc)
-            raise
-        # Model objects no manifest names any more: the replaced one, and leftovers of writes
-        # that were cut short (a killed process cannot clean up after itself).
-        for name in before - {model_name, MANIFEST}:
-            if _is_model_object(name):
-                self._discard(self._key(version, name), version, None)
+        import mlflow.sklearn
+        from mlflow.models import infer_signature
 
-    def _discard(self, key: str, version: str, failure: BaseException | None) -> None:
+        client = self.client
+        if run_id is None:
+            run = client.create_run(
+                self.stores.experiment_id(self.name),
+                run_name=f"register {version}",
+                tags={f"{TAG}.kind": "registration"},
+            )
+            run_id, own_run = run.info.run_id, True
+        else:
+            own_run = False
+        rows = example[model.features]
+        with tempfile.TemporaryDirectory(prefix="ml_platform-register-") as scratch:
+            folder = Path(scratch) / "model"
+            mlflow.sklearn.save_model(
+                model.pipeline,
+                str(folder),
+                serialization_format="cloudpickle",
+                signature=infer_signature(rows, model.pipeline.predict(rows)),
+                input_example=rows,
+                pip_requirements=[
+                    f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES
+                ],
+            )
+            digest = hashlib.sha256((folder / MODEL_FILE).read_bytes()).hexdigest()
+            record = {**manifest, "version": version, "model_sha256": digest}
+            fields = {
+                f.name: getattr(model, f.name)
+                for f in dataclasses.fields(model)
+                if f.name != "pipeline"
+            }
+            (folder / MODEL_FIELDS).write_bytes(_json(fields))
+            (folder / MANIFEST_FILE).write_bytes(_json(record))
+            path = f"model-{digest[:16]}"
+            client.log_artifacts(run_id, str(folder), path)
+        if own_run:
+            client.set_terminated(run_id)
+        self._ensure_registered_model()
+        tags = {
+            VERSION_TAG: version,
+            SHA256_TAG: digest,
+            **{
+                f"{TAG}.{key}": _tag_value(manifest[key])
+                for key in (
+                    "partition",
+                    "kind",
+                    "decision",
+                    "reasons",
+                    "run_id",
+                    "input_partitions",
+                    "input_data_versions",
+                    "git_commit",
+                    "model_settings",
+                )
+                if manifest.get(key) is not None
+            },
+        }
+        created = client.create_model_version(
+            self.name,
+            f"{client.get_run(run_id).info.artifact_uri}/{path}",
+            run_id=run_id,
+            tags=tags,
+            description=f"{version}: {manifest.get('decision', 'registered')}",
+        )
+        return str(created.version)
+
+    def _ensure_registered_model(self) -> None:
+        from mlflow.exceptions import MlflowException
+
         try:
-            self.storage.delete(key)
+            self.client.get_registered_model(self.name)
+        except MlflowException:
+            try:
+                self.client.create_registered_model(
+                    self.name,
+                    tags={f"{TAG}.dataset": self.name},
+                    description=f"The {self.name} dataset's models, one version a candidate.",
+                )
+            except MlflowException:
+                # Created by another process meanwhile; anything else fails the lookup.
+                self.client.get_registered_model(self.name)
+
+    def _download(self, version: str, scratch: str) -> tuple[Path, "ModelVersion"]:
+        """The files of a whole version, in `scratch`; RegistryError if it is not whole."""
+        from mlflow.artifacts import download_artifacts
+
+        found = self.model_version(version)
+        try:
+            local = Path(
+                download_artifacts(
+                    artifact_uri=found.source,
+                    dst_path=scratch,
+                    tracking_uri=self.stores.tracking(),
+                )
+            )
         except Exception as exc:
-            error = self._failed("removing", key, version, exc)
-            if failure is None:
-                raise error from exc
-            # The write's own error is the one to raise; the leftover is not a version (no
-            # manifest names it) and the next registration of the version removes it.
-            failure.add_note(f"also left behind: {error}")
+            raise RegistryError(
+                f"version '{version}' (model version {found.version} of '{self.name}') cannot "
+                f"be read from {found.source}: {exc}; rerun registered_model for its day"
+            ) from exc
+        model_file = local / MODEL_FILE
+        digest = (
+            hashlib.sha256(model_file.read_bytes()).hexdigest() if model_file.is_file() else None
+        )
+        if digest != found.tags.get(SHA256_TAG):
+            raise RegistryError(
+                f"version '{version}' (model version {found.version} of '{self.name}') is "
+                f"damaged: {found.source}/{MODEL_FILE} "
+                + ("is missing" if digest is None else "does not match its checksum")
+                + "; rerun registered_model for its day"
+            )
+        return local, found
 
     def manifest(self, version: str) -> dict:
         """The lineage manifest of a whole version; RegistryError if there is none."""
-        key = self._key(version, MANIFEST)
-        if not self._exists(key, version):
-            raise RegistryError(self._absent(version))
-        return dict(json.loads(self._read(key, version)))
-
-    def _absent(self, version: str) -> str:
-        """Why a version cannot be used: never registered, or a write of it never finished."""
-        where = self.storage.uri(f"{self.prefix}/versions/{version}")
-        known = ", ".join(self.versions()[-5:]) or "none"
-        if self._objects(version):
-            return (
-                f"version '{version}' is incomplete at {where}: its manifest was never written "
-                "(the registration failed midway), so it is not a registered version; rerun "
-                f"registered_model for its day. Latest registered versions: {known}"
-            )
-        return f"no version '{version}' in {self.storage.uri(self.prefix)}; latest: {known}"
-
-    def _model_key(self, version: str) -> tuple[str, str | None]:
-        """The key of a whole version's model object and its checksum (None: an old version)."""
-        manifest = self.manifest(version)
-        name = manifest.get(MODEL_OBJECT, LEGACY_MODEL)
-        key = self._key(version, name)
-        if not self._exists(key, version):
-            raise RegistryError(
-                f"version '{version}' is incomplete: its manifest names the model object "
-                f"{self.storage.uri(key)}, which is missing; rerun registered_model for its day"
-            )
-        return key, manifest.get(MODEL_SHA256)
+        with tempfile.TemporaryDirectory(prefix="ml_platform-manifest-") as scratch:
+            local, _ = self._download(version, scratch)
+            return dict(json.loads((local / MANIFEST_FILE).read_text()))
 
     def load(self, version: str) -> TrainedModel:
-        """The model of a whole version; RegistryError saying why when it is absent or partial."""
-        key, digest = self._model_key(version)
-        data = self._read(key, version)
-        if digest is not None and hashlib.sha256(data).hexdigest() != digest:
-            raise RegistryError(
-                f"version '{version}' is damaged: {self.storage.uri(key)} does not match the "
-                "checksum in its manifest; rerun registered_model for its day"
-            )
-        model: TrainedModel = deserialise(data, "joblib")
-        return model
+        """The model of a whole version; RegistryError saying why when it is absent or damaged."""
+        import mlflow.sklearn
+
+        with tempfile.TemporaryDirectory(prefix="ml_platform-load-") as scratch:
+            local, _ = self._download(version, scratch)
+            fields = json.loads((local / MODEL_FIELDS).read_text())
+            pipeline = mlflow.sklearn.load_model(str(local))
+        if fields.get("initial_loss") is None:
+            fields["initial_loss"] = math.nan
+        return TrainedModel(pipeline=pipeline, **fields)
 
     def alias(self, name: str) -> str | None:
-        """The version an alias points to now, if any."""
-        value = self._json("aliases.json", {}).get(name)
-        return str(value) if value is not None else None
+        """The platform name of the version an alias points to now, if any."""
+        return self.aliases().get(name)
+
+    def aliases(self) -> dict[str, str | None]:
+        """Where each alias points now (platform names; None: nowhere)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            numbers = dict(self.client.get_registered_model(self.name).aliases)
+        except MlflowException:
+            numbers = {}
+        names = {str(mv.version): mv.tags[VERSION_TAG] for mv in self._all()}
+        return {
+            alias: names.get(str(numbers[alias])) if alias in numbers else None for alias in ALIASES
+        }
 
     def set_alias(self, name: str, version: str) -> None:
         """Point an alias at a whole version; RegistryError if the version is not whole."""
-        self.set_aliases({**self._json("aliases.json", {}), name: version})
+        self.set_aliases({name: version})
 
     def set_aliases(self, aliases: dict[str, str | None]) -> None:
-        """Point every alias as given (None: at nothing), in one write; a no-op if they do.
+        """Point every alias as given (None: at nothing); a no-op where they do already.
 
         Each version named must be whole: RegistryError names the alias and why otherwise.
         """
         unknown = set(aliases) - set(ALIASES)
         if unknown:
             raise ValueError(f"unknown alias(es) {sorted(unknown)}; aliases are {ALIASES}")
-        wanted = {name: version for name, version in aliases.items() if version is not None}
-        current = self._json("aliases.json", {})
-        if wanted == current:
-            return
-        for name, version in wanted.items():
+        current = self.aliases()
+        targets: dict[str, str | None] = {}
+        for name, version in aliases.items():
             if current.get(name) == version:
                 continue
+            if version is None:
+                targets[name] = None
+                continue
             try:
-                self._model_key(version)
+                with tempfile.TemporaryDirectory(prefix="ml_platform-alias-") as scratch:
+                    _, found = self._download(version, scratch)
             except RegistryError as exc:
                 raise RegistryError(f"cannot point '{name}' at version '{version}': {exc}") from exc
-        self._write_json("aliases.json", wanted)
+            targets[name] = str(found.version)
+        for name, number in targets.items():
+            if number is None:
+                self.client.delete_registered_model_alias(self.name, name)
+            else:
+                self.client.set_registered_model_alias(self.name, name, number)
 
 
 class ModelRegistryResource(dg.ConfigurableResource):
-    """The model registry as a resource: each dataset's versions and aliases in the lake.
+    """The model registry as a resource: each dataset's registered model in MLflow.
 
     registered_model (the one writer of the aliases) and champion_performance (which reads the
     champion a day was served by) take it as a parameter, so the UI lists the registry among
     what they use, and a test or `ml-platform reproduce` hands them another registry.
     """
 
-    storage: LakeStorage
+    stores: MlflowStores
 
     def for_dataset(self, dataset: str) -> ModelRegistry:
         """The registry of one dataset's models."""
-        return ModelRegistry(self.storage, dataset)
+        return ModelRegistry(self.stores, dataset)
 
 
 def _git(*args: str) -> str:

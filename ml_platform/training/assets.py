@@ -38,6 +38,7 @@ from ml_platform.platform.steps import (
 )
 from ml_platform.platform.storage import LakeStorage
 from ml_platform.platform.storage_errors import MissingPartitionError
+from ml_platform.platform.tracking import MlflowStores
 from ml_platform.training.model import (
     Checkpoints,
     TrainedModel,
@@ -46,6 +47,7 @@ from ml_platform.training.model import (
     train_model,
 )
 from ml_platform.training.processes import WORKER_WINDOW_BYTES, RangeTrainer, Trained
+from ml_platform.training.tracking import log_training
 
 LOSS_PLATEAU_CHECK = "loss_plateau"
 FINITE_WEIGHTS_CHECK = "finite_weights"
@@ -499,7 +501,11 @@ def build_model(
         ],
     )
     def _model(
-        context: dg.AssetExecutionContext, features: Any, lake: LakeStorage, **drift: Any
+        context: dg.AssetExecutionContext,
+        features: Any,
+        lake: LakeStorage,
+        mlflow: MlflowStores,
+        **drift: Any,
     ) -> Iterator:
         """A scikit-learn pipeline trained on the feature partitions ending day D.
 
@@ -570,6 +576,8 @@ def build_model(
             if not weights.passed:
                 raise DataVerdict(Verdict.NON_FINITE_WEIGHTS, weights.description or "")
             checkpoints.clear()
+            run_id = log_training(mlflow, contract, name, day, trained, context.run.run_id)
+            trained = dataclasses.replace(trained, mlflow_run_id=run_id)
             last = trained.history[-1]
             unit = trained.unit
             yield dg.MaterializeResult(
@@ -601,6 +609,7 @@ def build_model(
                     "best_validation_loss": min(h["validation_loss"] for h in trained.history),
                     f"loss_per_{unit}": dg.MetadataValue.md(loss_curve(trained)),
                     "hyperparameters": trained.hyperparameters,
+                    "mlflow_run_id": run_id,
                     **telemetry.metadata(),
                 },
             )

@@ -121,6 +121,8 @@ class TrainedModel:
     # Training rows `linear` or boosting learnt from when the window held more than the
     # contract's `training.max_training_rows` (a stratified sample); None: every one.
     sampled_rows: int | None = None
+    # The MLflow run of this training (params, losses per epoch); None: not tracked.
+    mlflow_run_id: str | None = None
 
     @property
     def converged(self) -> bool:

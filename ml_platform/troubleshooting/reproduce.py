@@ -47,6 +47,7 @@ from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.observability import row_count
 from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
 from ml_platform.platform.storage import LakeStorage, LocalStorage
+from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.troubleshooting.diagnose import Diagnosis, diagnose_run
 
@@ -525,9 +526,12 @@ def reproduce(
         )
     overlay = OverlayStorage(lake=configured(lake, instance), write_dir=str(scratch_dir))
     resources["lake"] = overlay
-    if "model_registry" in resources:
-        # The registry the step reads and moves aliases in: the overlay's, never the live one.
-        resources["model_registry"] = ModelRegistryResource(storage=overlay)
+    if "mlflow" in resources:
+        # The runs, versions and aliases the steps write: a scratch MLflow, never the live one
+        # (a reproduced registered_model meets no live champion in it).
+        scratch_mlflow = MlflowStores(lake=LocalStorage(base_dir=str(scratch_dir)))
+        resources["mlflow"] = scratch_mlflow
+        resources["model_registry"] = ModelRegistryResource(stores=scratch_mlflow)
     resources["io_manager"] = SampleIOManager(
         storage=overlay,
         sample_rows=sample_rows,

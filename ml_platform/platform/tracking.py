@@ -1,0 +1,116 @@
+"""MLflow, where the platform's trainings and models live: its tracking and its registry store.
+
+One experiment and one registered model per dataset, both named after it. The stores come from
+MLflow's own variables, `MLFLOW_TRACKING_URI` and `MLFLOW_REGISTRY_URI` (the registry defaults
+to the tracking store); unset, the tracking store is a SQLite file in the lake directory
+(`<lake>/mlflow/mlflow.db`, embedded, nothing to start). Artifacts go under the lake
+(`<lake>/mlflow/artifacts/<dataset>`, a directory or an S3 prefix); MLflow reaches S3 through
+boto3's chain and `MLFLOW_S3_ENDPOINT_URL`. A lake on S3 needs a tracking store MLflow can share
+between machines (PostgreSQL): the embedded file is refused there.
+
+MLflow is imported by the steps that use it, not by the code location: its import costs seconds
+that the webserver, the daemon and the sensors never need.
+"""
+
+import functools
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from ml_platform.platform.storage import LakeStorage, LocalStorage
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+TRACKING_ENV = "MLFLOW_TRACKING_URI"
+REGISTRY_ENV = "MLFLOW_REGISTRY_URI"
+# Under the lake: the embedded store and every dataset's artifacts.
+MLFLOW_PREFIX = "mlflow"
+# Tags the platform sets on runs and model versions, under one namespace.
+TAG = "ml_platform"
+
+# Creating an experiment or registered model twice at once is refused by one of the two;
+# within a process one lock keeps it to one attempt, across processes the loser reads it.
+_create_lock = threading.Lock()
+
+
+class TrackingConfigError(ValueError):
+    """The tracking store cannot be chosen for this lake (the message says what to set)."""
+
+
+class MlflowStores(dg.ConfigurableResource):
+    """Where MLflow keeps runs, registered models and artifacts for the lake `lake`.
+
+    `tracking_uri` and `registry_uri` are MLflow's (from `MLFLOW_TRACKING_URI` and
+    `MLFLOW_REGISTRY_URI` as `EnvVar`s: a PostgreSQL URI carries its password); None: the
+    embedded SQLite file in a lake directory.
+    """
+
+    lake: LakeStorage
+    tracking_uri: str | None = None
+    registry_uri: str | None = None
+
+    def tracking(self) -> str:
+        """The tracking store's URI: the configured one, else the lake's embedded file."""
+        if self.tracking_uri:
+            return self.tracking_uri
+        if not isinstance(self.lake, LocalStorage):
+            raise TrackingConfigError(
+                f"the lake is at {self.lake.uri('')}: set {TRACKING_ENV} to a tracking store "
+                "every machine reaches (e.g. postgresql://user@host/mlflow); the embedded "
+                "SQLite file is only for a lake in a directory"
+            )
+        folder = Path(self.lake.uri(MLFLOW_PREFIX))
+        folder.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{folder / 'mlflow.db'}"
+
+    def registry(self) -> str:
+        """The registry store's URI: the configured one, else the tracking store."""
+        return self.registry_uri or self.tracking()
+
+    def artifact_location(self, dataset: str) -> str:
+        """Where a dataset's experiment keeps its artifacts: under the lake."""
+        where = self.lake.uri(f"{MLFLOW_PREFIX}/artifacts/{dataset}")
+        return where if "://" in where else Path(where).as_uri()
+
+    def client(self) -> "MlflowClient":
+        """An MLflow client on these stores (one per process and stores)."""
+        return _client(self.tracking(), self.registry())
+
+    def experiment_id(self, dataset: str) -> str:
+        """The id of the dataset's experiment, created with its artifacts under the lake."""
+        return _experiment_id(
+            self.tracking(), self.registry(), dataset, self.artifact_location(dataset)
+        )
+
+
+@functools.cache
+def _client(tracking: str, registry: str) -> "MlflowClient":
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking, registry_uri=registry)
+
+
+@functools.cache
+def _experiment_id(tracking: str, registry: str, dataset: str, artifacts: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    client = _client(tracking, registry)
+    with _create_lock:
+        found = client.get_experiment_by_name(dataset)
+        if found is not None:
+            return str(found.experiment_id)
+        try:
+            return str(
+                client.create_experiment(
+                    dataset, artifact_location=artifacts, tags={f"{TAG}.dataset": dataset}
+                )
+            )
+        except MlflowException:
+            # Another process created it between the lookup and the creation.
+            found = client.get_experiment_by_name(dataset)
+            if found is None:
+                raise
+            return str(found.experiment_id)
