@@ -33,22 +33,29 @@ The span promotes at least 3 times (5 times when written: 01-02, 01-04, the week
 
 import concurrent.futures
 import datetime as dt
+import importlib.metadata
 import json
 import multiprocessing
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pandas as pd
 import pytest
 
-from ml_platform.contracts import Contract
+from ml_platform.cli import main
+from ml_platform.contracts import Contract, load_contract
+from ml_platform.contracts.schema import type_rows
+from ml_platform.features.transforms import build_features
+from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.platform.records import day_records
 from ml_platform.registry.store import ALIASES
 from ml_platform.validation.assets import DELIVERY_CHECK
 from ml_platform.validation.expectations import CHECKS
-from ml_platform_tests.conftest import DAILY_ASSETS, Platform, contract_with, days_from
+from ml_platform_tests.conftest import DAILY_ASSETS, REPO, Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import materialize_range
 
 pytestmark = pytest.mark.slow
@@ -204,11 +211,16 @@ def run_all(contract: Contract, tmp_path: Path) -> dict[int | None, tuple[dict[s
         return {size: future.result() for size, future in futures.items()}
 
 
-def test_the_chain_of_30_flights_days_is_the_same_one_by_one_and_in_runs_of_7_and_30(
-    tmp_path: Path,
-):
-    contract = contract_with(tmp_path, "flights", window_days=WINDOW_DAYS)
-    results = run_all(contract, tmp_path)
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory) -> tuple[Path, dict[int | None, tuple[dict[str, Any], float]]]:
+    """The three variants' chains, run once for the module; their root directory."""
+    root = tmp_path_factory.mktemp("chains")
+    contract = contract_with(root, "flights", window_days=WINDOW_DAYS)
+    return root, run_all(contract, root)
+
+
+def test_the_chain_of_30_flights_days_is_the_same_one_by_one_and_in_runs_of_7_and_30(chains):
+    _, results = chains
     for size, (_, seconds) in results.items():
         print(f"{name_of(size)}: {seconds:.1f} s")
     chain = results[None][0]
@@ -258,3 +270,73 @@ def test_the_chain_of_30_flights_days_is_the_same_one_by_one_and_in_runs_of_7_an
         found = results[size][0]
         for part in chain:
             assert found[part] == chain[part], (name_of(size), part)
+
+
+# Run in an environment of MLflow, scikit-learn and pandas only: never imports ml_platform.
+SERVE = """
+import importlib.util, sys
+import mlflow.pyfunc, pandas as pd
+assert importlib.util.find_spec("ml_platform") is None, "ml_platform is importable"
+model = mlflow.pyfunc.load_model("models:/flights@champion")
+rows = pd.read_parquet(sys.argv[1])
+pd.DataFrame({"prediction": model.predict(rows)}).to_csv(sys.argv[2], index=False)
+"""
+
+
+def serving_environment(root: Path) -> Path:
+    """A virtual environment with the lock's MLflow, scikit-learn and pandas, nothing else."""
+    env = root / "serving-env"
+    uv = str(REPO / ".tools/bin/uv")
+    subprocess.run([uv, "venv", "--quiet", str(env)], check=True, timeout=120)
+    pins = [f"{name}=={importlib.metadata.version(name)}" for name in SERVED_WITH]
+    subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", str(env / "bin/python"), *pins],
+        check=True,
+        timeout=600,
+    )
+    return env / "bin/python"
+
+
+SERVED_WITH = ("mlflow", "scikit-learn", "pandas", "numpy", "scipy", "cloudpickle", "pyarrow")
+
+
+def test_mlflow_serves_the_champion_without_the_platform_as_ml_platform_score_does(
+    chains, tmp_path, monkeypatch, capsys
+):
+    root, _ = chains
+    lake, landing = root / "one_by_one" / "lake", root / "one_by_one" / "landing"
+    day = DAYS[-1]
+    landed = next(landing.rglob(f"*{day}*"))
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "flights")
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(lake))
+    scored_csv = tmp_path / "scored.csv"
+    assert main(["score", str(landed), "--output", str(scored_csv)]) == 0
+    assert "(champion)" in capsys.readouterr().out
+    # The day's feature rows, as `ml-platform score` builds them from the landed file.
+    contract = load_contract("flights")
+    text = [c.name for c in contract.columns if c.dtype == "str"]
+    raw = read_landed_file(landed.read_bytes(), landed.name, "scoring", text)
+    features = build_features(type_rows(raw, contract, where=str(landed)), contract)
+    rows = tmp_path / "rows.parquet"
+    features.to_parquet(rows)
+
+    python = serving_environment(tmp_path)
+    served_csv = tmp_path / "served.csv"
+    script = tmp_path / "serve.py"
+    script.write_text(SERVE)
+    environment = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{lake}/mlflow/mlflow.db",
+    }
+    subprocess.run(
+        [str(python), "-I", str(script), str(rows), str(served_csv)],
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=environment,
+    )
+    served = pd.read_csv(served_csv)["prediction"]
+    scored = pd.read_csv(scored_csv)["prediction"]
+    assert len(served) == len(scored) == len(raw) > 0
+    assert served.tolist() == scored.tolist()
