@@ -24,7 +24,9 @@ UV := .tools/bin/uv
 RUN_STAMP := .venv/.synced-run
 DEV_STAMP := .venv/.synced-dev
 
-.PHONY: run serve instance test test-fast env lint system-packages clean
+MLFLOW_PORT ?= 5000
+
+.PHONY: run serve mlflow-ui instance test test-fast env lint system-packages clean
 
 env: $(DEV_STAMP)
 
@@ -73,8 +75,17 @@ run: $(RUN_STAMP) instance
 # DAGSTER_HOME is not used, and the repository root holds the one we link.
 serve: instance
 	@echo "Dagster UI on http://$(HOST):$(PORT) (Ctrl-C stops it)"
+	@echo "Models and trainings in MLflow's UI: run 'make mlflow-ui' beside it, then open http://$(HOST):$(MLFLOW_PORT)"
 	cd "$(DAGSTER_HOME)" && exec "$(CURDIR)/.venv/bin/dg" dev -h $(HOST) -p $(PORT) \
 	  -w "$(CURDIR)/workspace.yaml"
+
+# MLflow's own UI over the lake's embedded store: the registered models (versions, tags, the
+# champion and challenger aliases) and every training's run. A store of MLFLOW_TRACKING_URI
+# (production) is served by its own `mlflow server`.
+mlflow-ui: $(RUN_STAMP)
+	mkdir -p "$(ML_PLATFORM_LAKE_DIR)/mlflow"
+	.venv/bin/mlflow server --host $(HOST) --port $(MLFLOW_PORT) --workers 1 \
+	  --backend-store-uri "sqlite:///$(abspath $(ML_PLATFORM_LAKE_DIR))/mlflow/mlflow.db"
 
 # `dg check defs` loads the code location as `dg dev` and the daemon do. VIRTUAL_ENV says .venv
 # is the environment dg runs in, or dg warns that no environment is active. The type check and

@@ -491,6 +491,8 @@ def score(args: argparse.Namespace) -> int:
         try:
             # Only a whole version loads: one whose registration never finished is refused.
             model = registry.load(version)
+            number = registry.model_version(version).version
+            served_as = f"models:/{contract.name}/{number}"
         except RegistryError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -504,8 +506,8 @@ def score(args: argparse.Namespace) -> int:
     scored.to_csv(output, index=False)
     summary = scored["prediction"].describe().to_dict()
     print(
-        f"{len(scored)} rows scored by {version} ({args.alias if not args.version else 'pinned'})"
-        f" -> {output}; prediction mean {summary['mean']:.4f}"
+        f"{len(scored)} rows scored by {version} ({args.alias if not args.version else 'pinned'}"
+        f", {served_as}) -> {output}; prediction mean {summary['mean']:.4f}"
     )
     return 0
 

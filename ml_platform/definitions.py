@@ -137,7 +137,7 @@ def build_definitions(
     s3 = s3_resource(settings) if "s3" in (landing.kind, lake_location.kind) else None
     lake = lake_storage(lake_location, settings, s3)
     interval = settings.sensor_interval_seconds
-    mlflow = MlflowStores(lake=lake, **settings.mlflow_config)
+    mlflow = MlflowStores(lake=lake, ui_url=settings.mlflow_ui_url, **settings.mlflow_config)
     shared = dg.Definitions(
         sensors=[
             *build_alert_sensors(minimum_interval_seconds=interval),

@@ -1,6 +1,8 @@
 """The history gate: bounds from a day's reference days, and broken real days it stops."""
 
 import math
+from pathlib import Path
+from urllib.parse import urlparse
 
 import dagster as dg
 import pandas as pd
@@ -10,6 +12,7 @@ import yaml
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.platform.records import day_records
+from ml_platform.registry.store import MODEL_FILE
 from ml_platform.validation.expectations import HISTORY
 from ml_platform.validation.history import (
     PROFILE_KEY,
@@ -184,13 +187,15 @@ def test_a_first_day_passes_with_a_note_that_the_history_is_too_short(platform):
 
 
 def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(platform):
-    registry_dir = platform.lake_dir / "flights" / "registry"
-    champion = lake_registry(platform.lake_dir, "flights").alias("champion")
+    registry = lake_registry(platform.lake_dir, "flights")
+    champion = registry.alias("champion")
     assert champion is not None, "the good days produced a champion"
-    # The champion's version folder, its model and manifest, and where the aliases point.
-    champion_files = sorted((registry_dir / "versions" / champion).iterdir())
-    assert any(p.suffix == ".joblib" for p in champion_files)
-    before = {p: p.read_bytes() for p in (registry_dir / "aliases.json", *champion_files)}
+    # The champion's MLflow files (its model and manifest), its versions and the aliases.
+    folder = Path(urlparse(registry.model_version(champion).source).path)
+    champion_files = sorted(folder.rglob("*"))
+    assert folder / MODEL_FILE in champion_files
+    before = {p: p.read_bytes() for p in champion_files if p.is_file()}
+    state = (registry.aliases(), registry.versions(), registry.model_version(champion).version)
     # Each accepted day records the profile its later days' gates compare with.
     good = day_records(platform.instance, platform.key("validated_data"), GOOD_DAYS)
     assert all(PROFILE_KEY in good[day].metadata for day in GOOD_DAYS)
@@ -232,8 +237,11 @@ def test_an_emptied_label_source_fails_and_leaves_the_champion_byte_identical(pl
     assert not platform.stored("validated_data", EMPTIED_LABEL_DAY, "parquet").exists()
     assert not platform.stored("model", EMPTIED_LABEL_DAY, "joblib").exists()
     assert PROFILE_KEY not in records[platform.key("validated_data")]
-    assert sorted((registry_dir / "versions" / champion).iterdir()) == champion_files
+    assert sorted(folder.rglob("*")) == champion_files
     assert {p: p.read_bytes() for p in before} == before
+    assert (registry.aliases(), registry.versions(), registry.model_version(champion).version) == (
+        state
+    )
 
 
 def test_a_nullable_column_empty_on_half_the_rows_fails_naming_it(platform):

@@ -311,7 +311,7 @@ def test_mlflow_serves_the_champion_without_the_platform_as_ml_platform_score_do
     monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(lake))
     scored_csv = tmp_path / "scored.csv"
     assert main(["score", str(landed), "--output", str(scored_csv)]) == 0
-    assert "(champion)" in capsys.readouterr().out
+    assert "(champion, models:/flights/" in capsys.readouterr().out
     # The day's feature rows, as `ml-platform score` builds them from the landed file.
     contract = load_contract("flights")
     text = [c.name for c in contract.columns if c.dtype == "str"]

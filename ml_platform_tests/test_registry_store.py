@@ -76,7 +76,7 @@ def test_a_registration_cut_short_by_a_full_disk_leaves_no_version(
         # The previous champion still serves.
         assert registry.alias("champion") == champion
         code, out, _ = score(landed, tmp_path, capsys)
-        assert code == 0 and f"1000 rows scored by {champion} (champion)" in out
+        assert code == 0 and f"1000 rows scored by {champion} (champion, models:/synthetic/" in out
 
 
 def test_a_damaged_model_file_is_refused_and_the_champion_keeps_serving(
@@ -108,7 +108,7 @@ def test_a_damaged_model_file_is_refused_and_the_champion_keeps_serving(
     code, _, err = score(landed, tmp_path, capsys, "--version", NEW)
     assert code == 2 and "does not match its checksum" in err and "Traceback" not in err
     code, out, _ = score(landed, tmp_path, capsys)
-    assert code == 0 and f"1000 rows scored by {champion} (champion)" in out
+    assert code == 0 and f"1000 rows scored by {champion} (champion, models:/synthetic/" in out
 
     # Registering the day again makes a whole version of it, the one its name loads.
     registry.upsert(NEW, model, {**manifest, "partition": SECOND}, features.head(5))
@@ -141,3 +141,31 @@ def test_the_aliases_move_only_to_whole_versions_and_no_alias_file_is_written(se
     assert mlflow_aliases == {"champion": registry.model_version("daily-2024-01-01").version}
     assert not list(tmp_path.rglob("aliases*.json"))
     assert version_day("full-2024-01-02") == "2024-01-02"
+
+
+def test_each_training_is_an_mlflow_run_that_the_registered_version_comes_from(served):
+    platform, _, _ = served
+    model_event = platform.instance.get_latest_materialization_event(platform.key("model"))
+    registered_event = platform.instance.get_latest_materialization_event(
+        platform.key("registered_model")
+    )
+    model_meta = model_event.asset_materialization.metadata
+    registered_meta = registered_event.asset_materialization.metadata
+    run_id = model_meta["mlflow_run_id"].value
+    registry = platform.registry()
+    client = registry.client
+    run = client.get_run(run_id)
+    # Params a person compares trainings by, the loss of every epoch, the evaluation's metrics.
+    assert run.data.params["estimator"] == model_meta["estimator"].value
+    assert run.data.params["window_end"] == FIRST
+    assert run.data.tags["ml_platform.partition"] == FIRST
+    unit = "epoch" if model_meta["estimator"].value == "sgd" else "iteration"
+    losses = client.get_metric_history(run_id, "train_loss")
+    assert len(losses) == model_meta[f"{unit}s"].value > 0
+    assert "holdout_rmse" in run.data.metrics
+    # The champion's model version is that run's model, named as the record names it.
+    found = registry.model_version(f"daily-{FIRST}")
+    assert found.run_id == run_id
+    assert registered_meta["mlflow_model_version"].value == f"models:/synthetic/{found.version}"
+    assert found.tags["ml_platform.decision"] == "promote"
+    assert client.get_registered_model("synthetic").aliases == {"champion": found.version}

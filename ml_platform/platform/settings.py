@@ -68,6 +68,9 @@ NOTIFIER_BOOL_ENV = {"smtp_starttls": "ML_PLATFORM_SMTP_STARTTLS"}
 SECRET_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|KEY|WEBHOOK|CREDENTIAL", re.IGNORECASE)
 # Shorter values (e.g. "1", "true", a port) are not credentials and would redact ordinary text.
 MIN_SECRET_LENGTH = 8
+# MLflow's own store variables (`mlflow_config`); a database URI in them carries a password.
+MLFLOW_URI_ENVS = {"tracking_uri": "MLFLOW_TRACKING_URI", "registry_uri": "MLFLOW_REGISTRY_URI"}
+MLFLOW_UI_ENV = "ML_PLATFORM_MLFLOW_UI_URL"
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -185,12 +188,15 @@ class Settings:
 
         return {
             field: dg.EnvVar(variable)
-            for field, variable in (
-                ("tracking_uri", "MLFLOW_TRACKING_URI"),
-                ("registry_uri", "MLFLOW_REGISTRY_URI"),
-            )
+            for field, variable in MLFLOW_URI_ENVS.items()
             if self._get(variable)
         }
+
+    @property
+    def mlflow_ui_url(self) -> str | None:
+        """The MLflow UI that assets link their runs and model versions to; None: no links."""
+        url = self._get(MLFLOW_UI_ENV)
+        return url.rstrip("/") if url else None
 
     @property
     def sensor_interval_seconds(self) -> int:
@@ -289,5 +295,10 @@ class Settings:
             for name, value in self.environ.items()
             if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH and " " not in value
         }
+        # A database URI of MLflow's carries its password.
+        for name in MLFLOW_URI_ENVS.values():
+            password = urlparse(self.environ.get(name, "")).password
+            if password and len(password) >= MIN_SECRET_LENGTH:
+                values.add(password)
         # Longest first, so a secret containing another is replaced whole.
         return sorted(values, key=len, reverse=True)

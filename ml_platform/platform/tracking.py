@@ -15,7 +15,7 @@ that the webserver, the daemon and the sensors never need.
 import functools
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -51,6 +51,8 @@ class MlflowStores(dg.ConfigurableResource):
     lake: LakeStorage
     tracking_uri: str | None = None
     registry_uri: str | None = None
+    # The MLflow UI's address (`ML_PLATFORM_MLFLOW_UI_URL`); None: metadata names no link.
+    ui_url: str | None = None
 
     def tracking(self) -> str:
         """The tracking store's URI: the configured one, else the lake's embedded file."""
@@ -75,6 +77,22 @@ class MlflowStores(dg.ConfigurableResource):
         where = self.lake.uri(f"{MLFLOW_PREFIX}/artifacts/{dataset}")
         return where if "://" in where else Path(where).as_uri()
 
+    def run_link(self, dataset: str, run_id: str) -> dict[str, Any]:
+        """Metadata naming an MLflow run, with its page in the UI when one is configured."""
+        link: dict[str, Any] = {"mlflow_run_id": run_id}
+        if self.ui_url:
+            page = f"{self.ui_url}/#/experiments/{self.experiment_id(dataset)}/runs/{run_id}"
+            link["mlflow_run"] = dg.MetadataValue.url(page)
+        return link
+
+    def model_version_link(self, dataset: str, version: str) -> dict[str, Any]:
+        """Metadata naming a model version (`models:/<dataset>/<n>`), with its UI page if any."""
+        link: dict[str, Any] = {"mlflow_model_version": f"models:/{dataset}/{version}"}
+        if self.ui_url:
+            page = f"{self.ui_url}/#/models/{dataset}/versions/{version}"
+            link["mlflow_model_version_page"] = dg.MetadataValue.url(page)
+        return link
+
     def client(self) -> "MlflowClient":
         """An MLflow client on these stores (one per process and stores)."""
         return _client(self.tracking(), self.registry())
@@ -89,6 +107,11 @@ class MlflowStores(dg.ConfigurableResource):
 @functools.cache
 def _client(tracking: str, registry: str) -> "MlflowClient":
     from mlflow import MlflowClient
+    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+
+    # A progress bar per downloaded model is noise in a run's logs; a user's setting stands.
+    if not MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.is_set():
+        MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.set(False)
 
     return MlflowClient(tracking_uri=tracking, registry_uri=registry)
 

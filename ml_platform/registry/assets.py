@@ -411,7 +411,7 @@ def build_registered_model(
                 **environment,
             }
             example = next(holdout.chunks()).head(5)
-            registry.upsert(version, model, manifest, example, model.mlflow_run_id)
+            number = registry.upsert(version, model, manifest, example, model.mlflow_run_id)
             target = "champion" if decision == PROMOTE else "challenger"
             alias: str | None = None
             kept = moves_back(target, version)
@@ -438,6 +438,7 @@ def build_registered_model(
                 **record,
                 **comparison_fields(contract, comparison, candidate, champion_scores),
                 "version": version,
+                "mlflow_version": number,
                 "alias": alias,
                 "alias_note": note,
                 "registered": True,
@@ -526,6 +527,9 @@ def build_registered_model(
                 metadata["comparison"] = dg.MetadataValue.md(daily["comparison_markdown"])
             if daily["registered"]:
                 metadata["git_commit"] = daily["manifest"]["git_commit"]
+                metadata.update(
+                    model_registry.stores.model_version_link(dataset, daily["mlflow_version"])
+                )
             yield dg.MaterializeResult(value=value, metadata=metadata)
 
         # Once per step: it runs git and reads the lock file.

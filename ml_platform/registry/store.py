@@ -26,6 +26,7 @@ import math
 import platform
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,7 @@ class ModelRegistry:
         version, if any, is the one that loads.
         """
         import mlflow.sklearn
+        from mlflow.entities import Metric
         from mlflow.models import infer_signature
 
         client = self.client
@@ -161,6 +163,19 @@ class ModelRegistry:
             (folder / MANIFEST_FILE).write_bytes(_json(record))
             path = f"model-{digest[:16]}"
             client.log_artifacts(run_id, str(folder), path)
+        # The evaluation's metrics of the candidate, beside the training's losses.
+        metrics = {
+            f"holdout_{name}": float(value)
+            for name, value in (manifest.get("metrics") or {}).items()
+            if isinstance(value, (int, float)) and math.isfinite(value)
+        }
+        if metrics:
+            client.log_batch(
+                run_id,
+                metrics=[
+                    Metric(key, value, int(time.time() * 1000), 0) for key, value in metrics.items()
+                ],
+            )
         if own_run:
             client.set_terminated(run_id)
         self._ensure_registered_model()

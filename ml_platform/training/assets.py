@@ -609,7 +609,7 @@ def build_model(
                     "best_validation_loss": min(h["validation_loss"] for h in trained.history),
                     f"loss_per_{unit}": dg.MetadataValue.md(loss_curve(trained)),
                     "hyperparameters": trained.hyperparameters,
-                    "mlflow_run_id": run_id,
+                    **mlflow.run_link(contract.name, run_id),
                     **telemetry.metadata(),
                 },
             )
