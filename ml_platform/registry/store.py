@@ -45,6 +45,8 @@ KEY_PACKAGES = ("dagster", "pandas", "numpy", "scikit-learn", "great-expectation
 # What a served model needs, pinned to this environment's releases.
 SERVING_PACKAGES = ("scikit-learn", "pandas", "numpy", "scipy", "cloudpickle")
 VERSION_TAG = f"{TAG}.version"
+# MLflow's error code for a registered model that does not exist (yet).
+NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"
 SHA256_TAG = f"{TAG}.model_sha256"
 MODEL_FILE = "model.pkl"  # the sklearn flavour's pickle (cloudpickle)
 MODEL_FIELDS = "ml_platform_model.json"
@@ -87,15 +89,15 @@ class ModelRegistry:
         """The MLflow client of the stores."""
         return self.stores.client()
 
-    def _all(self) -> list["ModelVersion"]:
-        """Every READY model version of the dataset, oldest first."""
-        found = self.client.search_model_versions(f"name='{self.name}'")
+    def _search(self, condition: str = "") -> list["ModelVersion"]:
+        """The dataset's READY model versions (matching `condition`), oldest first."""
+        found = self.client.search_model_versions(f"name='{self.name}'{condition}")
         ready = [mv for mv in found if mv.status == "READY" and VERSION_TAG in mv.tags]
         return sorted(ready, key=lambda mv: int(mv.version))
 
     def model_version(self, version: str) -> "ModelVersion":
         """The MLflow model version a platform name stands for now (its latest whole one)."""
-        matches = [mv for mv in self._all() if mv.tags[VERSION_TAG] == version]
+        matches = self._search(f" and tags.`{VERSION_TAG}`='{version}'")
         if not matches:
             known = ", ".join(self.versions()[-5:]) or "none"
             raise RegistryError(
@@ -109,7 +111,7 @@ class ModelRegistry:
 
     def versions(self) -> list[str]:
         """The platform names of the registered versions, sorted."""
-        return sorted({mv.tags[VERSION_TAG] for mv in self._all()})
+        return sorted({mv.tags[VERSION_TAG] for mv in self._search()})
 
     def upsert(
         self,
@@ -212,7 +214,9 @@ class ModelRegistry:
 
         try:
             self.client.get_registered_model(self.name)
-        except MlflowException:
+        except MlflowException as exc:
+            if exc.error_code != NOT_FOUND:
+                raise
             try:
                 self.client.create_registered_model(
                     self.name,
@@ -282,11 +286,17 @@ class ModelRegistry:
 
         try:
             numbers = dict(self.client.get_registered_model(self.name).aliases)
-        except MlflowException:
-            numbers = {}
-        names = {str(mv.version): mv.tags[VERSION_TAG] for mv in self._all()}
+        except MlflowException as exc:
+            if exc.error_code != NOT_FOUND:
+                raise
+            numbers = {}  # nothing registered yet
         return {
-            alias: names.get(str(numbers[alias])) if alias in numbers else None for alias in ALIASES
+            alias: (
+                self.client.get_model_version(self.name, str(numbers[alias])).tags[VERSION_TAG]
+                if alias in numbers
+                else None
+            )
+            for alias in ALIASES
         }
 
     def set_alias(self, name: str, version: str) -> None:
