@@ -132,6 +132,9 @@ class ModelRegistry:
         from mlflow.models import infer_signature
 
         client = self.client
+        if run_id is not None and not self._has_run(run_id):
+            # The training was tracked in another store (a reproduction's scratch registry).
+            run_id = None
         if run_id is None:
             run = client.create_run(
                 self.stores.experiment_id(self.name),
@@ -208,6 +211,17 @@ class ModelRegistry:
             description=f"{version}: {manifest.get('decision', 'registered')}",
         )
         return str(created.version)
+
+    def _has_run(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_run(run_id)
+        except MlflowException as exc:
+            if exc.error_code != NOT_FOUND:
+                raise
+            return False
+        return True
 
     def _ensure_registered_model(self) -> None:
         from mlflow.exceptions import MlflowException
