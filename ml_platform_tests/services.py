@@ -316,7 +316,7 @@ class Postgres:
 
     def url(self) -> str:
         """The database's SQLAlchemy URL, password included (MLflow's MLFLOW_TRACKING_URI)."""
-        return f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.db_name}"
+        return f"postgresql+psycopg2://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.db_name}"
 
     def env(self) -> dict[str, str]:
         """The variables deploy/dagster.yaml reads the connection from."""

@@ -215,8 +215,10 @@ def test_the_settings_choose_each_backend_and_share_one_s3_resource(tmp_path):
     # One S3 configuration: both locations reach S3 through the same resource.
     assert lake.s3 is s3 and landing.s3 is s3
     assert resources["io_manager"].storage is lake
-    # The registry's versions and aliases live in the same lake, on S3 too.
-    assert resources["model_registry"].storage is lake
+    # MLflow keeps its artifacts in the same lake, on S3 too, and the model step and the
+    # registry share its stores.
+    mlflow = resources["mlflow"]
+    assert resources["model_registry"].stores is mlflow and mlflow.lake is lake
     assert s3.region_name is None  # unset: the boto3 chain's region
 
 

@@ -61,7 +61,7 @@ class MlflowStores(dg.ConfigurableResource):
         if not isinstance(self.lake, LocalStorage):
             raise TrackingConfigError(
                 f"the lake is at {self.lake.uri('')}: set {TRACKING_ENV} to a tracking store "
-                "every machine reaches (e.g. postgresql://user@host/mlflow); the embedded "
+                "every machine reaches (e.g. postgresql+psycopg2://user@host/mlflow); the embedded "
                 "SQLite file is only for a lake in a directory"
             )
         folder = Path(self.lake.uri(MLFLOW_PREFIX))
