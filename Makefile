@@ -84,7 +84,7 @@ serve: instance
 # (production) is served by its own `mlflow server`.
 mlflow-ui: $(RUN_STAMP)
 	mkdir -p "$(ML_PLATFORM_LAKE_DIR)/mlflow"
-	.venv/bin/mlflow server --host $(HOST) --port $(MLFLOW_PORT) --workers 1 \
+	MLFLOW_DISABLE_TELEMETRY=true .venv/bin/mlflow server --host $(HOST) --port $(MLFLOW_PORT) --workers 1 \
 	  --backend-store-uri "sqlite:///$(abspath $(ML_PLATFORM_LAKE_DIR))/mlflow/mlflow.db"
 
 # `dg check defs` loads the code location as `dg dev` and the daemon do. VIRTUAL_ENV says .venv

@@ -328,6 +328,7 @@ def test_mlflow_serves_the_champion_without_the_platform_as_ml_platform_score_do
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
         "MLFLOW_TRACKING_URI": f"sqlite:///{lake}/mlflow/mlflow.db",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
     }
     subprocess.run(
         [str(python), "-I", str(script), str(rows), str(served_csv)],

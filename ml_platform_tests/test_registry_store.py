@@ -168,4 +168,8 @@ def test_each_training_is_an_mlflow_run_that_the_registered_version_comes_from(s
     assert found.run_id == run_id
     assert registered_meta["mlflow_model_version"].value == f"models:/synthetic/{found.version}"
     assert found.tags["ml_platform.decision"] == "promote"
+    assert (
+        found.tags["ml_platform.reason"] == platform.registry().manifest(f"daily-{FIRST}")["reason"]
+    )
+    assert found.tags["ml_platform.kind"] == "daily"
     assert client.get_registered_model("synthetic").aliases == {"champion": found.version}

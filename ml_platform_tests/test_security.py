@@ -6,8 +6,10 @@ landing-status, the sensor and raw_data, and nothing of their targets shows anyw
 
 import datetime as dt
 import logging
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -85,6 +87,20 @@ def test_every_secret_of_the_instance_configs_comes_from_the_environment():
         database = document["storage"]["postgres"]["postgres_db"]
         for field in ["username", "password", "hostname", "port", "db_name"]:
             assert set(database[field]) == {"env"}, f"{config}: {field} is not from env"
+
+
+def test_mlflow_sends_no_telemetry_from_the_platforms_processes():
+    # MLflow starts its usage telemetry when imported unless told not to; every module of the
+    # platform that uses MLflow imports it after ml_platform.platform.tracking, which tells it.
+    code = (
+        "import ml_platform.registry.store, ml_platform.training.tracking, mlflow\n"
+        "from mlflow.telemetry import get_telemetry_client\n"
+        "assert get_telemetry_client() is None, get_telemetry_client()\n"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")
+    }
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
 
 
 def test_the_webserver_binds_loopback_unless_configured():

@@ -119,6 +119,17 @@ class Location:
         return self.value
 
 
+def quiet_mlflow() -> None:
+    """MLflow's own switches as the platform needs them, where the environment leaves them unset.
+
+    Its telemetry is off: nothing leaves the machine (as `telemetry` in dagster.yaml); MLflow
+    starts it when imported, so this runs before. No progress bar per downloaded model in the
+    runs' logs. A variable the user set stands.
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
 class Settings:
     """The platform's settings, read from a snapshot of the environment (`os.environ`)."""
 

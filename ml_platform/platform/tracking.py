@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from ml_platform.platform.settings import quiet_mlflow
 from ml_platform.platform.storage import LakeStorage, LocalStorage
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ REGISTRY_ENV = "MLFLOW_REGISTRY_URI"
 MLFLOW_PREFIX = "mlflow"
 # Tags the platform sets on runs and model versions, under one namespace.
 TAG = "ml_platform"
+
+# Before any module of the platform imports MLflow (they all import this one first).
+quiet_mlflow()
 
 # Creating an experiment or registered model twice at once is refused by one of the two;
 # within a process one lock keeps it to one attempt, across processes the loser reads it.
@@ -107,11 +111,6 @@ class MlflowStores(dg.ConfigurableResource):
 @functools.cache
 def _client(tracking: str, registry: str) -> "MlflowClient":
     from mlflow import MlflowClient
-    from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
-
-    # A progress bar per downloaded model is noise in a run's logs; a user's setting stands.
-    if not MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.is_set():
-        MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.set(False)
 
     return MlflowClient(tracking_uri=tracking, registry_uri=registry)
 

@@ -311,6 +311,11 @@ def build_registered_model(
                     ),
                     allow_retries=False,
                 ) from exc
+        # Where the aliases point now: this step is their one writer, so it keeps them as it
+        # moves them instead of asking the registry again.
+        current = {**now, **live}
+        # Each champion's model, loaded once a step (a champion serves many days in a row).
+        loaded: dict[str, TrainedModel] = {}
         # The aliases each day this step judged left: what its next day meets.
         judged_after: dict[str, dict[str, str | None]] = {}
 
@@ -328,8 +333,11 @@ def build_registered_model(
             return None if value is None else str(value["decision"])
 
         def load_champion(version: str) -> TrainedModel:
+            if version in loaded:
+                return loaded[version]
             try:
-                return registry.load(version)
+                loaded[version] = registry.load(version)
+                return loaded[version]
             except RegistryError as exc:
                 raise dg.Failure(
                     description=(
@@ -341,9 +349,9 @@ def build_registered_model(
 
         def moves_back(alias: str, version: str) -> str | None:
             """The later day's version `alias` points at, if moving it to `version` goes back."""
-            current = registry.alias(alias)
-            if current is not None and version_day(current) > version_day(version):
-                return current
+            now = current[alias]
+            if now is not None and version_day(now) > version_day(version):
+                return now
             return None
 
         def judged(
@@ -407,11 +415,13 @@ def build_registered_model(
                 "trained_for": model.progress,
                 "metrics": evaluation["metrics"],
                 "decision": decision,
+                "reason": comparison.cause,
                 "champion_met": champion,
                 **environment,
             }
             example = next(holdout.chunks()).head(5)
             number = registry.upsert(version, model, manifest, example, model.mlflow_run_id)
+            loaded.pop(version, None)
             target = "champion" if decision == PROMOTE else "challenger"
             alias: str | None = None
             kept = moves_back(target, version)
@@ -422,13 +432,14 @@ def build_registered_model(
                 )
             elif kept is not None:
                 note = f"{target} stays {kept}, a later day's model"
-            elif target == "challenger" and registry.alias("champion") == version:
+            elif target == "challenger" and current["champion"] == version:
                 # A re-run of the champion's own day that no longer beats the one before it.
                 note = f"{version} is the champion already"
             else:
                 note = ""
                 alias = target
                 registry.set_alias(alias, version)
+                current[alias] = version
             comparison_md = (
                 render_comparison(version, candidate, champion_scores, champion, comparison)
                 if champion is not None and champion_scores is not None
@@ -485,7 +496,7 @@ def build_registered_model(
             after = (
                 aliases_left(met, candidates, chain.recorded(day))
                 if past is not None
-                else {alias: registry.aliases()[alias] for alias in met}
+                else {alias: current[alias] for alias in met}
             )
             judged_after[day] = after
             champion_after = after["champion"]

@@ -83,6 +83,9 @@ class ModelRegistry:
     def __init__(self, stores: MlflowStores, dataset: str):
         self.stores = stores
         self.name = dataset
+        # The model versions this registry created, whole by construction: an alias moves to
+        # them without reading their files back.
+        self._created: dict[str, str] = {}
 
     @property
     def client(self) -> Any:
@@ -132,18 +135,17 @@ class ModelRegistry:
         from mlflow.models import infer_signature
 
         client = self.client
-        if run_id is not None and not self._has_run(run_id):
-            # The training was tracked in another store (a reproduction's scratch registry).
-            run_id = None
-        if run_id is None:
+        # The training's run; none when it was tracked in another store (a reproduction's
+        # scratch registry) or not at all: then a run of its own.
+        run = self._run(run_id) if run_id is not None else None
+        own_run = run is None
+        if run is None:
             run = client.create_run(
                 self.stores.experiment_id(self.name),
                 run_name=f"register {version}",
                 tags={f"{TAG}.kind": "registration"},
             )
-            run_id, own_run = run.info.run_id, True
-        else:
-            own_run = False
+        run_id = run.info.run_id
         rows = example[model.features]
         with tempfile.TemporaryDirectory(prefix="ml_platform-register-") as scratch:
             folder = Path(scratch) / "model"
@@ -193,7 +195,7 @@ class ModelRegistry:
                     "partition",
                     "kind",
                     "decision",
-                    "reasons",
+                    "reason",
                     "run_id",
                     "input_partitions",
                     "input_data_versions",
@@ -205,23 +207,24 @@ class ModelRegistry:
         }
         created = client.create_model_version(
             self.name,
-            f"{client.get_run(run_id).info.artifact_uri}/{path}",
+            f"{run.info.artifact_uri}/{path}",
             run_id=run_id,
             tags=tags,
             description=f"{version}: {manifest.get('decision', 'registered')}",
         )
+        self._created[version] = str(created.version)
         return str(created.version)
 
-    def _has_run(self, run_id: str) -> bool:
+    def _run(self, run_id: str) -> Any:
+        """The MLflow run `run_id` of the store, or None if it has none of that id."""
         from mlflow.exceptions import MlflowException
 
         try:
-            self.client.get_run(run_id)
+            return self.client.get_run(run_id)
         except MlflowException as exc:
             if exc.error_code != NOT_FOUND:
                 raise
-            return False
-        return True
+            return None
 
     def _ensure_registered_model(self) -> None:
         from mlflow.exceptions import MlflowException
@@ -332,6 +335,9 @@ class ModelRegistry:
                 continue
             if version is None:
                 targets[name] = None
+                continue
+            if version in self._created:
+                targets[name] = self._created[version]
                 continue
             try:
                 with tempfile.TemporaryDirectory(prefix="ml_platform-alias-") as scratch:

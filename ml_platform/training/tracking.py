@@ -78,11 +78,16 @@ def log_training(
     ]
     metrics.append(Metric(f"best_{unit}", float(model.best_epoch), now, 0))
     params = [Param(k, v) for k, v in training_params(contract, model).items()]
-    # MLflow takes at most 1000 metrics and 100 params a call.
-    for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start : start + 1000])
-    for start in range(0, len(params), 100):
-        client.log_batch(run_id, params=params[start : start + 100])
-    client.log_batch(run_id, tags=[RunTag("mlflow.note.content", model.progress)])
+    note = [RunTag("mlflow.note.content", model.progress)]
+    # One write where MLflow's limits allow (1000 metrics, 100 params a call): each is a
+    # transaction of the store.
+    if len(metrics) + len(params) < 1000 and len(params) <= 100:
+        client.log_batch(run_id, metrics=metrics, params=params, tags=note)
+    else:
+        for start in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[start : start + 1000])
+        for start in range(0, len(params), 100):
+            client.log_batch(run_id, params=params[start : start + 100])
+        client.log_batch(run_id, tags=note)
     client.set_terminated(run_id)
     return run_id
