@@ -101,6 +101,8 @@ def test_a_damaged_model_file_is_refused_and_the_champion_keeps_serving(
         handle.seek(10)
         handle.write(b"\xff\xff")
 
+    # Read as any other process reads it (this registry created NEW, so it trusts it whole).
+    registry = lake_registry(lake, "synthetic")
     with pytest.raises(RegistryError, match="is damaged"):
         registry.load(NEW)
     with pytest.raises(RegistryError, match=f"cannot point 'challenger' at version '{NEW}'"):
