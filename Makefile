@@ -121,7 +121,7 @@ test: lint system-packages
 	status=0; log=$$(mktemp); \
 	.venv/bin/pytest -ra --durations=15 -n 2 --dist loadfile -m integration \
 	  > $$log 2>&1 & integration=$$!; \
-	.venv/bin/pytest -ra --durations=15 $(PARALLEL) --dist loadgroup -m "not integration" || status=$$?; \
+	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
 	wait $$integration || status=$$?; \
 	echo "--- integration tests"; cat $$log; rm -f $$log; \
 	exit $$status

@@ -92,15 +92,6 @@ def day_files(lake_dir: Path, dataset: str, asset: str, day: str) -> list[Path]:
     return sorted(p for p in folder.glob("*") if p.is_file() and not p.name.startswith("."))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first: on two workers, the longest tests started last set the wall time.
-
-    A stable sort, so each module's tests stay together and in order (their module fixtures
-    are built once a worker).
-    """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def lake_registry(lake_dir: Path | str, dataset: str) -> ModelRegistry:
     """A dataset's registry in the embedded MLflow of the lake in `lake_dir`."""
     return ModelRegistry(MlflowStores(lake=LocalStorage(base_dir=str(lake_dir))), dataset)

@@ -58,8 +58,7 @@ from ml_platform.validation.expectations import CHECKS
 from ml_platform_tests.conftest import DAILY_ASSETS, REPO, Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import materialize_range
 
-# One worker runs the module: both tests share the three chains its fixture computes.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flights_chain")]
+pytestmark = pytest.mark.slow
 
 DAYS = days_from("2013-01-01", 30)  # Tuesday 1 January to Wednesday 30 January 2013
 SUNDAYS = [day for day in DAYS if dt.date.fromisoformat(day).weekday() == 6]
