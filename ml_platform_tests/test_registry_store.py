@@ -3,11 +3,13 @@ model version behind; `versions()`, `load`, the aliases and `score --version` re
 whole or is damaged; the previous champion keeps serving, and the error says why."""
 
 import errno
+from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pandas as pd
 import pytest
+from mlflow.artifacts import download_artifacts
 
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
@@ -175,3 +177,30 @@ def test_each_training_is_an_mlflow_run_that_the_registered_version_comes_from(s
     )
     assert found.tags["ml_platform.kind"] == "daily"
     assert client.get_registered_model("synthetic").aliases == {"champion": found.version}
+
+
+def test_a_registration_warns_of_nothing_and_its_model_pins_what_serving_needs(
+    served, tmp_path, caplog
+):
+    platform, _, features = served
+    live = platform.registry()
+    champion = str(live.alias("champion"))
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    registry = ModelRegistry(
+        MlflowStores(lake=LocalStorage(base_dir=str(tmp_path / "lake")), tracking_uri=tracking),
+        "synthetic",
+    )
+    with caplog.at_level("WARNING"):
+        registry.upsert(champion, live.load(champion), live.manifest(champion), features.head(5))
+    # A warning at every registration that nobody can act on is noise in every run's log.
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("mlflow")] == []
+    folder = Path(
+        download_artifacts(
+            artifact_uri=registry.model_version(champion).source,
+            dst_path=str(tmp_path / "download"),
+            tracking_uri=tracking,
+        )
+    )
+    requirements = (folder / "requirements.txt").read_text().split()
+    assert f"scikit-learn=={version('scikit-learn')}" in requirements
+    assert f"pandas=={version('pandas')}" in requirements

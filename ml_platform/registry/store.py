@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import logging
 import math
 import platform
 import subprocess
@@ -51,6 +52,37 @@ SHA256_TAG = f"{TAG}.model_sha256"
 MODEL_FILE = "model.pkl"  # the sklearn flavour's pickle (cloudpickle)
 MODEL_FIELDS = "ml_platform_model.json"
 MANIFEST_FILE = "ml_platform_manifest.json"
+
+
+class _ChosenFormat(logging.Filter):
+    """Drops MLflow's warning, at every registration, that a cloudpickle file runs code on load.
+
+    The format is chosen: a version must load where only MLflow, scikit-learn and pandas are
+    installed, and `load` refuses a file whose sha256 is not the one registered with it
+    (docs/models.md). A warning that no one can act on, once a day in every run's log, teaches
+    people to skip the log.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pickle or cloudpickle format" not in record.getMessage()
+
+
+logging.getLogger("mlflow.sklearn").addFilter(_ChosenFormat())
+
+
+def serving_environment() -> dict[str, Any]:
+    """What a served model needs, as the conda environment MLflow writes beside the model.
+
+    This Python and the serving packages at this environment's releases (MLflow writes the same
+    pins to the model's requirements.txt). Given whole, MLflow does not look for an installed pip
+    to pin (a uv environment has none, and it would warn so at every registration).
+    """
+    pins = [f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES]
+    return {
+        "name": "ml_platform-model",
+        "channels": ["conda-forge"],
+        "dependencies": [f"python={platform.python_version()}", "pip", {"pip": pins}],
+    }
 
 
 def version_day(version: str) -> str:
@@ -155,9 +187,7 @@ class ModelRegistry:
                 serialization_format="cloudpickle",
                 signature=infer_signature(rows, model.pipeline.predict(rows)),
                 input_example=rows,
-                pip_requirements=[
-                    f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES
-                ],
+                conda_env=serving_environment(),
             )
             digest = hashlib.sha256((folder / MODEL_FILE).read_bytes()).hexdigest()
             record = {**manifest, "version": version, "model_sha256": digest}
