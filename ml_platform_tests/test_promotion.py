@@ -442,7 +442,8 @@ def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
 
 
 class FlakyRegistry(ModelRegistryResource):
-    """The registry, whose registration of one version fails once, as a dropped write does.
+    """The registry, whose registration of one version, or the move of the aliases to it, fails
+    once, as a dropped write does (the move after the champion moved, before the challenger).
 
     Dagster builds the resource again from its fields for each run, so the one failure is kept
     on disk: it happens while the `armed` file exists, which it removes.
@@ -450,21 +451,33 @@ class FlakyRegistry(ModelRegistryResource):
 
     fails_on: str
     armed: str
+    at: str  # "registration" or "alias move"
 
     def for_dataset(self, dataset: str) -> ModelRegistry:
-        return FlakyVersions(self.stores, dataset, self.fails_on, Path(self.armed))
+        return FlakyVersions(self.stores, dataset, self.fails_on, Path(self.armed), self.at)
 
 
 class FlakyVersions(ModelRegistry):
-    def __init__(self, stores: MlflowStores, dataset: str, fails_on: str, armed: Path):
+    def __init__(self, stores: MlflowStores, dataset: str, fails_on: str, armed: Path, at: str):
         super().__init__(stores, dataset)
-        self.fails_on, self.armed = fails_on, armed
+        self.fails_on, self.armed, self.at = fails_on, armed, at
+
+    def fail(self, at: str, version: str | None) -> bool:
+        if at == self.at and version == self.fails_on and self.armed.exists():
+            self.armed.unlink()
+            return True
+        return False
 
     def upsert(self, version, *args, **kwargs):
-        if version == self.fails_on and self.armed.exists():
-            self.armed.unlink()
+        if self.fail("registration", version):
             raise OSError(errno.EIO, "Input/output error")
         return super().upsert(version, *args, **kwargs)
+
+    def set_aliases(self, aliases):
+        if self.fail("alias move", aliases.get("champion")):
+            super().set_aliases({"champion": aliases["champion"]})
+            raise OSError(errno.EIO, "Input/output error")
+        super().set_aliases(aliases)
 
 
 def registrations_of(platform: Platform) -> tuple[list[tuple], dict[str, str]]:
@@ -479,7 +492,10 @@ def registrations_of(platform: Platform) -> tuple[list[tuple], dict[str, str]]:
     return recorded, platform.registry().aliases()
 
 
-def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("at", ["registration", "alias move"])
+def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrupted_run(
+    tmp_path, at
+):
     # Any eligible candidate clears a change threshold this tolerant: each day moves the champion,
     # so the failed attempt leaves the champion on a later day's model than its retry judges.
     tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
@@ -490,11 +506,13 @@ def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrup
         assert materialize_range(platform, DAYS[0], DAYS[-1], upstream).success
     assert materialize_range(clean, DAYS[0], DAYS[-1], ["registered_model"]).success
 
-    # The registry drops the last day's registration once, after three days moved aliases.
+    # The registry drops the last day's registration once; or the move of the aliases to it,
+    # after the champion moved to it: the failed attempt leaves the champion on the last day's
+    # model, against which its retry would judge the first days as superseded.
     armed = tmp_path / "armed"
     armed.touch()
     stores = MlflowStores(lake=LocalStorage(base_dir=str(faulty.lake_dir)))
-    registry = FlakyRegistry(stores=stores, fails_on=f"daily-{DAYS[-1]}", armed=str(armed))
+    registry = FlakyRegistry(stores=stores, fails_on=f"daily-{DAYS[-1]}", armed=str(armed), at=at)
     result = materialize_range(
         faulty, DAYS[0], DAYS[-1], ["registered_model"], model_registry=registry
     )

@@ -260,13 +260,16 @@ def each_day(
     context: dg.AssetExecutionContext,
     compute: Callable[..., Iterator],
     verdict_check: str | None = None,
+    before_recording: Callable[[], None] | None = None,
     **inputs: Any,
 ) -> Iterator:
     """Run `compute(day, **inputs)` for each day of the step and report each day's results.
 
     One day or a range, one path (see the module's docstring). `verdict_check`, when given, is
     the name of an ERROR check of the asset that each day passes when accepted and fails with
-    the verdict's reason otherwise.
+    the verdict's reason otherwise. `before_recording`, when given, runs once every day of the
+    step succeeded, before any is recorded: what the step commits outside the lake (the
+    registry's aliases) once, and never for an attempt that fails.
     """
     op_name = context.op_def.name
     asset_key = context.asset_key
@@ -468,6 +471,12 @@ def each_day(
             metadata={"failed_partitions": list(failed)},
             allow_retries=False,
         ) from next((o.error for o in outcomes if o.error is not None), None)
+    if before_recording is not None:
+        try:
+            before_recording()
+        except BaseException:
+            forget_written()
+            raise
     # The days' materialisations first, so that each day's check evaluations target them.
     yield dg.MaterializeResult()
     store.step_ended(asset_key, days)

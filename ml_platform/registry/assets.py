@@ -291,29 +291,21 @@ def build_registered_model(
         # the step reruns the past, and the live aliases are that day's, which it never moves.
         past = chain.latest_after(days[-1], partitions.get_last_partition_key() or days[-1])
         live = aliases_of(past[1]) if past is not None else chain.before(days[0])
-        # The aliases as the record says, before anything is judged: an attempt that failed
-        # after moving some recorded none of its days, so its moves are undone here.
+        # Each day meets the aliases the record says, never what MLflow's say now: an attempt
+        # that moved them and then failed to record its days left moves no record shows (the
+        # step sets them all once its days are judged, `move_aliases`).
         now = registry.aliases()
         found = {alias: now[alias] for alias in live}
         if found != live:
             context.log.warning(
                 f"registered_model: the aliases were {found}, which no recorded day left (a "
-                f"run failed after moving them); they are set back to {live}"
+                f"run failed after moving them); the days are judged from {live}, and the "
+                "aliases set to what they leave"
             )
-            try:
-                registry.set_aliases(live)
-            except RegistryError as exc:
-                raise dg.Failure(
-                    description=(
-                        "registered_model: the aliases cannot be set to what the latest "
-                        f"recorded day says ({exc}); rerun registered_model for that day or fix "
-                        "the registry (docs/runbook.md)"
-                    ),
-                    allow_retries=False,
-                ) from exc
-        # Where the aliases point now: this step is their one writer, so it keeps them as it
-        # moves them instead of asking the registry again.
-        current = {**now, **live}
+        # Where the aliases point as the step judges its days: this step is their one writer.
+        current = dict(live)
+        # The platform names registered so far, listed once a step and kept as it registers.
+        names = set(registry.versions())
         # Each champion's model, loaded once a step (a champion serves many days in a row).
         loaded: dict[str, TrainedModel] = {}
         # The aliases each day this step judged left: what its next day meets.
@@ -421,6 +413,7 @@ def build_registered_model(
             }
             example = next(holdout.chunks()).head(5)
             number = registry.upsert(version, model, manifest, example, model.mlflow_run_id)
+            names.add(version)
             loaded.pop(version, None)
             target = "champion" if decision == PROMOTE else "challenger"
             alias: str | None = None
@@ -438,7 +431,7 @@ def build_registered_model(
             else:
                 note = ""
                 alias = target
-                registry.set_alias(alias, version)
+                # MLflow's alias moves once the step's days are all judged (`move_aliases`).
                 current[alias] = version
             comparison_md = (
                 render_comparison(version, candidate, champion_scores, champion, comparison)
@@ -523,7 +516,7 @@ def build_registered_model(
                 "champion": champion_after or "none",
                 "challenger": after["challenger"] or "none",
                 "rejected_in_a_row": len(streak),
-                "registered_versions": len(registry.versions()),
+                "registered_versions": len(names),
             }
             for name, gain in daily.get("improvements", {}).items():
                 metadata[f"improvement_{name}"] = dg.MetadataValue.float(gain["improvement"])
@@ -543,10 +536,35 @@ def build_registered_model(
                 )
             yield dg.MaterializeResult(value=value, metadata=metadata)
 
+        def move_aliases() -> None:
+            """MLflow's aliases to where the step's last day left them, in one write.
+
+            Once every day of the step is judged and before any is recorded: an attempt that
+            fails on a day moves nothing; one that fails after this records nothing, and the
+            next step sets them again. A rerun of the past leaves them where the latest
+            recorded day did.
+            """
+            try:
+                registry.set_aliases(current)
+            except RegistryError as exc:
+                raise dg.Failure(
+                    description=(
+                        f"registered_model: the aliases cannot be set to {current} ({exc}); "
+                        "rerun registered_model for the latest recorded day or fix the registry "
+                        "(docs/runbook.md)"
+                    ),
+                    allow_retries=False,
+                ) from exc
+
         # Once per step: it runs git and reads the lock file.
         environment = environment_manifest()
         yield from each_day(
-            context, day_of_registered_model, model=model, evaluation=evaluation, features=features
+            context,
+            day_of_registered_model,
+            before_recording=move_aliases,
+            model=model,
+            evaluation=evaluation,
+            features=features,
         )
 
     return _registered_model

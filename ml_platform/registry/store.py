@@ -19,6 +19,7 @@ checksum is refused by `load` and by `set_aliases`.
 """
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -70,6 +71,7 @@ class _ChosenFormat(logging.Filter):
 logging.getLogger("mlflow.sklearn").addFilter(_ChosenFormat())
 
 
+@functools.cache
 def serving_environment() -> dict[str, Any]:
     """What a served model needs, as the conda environment MLflow writes beside the model.
 
