@@ -72,6 +72,10 @@ logging.getLogger("mlflow.sklearn").addFilter(_ChosenFormat())
 
 
 @functools.cache
+def _serving_pins() -> tuple[str, ...]:
+    return tuple(f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES)
+
+
 def serving_environment() -> dict[str, Any]:
     """What a served model needs, as the conda environment MLflow writes beside the model.
 
@@ -79,11 +83,15 @@ def serving_environment() -> dict[str, Any]:
     pins to the model's requirements.txt). Given whole, MLflow does not look for an installed pip
     to pin (a uv environment has none, and it would warn so at every registration).
     """
-    pins = [f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES]
+    # A new dict a call (MLflow is handed it), from pins read once a process.
     return {
         "name": "ml_platform-model",
         "channels": ["conda-forge"],
-        "dependencies": [f"python={platform.python_version()}", "pip", {"pip": pins}],
+        "dependencies": [
+            f"python={platform.python_version()}",
+            "pip",
+            {"pip": list(_serving_pins())},
+        ],
     }
 
 
