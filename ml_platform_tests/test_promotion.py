@@ -16,14 +16,19 @@ from ml_platform import cli
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.evaluation.metrics import (
+    compare_with_champion,
     holdout_of,
     judge,
     plots,
+    recorded_scores,
+    render_comparison,
     render_report,
     score_model,
     score_predictions,
+    stored_draws,
 )
 from ml_platform.ingestion.flights import flights_for_day
+from ml_platform.platform.formats import deserialise, serialise
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.assets import outcome_line, rejected_in_a_row
@@ -119,6 +124,37 @@ def test_a_clearly_better_candidate_is_promoted_with_its_interval_in_the_report(
     assert "improvement (paired 95 % interval)" in report
     assert f"| roc_auc | {candidate.values['roc_auc']:.4f} " in report
     assert f"{gain:+.4f} ({low:+.4f} – {high:+.4f}) |" in report
+
+
+def test_a_candidates_stored_draws_compare_with_a_champion_exactly_as_its_fresh_scores(
+    flights_case,
+):
+    """registered_model pairs the evaluation's stored draws instead of scoring the candidate."""
+    model, holdout = flights_case
+    y = labels(model, holdout)
+    candidate = score_model(model, holdout, SAMPLES, SEED)
+    noise = np.random.default_rng(1).random(len(y))
+    champion = score_predictions(
+        "classification", y, (noise > 0.5).astype("int64"), noise, SAMPLES, SEED
+    )
+    # The evaluation's value as the lake stores it (JSON, keys sorted).
+    evaluation = {
+        "metrics": candidate.values,
+        "intervals": candidate.intervals,
+        "paired": stored_draws(candidate),
+    }
+    recorded = recorded_scores(deserialise(serialise(evaluation, "json"), "json"))
+    assert recorded is not None and recorded.pairing == champion.pairing
+
+    assert compare_with_champion(FLIGHTS, recorded, champion) == compare_with_champion(
+        FLIGHTS, candidate, champion
+    )
+    comparison = compare_with_champion(FLIGHTS, candidate, champion)
+    assert render_comparison("daily-x", recorded, champion, "daily-y", comparison) == (
+        render_comparison("daily-x", candidate, champion, "daily-y", comparison)
+    )
+    # An evaluation stored without its draws is scored again.
+    assert recorded_scores({"metrics": candidate.values, "intervals": {}}) is None
 
 
 def test_the_reports_charts_keep_titles_axis_labels_legends_and_a_line_per_series(flights_case):

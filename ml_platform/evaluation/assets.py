@@ -31,6 +31,7 @@ from ml_platform.evaluation.metrics import (
     score_baseline,
     score_of,
     split_of,
+    stored_draws,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
@@ -164,6 +165,8 @@ def build_evaluation_report(
                 "window": model.window,
                 "holdout_rows": model.holdout_rows,
                 "report_markdown": report,
+                # registered_model pairs these draws with the champion's on the same rows.
+                "paired": stored_draws(candidate),
             }
             metadata: dict[str, dg.MetadataValue] = {
                 name: dg.MetadataValue.float(v) for name, v in candidate.values.items()

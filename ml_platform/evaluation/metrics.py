@@ -26,6 +26,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -134,6 +135,54 @@ class Scores:
     draws: dict[str, np.ndarray]
     pairing: str
     labels: np.ndarray  # the hold-out's labels, in the order of `predicted`
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedScores:
+    """A candidate's scores as its evaluation stored them: enough to pair it with a champion.
+
+    evaluation_report already scored the candidate on its held-out rows; registered_model scores
+    only the champion on them, and pairs it with these draws when the pairing says the samples
+    are the same (`recorded_scores`).
+    """
+
+    values: dict[str, float]
+    intervals: dict[str, tuple[float, float]]
+    draws: dict[str, np.ndarray]
+    pairing: str
+
+
+# What a paired comparison reads of a model's scores: metrics, intervals, draws and pairing.
+Paired = Scores | RecordedScores
+
+
+def stored_draws(scores: Scores) -> dict[str, Any]:
+    """The bootstrap draws of `scores` and their pairing, as an evaluation stores them."""
+    return {
+        "pairing": scores.pairing,
+        # The metrics in their order (the stored JSON sorts its keys): reports list them so.
+        "metrics": list(scores.values),
+        "draws": {name: draws.tolist() for name, draws in scores.draws.items()},
+    }
+
+
+def recorded_scores(evaluation: Mapping[str, Any]) -> RecordedScores | None:
+    """The candidate's scores an evaluation stored, or None when it stored no draws."""
+    paired = evaluation.get("paired")
+    if not paired:
+        return None
+    names = paired["metrics"]
+    return RecordedScores(
+        {name: evaluation["metrics"][name] for name in names},
+        {
+            name: (low, high)
+            for name in names
+            if name in evaluation["intervals"]
+            for low, high in [evaluation["intervals"][name]]
+        },
+        {name: np.asarray(paired["draws"][name], dtype="float64") for name in names},
+        str(paired["pairing"]),
+    )
 
 
 def _per_sample_counts(codes: np.ndarray, rows: np.ndarray, kinds: int) -> np.ndarray:
@@ -373,7 +422,7 @@ def _intervals(draws: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
     }
 
 
-def improvement(metric: str, candidate: Scores, reference: Scores) -> tuple[float, float, float]:
+def improvement(metric: str, candidate: Paired, reference: Paired) -> tuple[float, float, float]:
     """The candidate's improvement over a reference model: (point, 95 % low, 95 % high).
 
     The reference is the champion, or the trivial baseline (the improvement is then its lift).
@@ -587,7 +636,7 @@ class Comparison:
 
 
 def compare_with_champion(
-    contract: Contract, candidate: Scores, champion: Scores | None
+    contract: Contract, candidate: Paired, champion: Paired | None
 ) -> Comparison:
     """The contract's change thresholds applied to the candidate's improvement over the champion.
 
@@ -803,8 +852,8 @@ def render_report(
 
 def render_comparison(
     version: str,
-    candidate: Scores,
-    champion: Scores,
+    candidate: Paired,
+    champion: Paired,
     champion_version: str,
     comparison: Comparison,
 ) -> str:

@@ -37,7 +37,9 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.evaluation.metrics import (
     Comparison,
+    Paired,
     compare_with_champion,
+    recorded_scores,
     render_comparison,
     score_model,
     split_of,
@@ -383,11 +385,20 @@ def build_registered_model(
             except ValueError as exc:
                 # The model and its window disagree: only rematerialising the model fixes that.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
-            candidate = score_model(model, holdout, spec.bootstrap_samples, seed)
             champion_scores = (
                 score_model(load_champion(champion), holdout, spec.bootstrap_samples, seed)
                 if champion is not None
                 else None
+            )
+            # The evaluation scored the candidate on these rows already; its draws pair with
+            # the champion's when the samples are the same (an evaluation stored before it kept
+            # its draws, or of other rows, is scored again).
+            recorded = recorded_scores(evaluation)
+            candidate: Paired = (
+                recorded
+                if recorded is not None
+                and (champion_scores is None or recorded.pairing == champion_scores.pairing)
+                else score_model(model, holdout, spec.bootstrap_samples, seed)
             )
             comparison = compare_with_champion(contract, candidate, champion_scores)
             decision = comparison.decision
