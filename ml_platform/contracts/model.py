@@ -422,6 +422,62 @@ class DriftSpec(_Strict):
     features: dict[str, FeatureDriftSpec] = Field(default_factory=dict)
 
 
+# The stages a contract sizes: the asset names of a dataset's graph (definitions.py builds them).
+STAGES = (
+    "raw_data",
+    "validated_data",
+    "features",
+    "drift_report",
+    "model",
+    "full_model",
+    "evaluation_report",
+    "full_evaluation_report",
+    "registered_model",
+    "champion_performance",
+)
+# Fargate's largest task (16 vCPU, 120 GiB): no step executor here places a bigger one.
+MAX_CPU = 16.0
+MAX_MEMORY_MB = 122_880
+
+
+class StageSize(_Strict):
+    """What one stage's step asks its worker for: vCPUs (0.25 = a quarter of a core) and MiB."""
+
+    cpu: float = Field(gt=0.0, le=MAX_CPU)
+    memory: int = Field(gt=0, le=MAX_MEMORY_MB)
+
+
+# A step's process holds Dagster, pandas, scikit-learn and Great Expectations: a demo day (about
+# 1,000 rows) peaked at 460 to 490 MiB in every stage, a half-core's use, so the small stages
+# ask for 0.5 vCPU and 1 GiB. Training holds its window of days and the estimator (the weekly
+# retrain a window three times as long) and keeps a core busy.
+SMALL = StageSize(cpu=0.5, memory=1024)
+DEFAULT_SIZES = {
+    **dict.fromkeys(STAGES, SMALL),
+    "model": StageSize(cpu=1.0, memory=2048),
+    "full_model": StageSize(cpu=1.0, memory=3072),
+}
+
+
+class ResourcesSpec(_Strict):
+    """Each stage's request, and the bounds `ml-platform resources` keeps its advice within.
+
+    A stage not listed gets its default (`DEFAULT_SIZES`). The code location turns each request
+    into the step executors' own op tags (`platform/sizes.py`); the embedded in-process executor
+    reads none of them.
+    """
+
+    stages: dict[str, StageSize] = Field(default_factory=dict)
+    min_cpu: float = Field(default=0.25, gt=0.0, le=MAX_CPU)
+    max_cpu: float = Field(default=4.0, gt=0.0, le=MAX_CPU)
+    min_memory_mb: int = Field(default=512, gt=0, le=MAX_MEMORY_MB)
+    max_memory_mb: int = Field(default=16_384, gt=0, le=MAX_MEMORY_MB)
+
+    def size(self, stage: str) -> StageSize:
+        """The request of `stage`: the contract's, else its default."""
+        return self.stages.get(stage) or DEFAULT_SIZES[stage]
+
+
 class Contract(_Strict):
     """A dataset contract. Everything in the asset graph is generated from it."""
 
@@ -446,6 +502,7 @@ class Contract(_Strict):
     evaluation: EvaluationSpec = EvaluationSpec()
     quality: QualitySpec = QualitySpec()
     drift: DriftSpec = DriftSpec()
+    resources: ResourcesSpec = ResourcesSpec()
 
     @model_validator(mode="before")
     @classmethod
@@ -633,6 +690,24 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     if p.end_date is not None and p.end_date < p.start_date:
         yield ("partitions", "end_date"), "end_date is before start_date"
     yield from _drift_problems(c)
+    yield from _resources_problems(c.resources)
+
+
+def _resources_problems(r: ResourcesSpec) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Mistakes of the `resources` section: a stage the graph does not have, crossed bounds."""
+    for stage in r.stages:
+        if stage not in STAGES:
+            yield (
+                ("resources", "stages", stage),
+                f"'{stage}' is not a stage of the graph; the stages are: {', '.join(STAGES)}",
+            )
+    if r.min_cpu > r.max_cpu:
+        yield ("resources", "min_cpu"), f"min_cpu {r.min_cpu:g} is above max_cpu {r.max_cpu:g}"
+    if r.min_memory_mb > r.max_memory_mb:
+        yield (
+            ("resources", "min_memory_mb"),
+            f"min_memory_mb {r.min_memory_mb} is above max_memory_mb {r.max_memory_mb}",
+        )
 
 
 def _event_time_problems(

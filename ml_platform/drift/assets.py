@@ -32,6 +32,7 @@ from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.records import day_records, version_metadata
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import daily_backfill_policy, daily_check_spec, each_day
 
 DRIFT_REPORT = "drift_report"
@@ -64,7 +65,8 @@ def build_drift_report(
         retry_policy=STORAGE_RETRY_POLICY,
         group_name=dataset_name(contract.name, "drift"),
         kinds={"pandas", "json"},
-        metadata={FORMAT_KEY: "json"},
+        metadata={FORMAT_KEY: "json", **request_metadata(contract, DRIFT_REPORT)},
+        op_tags=step_tags(contract, DRIFT_REPORT),
         check_specs=[
             daily_check_spec(
                 FEATURES_DRIFT_CHECK,

@@ -37,6 +37,7 @@ from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import (
     DataVerdict,
     daily_backfill_policy,
@@ -69,7 +70,8 @@ def build_evaluation_report(
         backfill_policy=daily_backfill_policy(),
         group_name=dataset_name(contract.name, "evaluation"),
         kinds={"scikitlearn", "json"},
-        metadata={FORMAT_KEY: "json"},
+        metadata={FORMAT_KEY: "json", **request_metadata(contract, name)},
+        op_tags=step_tags(contract, name),
         retry_policy=STORAGE_RETRY_POLICY,
         ins={
             "model": dg.AssetIn(key=asset_key(contract.name, model_name)),

@@ -13,6 +13,7 @@ from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.observability import table_schema
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import daily_backfill_policy, each_day
 
 
@@ -31,7 +32,8 @@ def build_features_asset(
         retry_policy=STORAGE_RETRY_POLICY,
         group_name=dataset_name(contract.name, "features"),
         kinds={"pandas", "parquet"},
-        metadata={FORMAT_KEY: "parquet"},
+        metadata={FORMAT_KEY: "parquet", **request_metadata(contract, "features")},
+        op_tags=step_tags(contract, "features"),
     )
     def features(context: dg.AssetExecutionContext, validated_data: Any) -> Iterator:
         """Model inputs of day D: the contract's features, the event time and the label.

@@ -31,6 +31,7 @@ from ml_platform.platform.formats import FORMAT_KEY, serialise_into
 from ml_platform.platform.observability import record_bytes_read, table_schema
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -333,7 +334,12 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         retry_policy=STORAGE_RETRY_POLICY,
         group_name=dataset_name(contract.name, "ingestion"),
         kinds={"csv", "parquet"},
-        metadata={FORMAT_KEY: "parquet", "dataset": contract.name},
+        metadata={
+            FORMAT_KEY: "parquet",
+            "dataset": contract.name,
+            **request_metadata(contract, "raw_data"),
+        },
+        op_tags=step_tags(contract, "raw_data"),
         check_specs=[
             daily_check_spec(
                 RAW_SCHEMA_CHECK,

@@ -51,6 +51,7 @@ from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.records import DayRecord, day_records
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,
@@ -220,7 +221,8 @@ def build_registered_model(
         backfill_policy=chained_backfill_policy(),
         group_name=dataset_name(dataset, "registry"),
         kinds={"scikitlearn"},
-        metadata={FORMAT_KEY: "json"},
+        metadata={FORMAT_KEY: "json", **request_metadata(contract, REGISTERED_MODEL)},
+        op_tags=step_tags(contract, REGISTERED_MODEL),
         retry_policy=STORAGE_RETRY_POLICY,
         ins={
             "model": dg.AssetIn(key=asset_key(dataset, MODEL_OF_KIND[DAILY])),

@@ -34,6 +34,7 @@ from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import (
     chained_backfill_policy,
     daily_check_spec,
@@ -269,7 +270,8 @@ def build_champion_performance(
         backfill_policy=chained_backfill_policy(),
         group_name=dataset_name(contract.name, "evaluation"),
         kinds={"scikitlearn", "json"},
-        metadata={FORMAT_KEY: "json"},
+        metadata={FORMAT_KEY: "json", **request_metadata(contract, CHAMPION_PERFORMANCE)},
+        op_tags=step_tags(contract, CHAMPION_PERFORMANCE),
         retry_policy=STORAGE_RETRY_POLICY,
         ins={
             "features": dg.AssetIn(asset_key(contract.name, "features")),

@@ -29,6 +29,7 @@ from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.records import day_records
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -487,7 +488,8 @@ def build_model(
         backfill_policy=daily_backfill_policy(),
         group_name=dataset_name(contract.name, "training"),
         kinds={"scikitlearn"},
-        metadata={FORMAT_KEY: "joblib", "window_days": days},
+        metadata={FORMAT_KEY: "joblib", "window_days": days, **request_metadata(contract, name)},
+        op_tags=step_tags(contract, name),
         retry_policy=STORAGE_RETRY_POLICY,
         ins={"features": window_input(contract.name, days), **drift_ins(contract)},
         check_specs=[

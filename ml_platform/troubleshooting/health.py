@@ -3,13 +3,13 @@
 Success rates per job and per asset step, p50/p95 step durations, queue wait (from a run's
 creation to its start), retries, check pass rates, and a memory request per asset: the largest
 `step_peak_rss_mb` its materialisations recorded (steps.day_metrics) plus headroom,
-rounded up, to size container requests from what the steps really used.
+rounded up (`platform.sizes.memory_request_mb`, which `ml-platform resources` also applies), to
+size container requests from what the steps really used.
 """
 
 import collections
 import dataclasses
 import datetime as dt
-import math
 import time
 from typing import Any
 
@@ -17,11 +17,8 @@ import dagster as dg
 import numpy as np
 
 from ml_platform.platform.observability import STEP_PREFIX
+from ml_platform.platform.sizes import MEMORY_HEADROOM, memory_request_mb
 
-# Peak memory varies with the day's size; a request at the peak observed would OOM on the next
-# bigger day.
-MEMORY_HEADROOM = 1.25
-MEMORY_STEP_MB = 64
 PEAK_KEY = f"{STEP_PREFIX}peak_rss_mb"
 EVENTS = {
     dg.DagsterEventType.STEP_SUCCESS,
@@ -72,8 +69,7 @@ class HealthReport:
 
     def memory_request_mb(self, asset: str) -> int:
         """Peak memory plus headroom, rounded up to a multiple of MEMORY_STEP_MB."""
-        wanted = self.peak_rss_mb[asset] * MEMORY_HEADROOM
-        return int(math.ceil(wanted / MEMORY_STEP_MB) * MEMORY_STEP_MB)
+        return memory_request_mb(self.peak_rss_mb[asset])
 
     def render(self) -> str:
         """The report as text for a terminal."""

@@ -25,6 +25,7 @@ from ml_platform.platform.observability import table_schema
 from ml_platform.platform.records import version_metadata
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
+from ml_platform.platform.sizes import request_metadata, step_tags
 from ml_platform.platform.steps import (
     DataVerdict,
     Verdict,
@@ -302,7 +303,8 @@ def build_validated_data(
         retry_policy=STORAGE_RETRY_POLICY,
         group_name=dataset_name(contract.name, "validation"),
         kinds={"pandas", "parquet", "greatexpectations"},
-        metadata={FORMAT_KEY: "parquet"},
+        metadata={FORMAT_KEY: "parquet", **request_metadata(contract, "validated_data")},
+        op_tags=step_tags(contract, "validated_data"),
         ins={
             "raw_data": dg.AssetIn(raw_asset),
             # A day is judged against the accepted days before it (the history gate): the day

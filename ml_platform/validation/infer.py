@@ -456,6 +456,12 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             "  # key, so duplicated rows are not detected. Name the key columns if there is one.",
             "  row_key: []",
         ]
+    out += [
+        "# Each stage's request (vCPUs, MiB) for the ECS and Kubernetes step executors: the",
+        "# defaults (docs/contracts.md) until `ml-platform resources --write` puts the sizes the",
+        "# steps' recorded peaks advise here.",
+        "resources: {}",
+    ]
     text = "\n".join(out) + "\n"
     yaml.safe_load(text)  # the draft must stay valid YAML whatever the samples hold
     return text

@@ -1,0 +1,144 @@
+"""Each step's size: the contract's request as the step executors' own op tags, and its advice.
+
+A stage's request (`resources:` in the contract: vCPUs and MiB) is data on its step, read by the
+executor that places steps, never by the run launcher:
+
+- dagster-aws's `ecs_executor` starts each step as its own ECS task and reads the op tags
+  `ecs/cpu` (CPU units, 1024 a vCPU) and `ecs/memory` (MiB), both strings, which it puts in
+  the task's overrides. Fargate accepts only some pairs of the two (`FARGATE_MEMORY`), so the
+  request is rounded up to the smallest pair that holds it.
+- dagster-k8s's `k8s_job_executor` starts each step as its own pod and reads the op tag
+  `dagster-k8s/config`, whose `container_config.resources` is the container's Kubernetes
+  requests and limits. The pod gets the contract's request as it is (Kubernetes takes any
+  size); its memory limit is its request, so a step that outgrows it is ended by the kernel and
+  says so, instead of taking a neighbour's memory; CPU has no limit (a limit only throttles).
+
+The embedded default (the in-process executor) reads none of these tags.
+
+`ml-platform resources` turns the peaks the steps recorded into a request (`recommend`): the
+p95 peak memory with `MEMORY_HEADROOM`, rounded up to `MEMORY_STEP_MB`, and the Fargate CPU size
+nearest the p95 of the CPU seconds per wall second, each within the contract's bounds, then
+rounded up to a Fargate pair.
+"""
+
+import dataclasses
+import math
+from typing import Any
+
+from ml_platform.contracts import Contract
+from ml_platform.contracts.model import StageSize
+
+# Peak memory varies with the day's size; a request at the peak observed would OOM on the next
+# bigger day.
+MEMORY_HEADROOM = 1.25
+MEMORY_STEP_MB = 64
+CPU_UNITS_PER_VCPU = 1024
+# Fargate's task sizes: the memory (MiB) each CPU size (CPU units) accepts. From the Amazon ECS
+# developer guide, "Troubleshoot Amazon ECS task definition invalid CPU or memory errors"
+# (docs.aws.amazon.com/AmazonECS/latest/developerguide/task-cpu-memory-error.html): 0.25 vCPU
+# takes 0.5, 1 or 2 GB; 0.5 vCPU 1 to 4 GB; 1 vCPU 2 to 8 GB; 2 vCPU 4 to 16 GB and 4 vCPU 8 to
+# 30 GB, by 1 GB; 8 vCPU 16 to 60 GB by 4 GB; 16 vCPU 32 to 120 GB by 8 GB (the last two on
+# Linux platform 1.4.0 or later).
+FARGATE_MEMORY: dict[int, tuple[int, ...]] = {
+    256: (512, 1024, 2048),
+    512: tuple(range(1024, 4096 + 1, 1024)),
+    1024: tuple(range(2048, 8192 + 1, 1024)),
+    2048: tuple(range(4096, 16384 + 1, 1024)),
+    4096: tuple(range(8192, 30720 + 1, 1024)),
+    8192: tuple(range(16384, 61440 + 1, 4096)),
+    16384: tuple(range(32768, 122880 + 1, 8192)),
+}
+ECS_CPU_TAG = "ecs/cpu"
+ECS_MEMORY_TAG = "ecs/memory"
+K8S_CONFIG_TAG = "dagster-k8s/config"
+# The asset's definition metadata that shows its request in the UI.
+REQUEST_CPU_KEY = "resources/request_cpu"
+REQUEST_MEMORY_KEY = "resources/request_memory_mb"
+
+
+def fargate_pair(cpu: float, memory_mb: int) -> tuple[int, int]:
+    """The smallest Fargate task (CPU units, MiB) with at least `cpu` vCPUs and `memory_mb`.
+
+    The smallest CPU size that can hold the memory first (a vCPU costs about nine GB of
+    memory), then the least memory that size accepts. Raises ValueError past the largest task.
+    """
+    units = cpu * CPU_UNITS_PER_VCPU
+    for size, memories in FARGATE_MEMORY.items():
+        if size < units:
+            continue
+        fitting = [m for m in memories if m >= memory_mb]
+        if fitting:
+            return size, fitting[0]
+    raise ValueError(
+        f"no Fargate task has {cpu:g} vCPU and {memory_mb} MiB: the largest is 16 vCPU, 120 GiB"
+    )
+
+
+def step_tags(contract: Contract, stage: str) -> dict[str, Any]:
+    """The op tags of the dataset's `stage`: its request for the ECS and Kubernetes executors."""
+    size = contract.resources.size(stage)
+    cpu_units, memory = fargate_pair(size.cpu, size.memory)
+    return {
+        ECS_CPU_TAG: str(cpu_units),
+        ECS_MEMORY_TAG: str(memory),
+        K8S_CONFIG_TAG: {
+            "container_config": {
+                "resources": {
+                    "requests": {
+                        "cpu": f"{round(size.cpu * 1000)}m",
+                        "memory": f"{size.memory}Mi",
+                    },
+                    "limits": {"memory": f"{size.memory}Mi"},
+                }
+            }
+        },
+    }
+
+
+def request_metadata(contract: Contract, stage: str) -> dict[str, float | int]:
+    """The stage's request as asset metadata, which the UI shows beside its recorded peaks."""
+    size = contract.resources.size(stage)
+    return {REQUEST_CPU_KEY: size.cpu, REQUEST_MEMORY_KEY: size.memory}
+
+
+def memory_request_mb(peak_mb: float) -> int:
+    """A peak memory plus headroom, rounded up to a multiple of MEMORY_STEP_MB."""
+    return int(math.ceil(peak_mb * MEMORY_HEADROOM / MEMORY_STEP_MB) * MEMORY_STEP_MB)
+
+
+def cpu_request(cpu_per_second: float) -> float:
+    """The vCPUs for a step that used `cpu_per_second` CPU seconds per wall second.
+
+    The Fargate CPU size nearest it, on a ratio scale (0.7 of a core: 0.5 vCPU; 0.75: 1), with
+    no headroom: too little CPU only slows a step (by less than 1.42 x at the nearest size),
+    where too little memory ends it, and a short step's CPU share is noisy.
+    """
+    sizes = [units / CPU_UNITS_PER_VCPU for units in FARGATE_MEMORY]
+    if cpu_per_second <= sizes[0]:
+        return sizes[0]
+    return min(sizes, key=lambda size: abs(math.log(size / cpu_per_second)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Recommendation:
+    """The size `recommend` advises, and whether the contract's bounds or Fargate moved it."""
+
+    size: StageSize
+    clamped: bool
+
+
+def recommend(p95_peak_mb: float, p95_cpu: float, contract: Contract) -> Recommendation:
+    """A stage's request from its p95 peak memory and p95 CPU seconds per wall second.
+
+    Memory: `memory_request_mb`; CPU: `cpu_request`; each kept within the contract's bounds,
+    then rounded up to the Fargate pair that holds both (which can raise the memory to the
+    least its CPU size accepts).
+    """
+    bounds = contract.resources
+    memory = memory_request_mb(p95_peak_mb)
+    cpu = cpu_request(p95_cpu)
+    bounded_memory = min(max(memory, bounds.min_memory_mb), bounds.max_memory_mb)
+    bounded_cpu = min(max(cpu, bounds.min_cpu), bounds.max_cpu)
+    units, fitted = fargate_pair(bounded_cpu, bounded_memory)
+    clamped = (bounded_memory, bounded_cpu) != (memory, cpu)
+    return Recommendation(StageSize(cpu=units / CPU_UNITS_PER_VCPU, memory=fitted), clamped)

@@ -1,0 +1,192 @@
+"""Step sizes: the contract's `resources:`, the executors' op tags, Fargate's pairs, the advice."""
+
+import json
+import re
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ml_platform.contracts import ContractError, load_contract
+from ml_platform.contracts.model import BUNDLED_DIR, DEFAULT_SIZES, STAGES, StageSize
+from ml_platform.definitions import defs
+from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.sizes import (
+    FARGATE_MEMORY,
+    REQUEST_CPU_KEY,
+    REQUEST_MEMORY_KEY,
+    cpu_request,
+    fargate_pair,
+    memory_request_mb,
+    recommend,
+)
+
+SYNTHETIC_TEXT = (BUNDLED_DIR / "synthetic.yaml").read_text()
+TRAINING = {"model", "full_model"}
+PROBLEM = re.compile(r"^line (\d+): (\S+): (.+)$", re.DOTALL)
+
+
+def problems_of(tmp_path: Path, text: str) -> dict[tuple[int, str], str]:
+    """(line, path) -> reason of each problem loading the contract `text`."""
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+    found = {}
+    for problem in info.value.problems:
+        match = PROBLEM.match(problem)
+        assert match, problem
+        found[(int(match[1]), match[2])] = match[3]
+    return found
+
+
+def edit(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def tags_of(loaded: dg.Definitions, dataset: str) -> dict[str, dict]:
+    """Each stage's op tags, the Kubernetes config parsed back from the JSON Dagster keeps."""
+    tags = {}
+    for stage in STAGES:
+        op_tags = dict(loaded.resolve_assets_def(asset_key(dataset, stage)).op.tags)
+        op_tags["dagster-k8s/config"] = json.loads(op_tags["dagster-k8s/config"])
+        tags[stage] = op_tags
+    return tags
+
+
+def expected_tags(size: StageSize) -> dict:
+    return {
+        "ecs/cpu": str(int(size.cpu * 1024)),
+        "ecs/memory": str(size.memory),
+        "dagster-k8s/config": {
+            "container_config": {
+                "resources": {
+                    "requests": {"cpu": f"{int(size.cpu * 1000)}m", "memory": f"{size.memory}Mi"},
+                    "limits": {"memory": f"{size.memory}Mi"},
+                }
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize("dataset", ["flights", "synthetic"])
+def test_each_asset_carries_the_executors_tags_of_its_contract_size(monkeypatch, dataset):
+    monkeypatch.setenv("ML_PLATFORM_DATASET", dataset)
+    loaded = defs()
+    contract = load_contract(dataset)
+    tags = tags_of(loaded, dataset)
+    for stage in STAGES:
+        size = contract.resources.size(stage)
+        # The bundled sizes are Fargate pairs: the ECS tags are the contract's numbers.
+        assert tags[stage] == expected_tags(size), stage
+        spec = loaded.resolve_assets_def(asset_key(dataset, stage)).specs_by_key[
+            asset_key(dataset, stage)
+        ]
+        assert spec.metadata[REQUEST_CPU_KEY] == size.cpu
+        assert spec.metadata[REQUEST_MEMORY_KEY] == size.memory
+    # Training gets the big worker; every other step a small one.
+    for stage in set(STAGES) - TRAINING:
+        for training in TRAINING:
+            assert int(tags[training]["ecs/memory"]) > int(tags[stage]["ecs/memory"])
+            assert int(tags[training]["ecs/cpu"]) > int(tags[stage]["ecs/cpu"])
+
+
+def test_a_contract_without_resources_gets_the_defaults_the_model_larger(tmp_path):
+    start = SYNTHETIC_TEXT.index("# What each stage's step asks")
+    path = tmp_path / "synthetic.yaml"
+    path.write_text(SYNTHETIC_TEXT[:start])
+    contract = load_contract(path)
+    assert {stage: contract.resources.size(stage) for stage in STAGES} == DEFAULT_SIZES
+    assert DEFAULT_SIZES["model"].memory > DEFAULT_SIZES["raw_data"].memory
+    assert DEFAULT_SIZES["model"].cpu > DEFAULT_SIZES["raw_data"].cpu
+
+
+def test_an_unknown_stage_or_a_nonsense_size_is_a_clear_contract_error(tmp_path):
+    text = edit(
+        SYNTHETIC_TEXT,
+        "    model:                  {cpu: 1, memory: 2048}",
+        "    trainer:                {cpu: 1, memory: 2048}",
+    )
+    text = edit(
+        text,
+        "    features:               {cpu: 0.5, memory: 1024}",
+        "    features:               {cpu: lots, memory: -5}",
+    )
+    text = edit(text, "  max_memory_mb: 8192", "  max_memory_mb: 8192\n  min_memory_mb: 9000")
+    problems = problems_of(tmp_path, text)
+    stage_line = text.splitlines().index("    trainer:                {cpu: 1, memory: 2048}") + 1
+    assert (
+        "'trainer' is not a stage of the graph"
+        in problems[(stage_line, "resources.stages.trainer")]
+    )
+    assert "model" in problems[(stage_line, "resources.stages.trainer")]
+    features_line = stage_line - 2
+    assert "valid number" in problems[(features_line, "resources.stages.features.cpu")]
+    assert "greater than 0" in problems[(features_line, "resources.stages.features.memory")]
+    bounds_line = text.splitlines().index("  min_memory_mb: 9000") + 1
+    assert "above max_memory_mb 8192" in problems[(bounds_line, "resources.min_memory_mb")]
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "pair"),
+    [
+        (0.25, 512, (256, 512)),
+        (0.25, 1, (256, 512)),  # below Fargate's least memory
+        (0.25, 513, (256, 1024)),
+        (0.25, 2048, (256, 2048)),
+        (0.25, 2049, (512, 3072)),  # more memory than 0.25 vCPU takes: a bigger CPU
+        (0.3, 512, (512, 1024)),  # between CPU sizes: up, with that size's least memory
+        (0.5, 4097, (1024, 5120)),
+        (1, 8193, (2048, 9216)),
+        (2, 16385, (4096, 17408)),
+        (4, 30721, (8192, 32768)),  # 8 vCPU: by 4 GiB
+        (8, 61441, (16384, 65536)),  # 16 vCPU: by 8 GiB
+        (16, 122880, (16384, 122880)),
+    ],
+)
+def test_a_request_rounds_up_to_the_smallest_fargate_pair_holding_it(cpu, memory, pair):
+    assert fargate_pair(cpu, memory) == pair
+    units, mib = pair
+    assert mib in FARGATE_MEMORY[units]
+
+
+@pytest.mark.parametrize(("cpu", "memory"), [(16, 122881), (17, 512), (32, 1024)])
+def test_past_the_largest_fargate_task_is_an_error(cpu, memory):
+    with pytest.raises(ValueError, match="largest is 16 vCPU, 120 GiB"):
+        fargate_pair(cpu, memory)
+
+
+def test_every_rounded_pair_is_a_fargate_pair_at_least_the_request():
+    for cpu in [0.1, 0.25, 0.4, 0.5, 0.9, 1, 1.5, 2, 3, 4, 6, 8, 12, 16]:
+        for memory in range(64, 122_880 + 1, 1000):
+            try:
+                units, mib = fargate_pair(cpu, memory)
+            except ValueError:
+                assert memory > max(FARGATE_MEMORY[16384])
+                continue
+            assert mib in FARGATE_MEMORY[units]
+            assert units >= cpu * 1024 and mib >= memory
+
+
+def test_advice_rounds_memory_up_with_headroom_and_cpu_to_the_nearest_size():
+    assert memory_request_mb(100) == 128
+    assert memory_request_mb(512) == 640
+    assert [cpu_request(c) for c in (0.0, 0.1, 0.3, 0.7, 0.75, 1.0, 1.3, 3.0, 40.0)] == [
+        0.25,
+        0.25,
+        0.25,
+        0.5,
+        1.0,
+        1.0,
+        1.0,
+        4.0,
+        16.0,
+    ]
+    contract = load_contract("synthetic")
+    # 490 MiB x 1.25 = 613 -> 640 MiB; 0.6 of a core -> 0.5 vCPU; Fargate: 0.5 vCPU, 1 GiB.
+    advice = recommend(490, 0.6, contract)
+    assert advice.size == StageSize(cpu=0.5, memory=1024) and not advice.clamped
+    # The contract's max_memory_mb (8192) and max_cpu (default 4) bound the advice.
+    advice = recommend(20_000, 10, contract)
+    assert advice.size == StageSize(cpu=4, memory=8192) and advice.clamped
