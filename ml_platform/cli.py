@@ -630,6 +630,47 @@ def health(args: argparse.Namespace) -> int:
     return 0
 
 
+def resources(args: argparse.Namespace) -> int:
+    """Each stage's request, its recorded median and p95 use, and the request they advise.
+
+    With `--write`, the advice replaces the `resources:` section of the dataset's contract file
+    (`--contract`, else the file the code location reads), every other byte kept.
+    """
+    import dagster as dg
+
+    from ml_platform.contracts.catalog import contract_file
+    from ml_platform.contracts.editing import editable_contract, render_resources, replace_resources
+    from ml_platform.contracts.model import parse_contract
+    from ml_platform.troubleshooting.sizing import advised_resources, render, stage_uses
+
+    settings = Settings()
+    contract = dataset_of(args, settings)
+    with dg.DagsterInstance.get() as instance:
+        uses = stage_uses(instance, contract, args.days)
+    print(render(contract, uses, args.days))
+    if not args.write:
+        return 0
+    if args.contract is not None:
+        path = args.contract
+    elif args.dataset and Path(args.dataset).suffix in {".yaml", ".yml"}:
+        path = Path(args.dataset)
+    else:
+        path = contract_file(settings.contracts_dir, contract.name)
+    path = editable_contract(path)
+    if load_contract(path).name != contract.name:
+        raise ContractError(str(path), [f"this is not the contract of '{contract.name}'"])
+    note = (
+        f"Advised by `ml-platform resources --write` on {dt.date.today().isoformat()} from the\n"
+        f"days recorded in the last {args.days:g} day(s). Review before committing."
+    )
+    section = render_resources(advised_resources(contract, uses), note)
+    text = replace_resources(path.read_text(), section)
+    parse_contract(text, str(path))  # a section that would not load is never written
+    path.write_text(text)
+    print(f"wrote the resources: section of {path}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     top = argparse.ArgumentParser(prog="ml-platform", description=__doc__)
@@ -707,6 +748,24 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("health", help="success rates, durations, checks, memory requests")
     p.add_argument("--days", type=float, default=7, help="look back this many days")
     p.set_defaults(func=health)
+
+    p = sub.add_parser(
+        "resources", help="each stage's request, its recorded use and the request it advises"
+    )
+    p.add_argument("--dataset", help=DATASET_HELP)
+    p.add_argument(
+        "--days", type=float, default=30, help="read materialisations of the last N days"
+    )
+    p.add_argument(
+        "--write", action="store_true", help="put the advice into the contract's resources:"
+    )
+    p.add_argument(
+        "--contract",
+        type=Path,
+        help="the contract file to write (default: the dataset's file in the code location's "
+        "contracts directory)",
+    )
+    p.set_defaults(func=resources)
 
     p = sub.add_parser("check-contract", help="validate a contract file")
     p.add_argument("contract", help="bundled contract name or path")

@@ -1,15 +1,21 @@
-"""Step sizes: the contract's `resources:`, the executors' op tags, Fargate's pairs, the advice."""
+"""Step sizes: the contract's `resources:`, the executors' op tags, Fargate's pairs, the advice.
+
+The slow test materialises real days and runs `ml-platform resources` over their records.
+"""
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
+from ml_platform import cli
 from ml_platform.contracts import ContractError, load_contract
+from ml_platform.contracts.editing import editable_contract, replace_resources, section_lines
 from ml_platform.contracts.model import BUNDLED_DIR, DEFAULT_SIZES, STAGES, StageSize
-from ml_platform.definitions import defs
+from ml_platform.definitions import build_definitions, defs
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.sizes import (
     FARGATE_MEMORY,
@@ -20,6 +26,7 @@ from ml_platform.platform.sizes import (
     memory_request_mb,
     recommend,
 )
+from ml_platform_tests.conftest import DAILY_ASSETS, Platform
 
 SYNTHETIC_TEXT = (BUNDLED_DIR / "synthetic.yaml").read_text()
 TRAINING = {"model", "full_model"}
@@ -190,3 +197,86 @@ def test_advice_rounds_memory_up_with_headroom_and_cpu_to_the_nearest_size():
     # The contract's max_memory_mb (8192) and max_cpu (default 4) bound the advice.
     advice = recommend(20_000, 10, contract)
     assert advice.size == StageSize(cpu=4, memory=8192) and advice.clamped
+
+
+def test_replacing_the_section_keeps_every_other_byte():
+    before = "name: x\n# about training\ntraining: {window_days: 3}\n"
+    after = "# the model, explained\n\nmodel:\n  estimator: sgd\n# tail comment\n"
+    old = "resources:\n  stages:\n    model: {cpu: 1, memory: 2048}\n  # note\n  max_cpu: 2\n"
+    new = "resources:\n  stages:\n    model: {cpu: 2, memory: 4096}\n"
+    assert replace_resources(before + old + after, new) == before + new + after
+    # The section last, and a file without it: it goes at the end.
+    assert replace_resources(before + old, new) == before + new
+    assert replace_resources(before + after, new) == before + after + new
+    assert replace_resources("name: x", new) == "name: x\n" + new
+    assert section_lines(before + after) is None
+
+
+def test_only_the_repositorys_own_bundled_contract_is_written(tmp_path):
+    bundled = BUNDLED_DIR / "synthetic.yaml"
+    # An installed package (no project file beside it) refuses: the next install would undo it.
+    with pytest.raises(ContractError, match="copy it into a contracts directory of your own"):
+        editable_contract(bundled, source_tree_marker=tmp_path / "no-pyproject.toml")
+    assert editable_contract(bundled) == bundled  # this checkout: the repository's own file
+    mine = tmp_path / "synthetic.yaml"
+    assert editable_contract(mine, source_tree_marker=tmp_path / "none") == mine
+
+
+@pytest.mark.slow
+def test_resources_prints_recorded_use_and_write_changes_only_the_section(
+    tmp_path, monkeypatch, capsys
+):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.delenv("ML_PLATFORM_CONTRACTS", raising=False)
+    monkeypatch.delenv("ML_PLATFORM_DATASET", raising=False)
+    platform = Platform(load_contract("synthetic"), tmp_path / "synthetic")
+    # The command reads the instance of DAGSTER_HOME, as after real runs.
+    platform.instance = dg.DagsterInstance.get()
+    platform.land("2024-01-01", 2)
+    for day in ["2024-01-01", "2024-01-02"]:
+        assert platform.materialize(day).success
+
+    assert cli.main(["resources", "--dataset", "synthetic", "--days", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines()[3:]}
+    assert set(rows) == set(STAGES)
+    for stage in DAILY_ASSETS:
+        # request, 2 days, memory median / p95, CPU median / p95, recommendation
+        cells = rows[stage].split()
+        assert cells[5] == "2", rows[stage]
+        assert cells[7] == "/" and cells[9] == "MiB" and cells[11] == "/" and cells[13] == "vCPU"
+        assert 50 < float(cells[6]) <= float(cells[8]) < 4096
+        assert cells[-1] == "MiB" and cells[-3] == "vCPU"
+    assert rows["full_model"].endswith("no recorded run: keeps its request")
+
+    contract_path = tmp_path / "synthetic.yaml"
+    shutil.copy(BUNDLED_DIR / "synthetic.yaml", contract_path)
+    argv = ["resources", "--dataset", "synthetic", "--days", "1", "--write"]
+    assert cli.main([*argv, "--contract", str(contract_path)]) == 0
+    assert f"wrote the resources: section of {contract_path}" in capsys.readouterr().out
+    written = contract_path.read_text()
+    # Every byte before and after the section is the bundled file's; between, the section.
+    start = SYNTHETIC_TEXT.index("\nresources:\n") + 1
+    end = SYNTHETIC_TEXT.index("\nevaluation:\n") + 1
+    assert written[:start] == SYNTHETIC_TEXT[:start]
+    assert written.endswith(SYNTHETIC_TEXT[end:])
+    section = written[start : len(written) - len(SYNTHETIC_TEXT) + end]
+    assert section.startswith("resources:\n  # Advised by `ml-platform resources --write`")
+    assert all(line.startswith("  ") for line in section.splitlines()[1:])
+    assert section.endswith("  max_memory_mb: 8192\n")  # the bound the file set, kept
+
+    rewritten = load_contract(contract_path)
+    loaded = build_definitions(
+        rewritten, landing_dir=str(platform.landing_dir), lake_dir=str(platform.lake_dir)
+    )
+    tags = tags_of(loaded, "synthetic")
+    for stage in STAGES:
+        size = rewritten.resources.size(stage)
+        printed = rows[stage].split()
+        if stage in DAILY_ASSETS:
+            assert (printed[-4], printed[-2]) == (f"{size.cpu:g}", str(size.memory)), stage
+        else:
+            assert size == load_contract("synthetic").resources.size(stage)
+        assert tags[stage] == expected_tags(size), stage

@@ -58,3 +58,12 @@ def choose(
         if contract.name == name:
             return contract
     raise DatasetChoiceError(f"{where} has no dataset named '{name}'; the datasets are: {names}")
+
+
+def contract_file(directory: str | Path | None, name: str) -> Path:
+    """The file in `directory` (default: the bundled contracts) that declares dataset `name`."""
+    folder = Path(directory) if directory else BUNDLED_DIR
+    for path in sorted(folder.glob("*.yaml")):
+        if load_contract(path).name == name:
+            return path
+    raise DatasetChoiceError(f"{folder} holds no contract of a dataset named '{name}'")

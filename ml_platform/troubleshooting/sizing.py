@@ -1,0 +1,127 @@
+"""Sizes learned from use: what each stage's steps used, and the request that fits it.
+
+Every day a step computes records its resource use in the day's materialisation
+(`steps.day_metrics`): `step_peak_rss_mb`, and `step_cpu_seconds` over `step_wall_seconds`.
+`ml-platform resources` reads them from the instance for each stage of a dataset over its
+recent materialisations, and sets beside the contract's request the median and p95 of both and
+the request they advise (`platform.sizes.recommend`). A stage with no recorded day keeps its
+request. With `--write` the advice goes into the contract's `resources:` section, where a
+person reviews it like any other change.
+"""
+
+import dataclasses
+import time
+
+import dagster as dg
+
+from ml_platform.contracts import Contract
+from ml_platform.contracts.model import STAGES, ResourcesSpec, StageSize
+from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.observability import STEP_PREFIX
+from ml_platform.platform.sizes import MEMORY_HEADROOM, recommend
+from ml_platform.troubleshooting.health import percentile
+
+PEAK_KEY = f"{STEP_PREFIX}peak_rss_mb"
+CPU_KEY = f"{STEP_PREFIX}cpu_seconds"
+WALL_KEY = f"{STEP_PREFIX}wall_seconds"
+# Days of a stage read at most: a year of one asset's days, newest first.
+MAX_DAYS_READ = 366
+
+
+@dataclasses.dataclass
+class StageUse:
+    """One stage's request and the resource use its recorded days show."""
+
+    stage: str
+    request: StageSize
+    peaks_mb: list[float]
+    # CPU seconds per wall second of each day (1.0: one core busy throughout).
+    cpus: list[float]
+
+    def advice(self, contract: Contract) -> StageSize:
+        """The request the recorded days advise; the current one when none is recorded."""
+        if not self.peaks_mb:
+            return self.request
+        p95_cpu = percentile(self.cpus, 95) if self.cpus else 0.0
+        return recommend(percentile(self.peaks_mb, 95) or 0.0, p95_cpu or 0.0, contract).size
+
+
+def stage_uses(
+    instance: dg.DagsterInstance, contract: Contract, days: float, now: float | None = None
+) -> list[StageUse]:
+    """Each stage's use over the materialisations of the last `days` days, in graph order."""
+    since = (now or time.time()) - days * 86400
+    uses = []
+    for stage in STAGES:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=asset_key(contract.name, stage), after_timestamp=since),
+            limit=MAX_DAYS_READ,
+        ).records
+        peaks, cpus = [], []
+        for record in records:
+            materialization = record.asset_materialization
+            metadata = dict(materialization.metadata) if materialization else {}
+            peak = _number(metadata, PEAK_KEY)
+            if peak is None:
+                continue  # a day recorded unchanged computed nothing
+            peaks.append(peak)
+            cpu, wall = _number(metadata, CPU_KEY), _number(metadata, WALL_KEY)
+            if cpu is not None and wall:
+                cpus.append(cpu / wall)
+        uses.append(StageUse(stage, contract.resources.size(stage), peaks, cpus))
+    return uses
+
+
+def _number(metadata: dict[str, dg.MetadataValue], key: str) -> float | None:
+    value = metadata[key].value if key in metadata else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def advised_resources(contract: Contract, uses: list[StageUse]) -> ResourcesSpec:
+    """The contract's `resources:` with each recorded stage's advice; its bounds unchanged."""
+    current = contract.resources
+    stages = {use.stage: use.advice(contract) for use in uses}
+    bounds = {name: getattr(current, name) for name in current.model_fields_set - {"stages"}}
+    return ResourcesSpec(stages=stages, **bounds)
+
+
+def render(contract: Contract, uses: list[StageUse], days: float) -> str:
+    """The table `ml-platform resources` prints."""
+
+    def size(s: StageSize) -> str:
+        return f"{s.cpu:g} vCPU {s.memory} MiB"
+
+    def pair(values: list[float], unit: str, digits: int) -> str:
+        if not values:
+            return "-"
+        median, p95 = percentile(values, 50), percentile(values, 95)
+        return f"{median:.{digits}f} / {p95:.{digits}f}{unit}"
+
+    header = ("stage", "request", "days", "memory median / p95", "CPU median / p95", "recommended")
+    rows = [header]
+    for use in uses:
+        if use.peaks_mb:
+            advice = size(use.advice(contract))
+        else:
+            advice = "no recorded run: keeps its request"
+        rows.append(
+            (
+                use.stage,
+                size(use.request),
+                str(len(use.peaks_mb)),
+                pair(use.peaks_mb, " MiB", 0),
+                pair(use.cpus, " vCPU", 2),
+                advice,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        f"{contract.name}: resource use per stage over the materialisations of the last "
+        f"{days:g} day(s)",
+        f"recommended: p95 peak memory x {MEMORY_HEADROOM} and the CPU size nearest the p95 CPU, "
+        "within the contract's bounds, rounded up to a Fargate task size",
+    ]
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
