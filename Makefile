@@ -99,8 +99,9 @@ lint: env instance
 	wait $$mypy && exit $$defs
 
 # Services the integration tests start themselves: a PostgreSQL server (production instance
-# storage) and Chromium (what a person sees in the UI). Installed only when missing.
-SYSTEM_PACKAGES := postgresql chromium fonts-dejavu-core
+# storage), Redis (the distributed engine's broker) and Chromium (what a person sees in the
+# UI). Installed only when missing.
+SYSTEM_PACKAGES := postgresql redis-server chromium fonts-dejavu-core
 
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

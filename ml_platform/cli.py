@@ -552,9 +552,11 @@ def diagnose(args: argparse.Namespace) -> int:
         tag_failure_class,
     )
 
+    settings = Settings()
+    contracts = load_contracts(settings.contracts_dir, settings.dataset)
     with dg.DagsterInstance.get() as instance:
         try:
-            diagnosis = diagnose_run(instance, args.run_id, lines=args.lines)
+            diagnosis = diagnose_run(instance, args.run_id, lines=args.lines, contracts=contracts)
         except (RunNotFoundError, AmbiguousRunIdError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -27,7 +27,7 @@ from ml_platform.platform.datasets import catalogued, dataset_name
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.locations import lake_storage, s3_resource
 from ml_platform.platform.partitions import daily_partitions
-from ml_platform.platform.settings import Location, Settings
+from ml_platform.platform.settings import CELERY_BROKER_ENV, Location, Settings
 from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.registry.monitoring import build_champion_performance
@@ -117,6 +117,33 @@ def dataset_definitions(
     )
 
 
+def step_executor(settings: Settings) -> dg.ExecutorDefinition:
+    """The executor ML_PLATFORM_EXECUTOR names; each reads the steps' size tags its own way.
+
+    in_process (the default): a day is ~1k rows, and one process per step would spend more
+    time importing pandas and scikit-learn than computing, so a run's steps share its process.
+    multiprocess: a process each on the run's machine. ecs: dagster-aws's `ecs_executor`, an ECS
+    task each, sized by `ecs/cpu` and `ecs/memory` (with `EcsRunLauncher`, deploy/). celery:
+    dagster-celery's executor, each step a task on a worker of the pool its size asks for
+    (`platform/sizes.py`), through the broker at ML_PLATFORM_CELERY_BROKER, which also holds
+    the tasks' results.
+    """
+    kind = settings.executor
+    if kind == "multiprocess":
+        return dg.multiprocess_executor
+    if kind == "ecs":
+        from dagster_aws.ecs import ecs_executor
+
+        return ecs_executor
+    if kind == "celery":
+        # Imported only when chosen: every other process would pay for importing Celery.
+        from dagster_celery import celery_executor
+
+        broker = {"env": CELERY_BROKER_ENV}
+        return celery_executor.configured({"broker": broker, "backend": broker})
+    return dg.in_process_executor
+
+
 def build_definitions(
     contracts: Contract | Sequence[Contract],
     settings: Settings | None = None,
@@ -156,9 +183,7 @@ def build_definitions(
             # Keys start with the dataset, so one IO manager stores every dataset in its folder.
             "io_manager": LakeIOManager(storage=lake),
         },
-        # A day is ~1k rows: one process per step would spend more time importing pandas and
-        # scikit-learn than computing, so steps of a run share one process.
-        executor=dg.in_process_executor,
+        executor=step_executor(settings),
     )
     return dg.Definitions.merge(
         *(dataset_definitions(c, interval, contracts, settings.code_links) for c in contracts),

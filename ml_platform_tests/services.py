@@ -570,3 +570,125 @@ class DagsterServices(DagsterProcesses):
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.home))
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A Redis server from Debian's package on a free port, kept in memory; its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            shutil.which("redis-server") or "/usr/bin/redis-server",
+            *("--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _accepts(port):
+            assert server.poll() is None, "redis-server exited at start"
+            assert time.monotonic() < deadline, "redis-server did not listen within 30 s"
+            time.sleep(0.2)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _accepts(port: int) -> bool:
+    try:
+        return listening(port)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def memory_cgroup(name: str, limit_mb: int) -> Iterator[Path]:
+    """A memory cgroup holding at most `limit_mb` MiB: what a container's memory limit is.
+
+    The kernel ends (SIGKILL) a process of the group that would go over it, as ECS and
+    Kubernetes end a task or pod over its memory. Yields the file a process joins it by (write
+    its pid). cgroup v1's memory hierarchy, or v2's where the memory controller is there.
+    """
+    v1 = Path("/sys/fs/cgroup/memory")
+    v2 = Path("/sys/fs/cgroup")
+    if v1.is_dir():
+        group, limit_file = v1 / name, "memory.limit_in_bytes"
+    elif "memory" in (v2 / "cgroup.controllers").read_text():
+        group, limit_file = v2 / name, "memory.max"
+    else:
+        raise AssertionError("this machine has no memory cgroup to limit a worker with")
+    group.mkdir()
+    try:
+        (group / limit_file).write_text(str(limit_mb * 1024 * 1024))
+        yield group / "cgroup.procs"
+    finally:
+        # The group can be removed once its processes have ended.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
+class CeleryWorkers:
+    """dagster-celery workers, a pool (queue) each, started as the docs start them."""
+
+    def __init__(self, root: Path, broker: str, env: dict[str, str]):
+        self.root = root
+        self.env = env
+        self.config = root / "celery.yaml"
+        self.config.write_text(
+            yaml.safe_dump({"execution": {"config": {"broker": broker, "backend": broker}}})
+        )
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def log(self, pool: str) -> Path:
+        return self.root / f"worker-{pool}.log"
+
+    def start(self, pool: str, cgroup: Path | None = None) -> None:
+        """A worker of `pool` running one step at a time; in `cgroup` when given.
+
+        Its environment names its pool (ML_PLATFORM_WORKER_POOL), which each step it runs
+        records. Returns once the worker listens to its queue.
+        """
+        command = [
+            str(Path(sys.executable).parent / "dagster-celery"),
+            *("worker", "start", "-A", "dagster_celery.app", "-n", pool, "-q", pool),
+            *("-y", str(self.config), "--", "--concurrency", "1"),
+        ]
+        if cgroup is not None:
+            # Join the group first, then become the worker: all it forks stays in the group.
+            command = ["sh", "-c", f'echo $$ > "{cgroup}" && exec "$@"', "sh", *command]
+        env = {
+            **self.env,
+            "ML_PLATFORM_WORKER_POOL": pool,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{self.env.get('PATH', '')}",
+        }
+        with self.log(pool).open("w") as log:
+            self.procs[pool] = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + 180
+        while " ready." not in self.log(pool).read_text():
+            assert self.procs[pool].poll() is None, self.log(pool).read_text()[-4000:]
+            assert time.monotonic() < deadline, f"worker {pool} not ready in 180 s"
+            time.sleep(0.5)
+
+    def stop(self, *pools: str) -> None:
+        """End the process group of each worker of `pools` (default: all), and wait for them."""
+        procs = [proc for pool, proc in self.procs.items() if not pools or pool in pools]
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)

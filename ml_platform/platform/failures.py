@@ -5,8 +5,9 @@ Six classes, because each needs a different fix and a different person:
 - data: a blocking check failed, a landed file is missing or unreadable, an upstream partition
   is not stored, too few days of a model's window are stored, or a step stopped on purpose
   (`dg.Failure`). Waiting does not help; the upstream file or the contract must change.
-- resource exhaustion: out of memory (MemoryError, an OOM kill) or out of disk (ENOSPC,
-  EDQUOT). The same input fails again until the container gets more (see `ml-platform health`).
+- resource exhaustion: out of memory (MemoryError, an OOM kill: of the run's process, or of a
+  distributed engine's worker running a step) or out of disk (ENOSPC, EDQUOT). The same input
+  fails again until the step gets more (`ml-platform resources`, `ml-platform health`).
 - configuration: the platform may not use its storage: a read-only file system (EROFS) or a
   permission refused (EACCES, EPERM, S3's AccessDenied). Fix the mount, owner or credentials.
 - dependency mismatch: a module is missing or an installed version does not fit the code
@@ -106,6 +107,22 @@ TRANSIENT_PATTERN = re.compile(
 )
 
 
+DISK_PATTERN = re.compile(r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded", re.I)
+
+
+def out_of_disk(reason: str) -> bool:
+    """Whether a resource exhaustion's reason is a full disk or quota, not memory."""
+    return DISK_PATTERN.search(reason) is not None
+
+
+def line_with(message: str, pattern: re.Pattern[str]) -> str:
+    """The first line of a message that `pattern` finds: an engine's error within its report."""
+    for line in message.splitlines():
+        if pattern.search(line):
+            return line.strip()
+    return message.strip()
+
+
 def runbook_link(failure_class: str) -> str:
     """The docs/runbook.md section of a failure class, as messages and alerts link it."""
     return f"{RUNBOOK_PATH}#{RUNBOOK_ANCHORS[failure_class]}"
@@ -141,6 +158,8 @@ class Classification:
 
     failure_class: str
     reason: str
+    # The steps the class is about: the failed one, or those whose worker died.
+    steps: tuple[str, ...] = ()
 
     @property
     def runbook_anchor(self) -> str:
@@ -204,21 +223,27 @@ def _software_class(
         for cls_name, message in _chain(failure):
             if cls_name in classes or pattern.search(message):
                 return Classification(
-                    failure_class, f"{failure.step} raised {cls_name}: {message}{retried}"
+                    failure_class,
+                    f"{failure.step} raised {cls_name}: {message}{retried}",
+                    (failure.step,),
                 )
     return None
 
 
 def classify_failure(
-    step_failures: list[StepFailure], failed_checks: list[FailedCheck], run_message: str = ""
+    step_failures: list[StepFailure],
+    failed_checks: list[FailedCheck],
+    run_message: str = "",
+    unfinished_steps: list[str] | tuple[str, ...] = (),
 ) -> Classification:
     """The class of a failed run (see the module docstring for the rules, in order).
 
     Data comes first: a failed blocking gate explains the run whatever else broke. Then, step
     by step, a resource or configuration error in the chain (a full disk, a read-only lake),
     else a data error or a deliberate stop; then the other software classes, for the first step
-    whose error chain matches; then the run's own failure message (a killed run process has no
-    step failure); otherwise a code bug.
+    whose error chain matches; then the run's own failure message (a killed run process, or a
+    distributed engine's worker killed while running a step, which records no step failure:
+    the steps begun and never ended are named); otherwise a code bug.
     """
     errors = [c for c in failed_checks if c.severity == "ERROR"]
     if errors:
@@ -238,7 +263,17 @@ def classify_failure(
         found = _software_class(failure, SOFTWARE_RULES)
         if found is not None:
             return found
-    if not step_failures and RESOURCE_PATTERN.search(run_message):
+    killed = RESOURCE_PATTERN.search(run_message)
+    if not step_failures and killed:
+        if unfinished_steps:
+            steps = ", ".join(unfinished_steps)
+            return Classification(
+                RESOURCE_EXHAUSTION,
+                f"{steps} did not finish: the process running it was killed ({killed.group(0)}: "
+                f"the kernel ends a process over its memory limit): "
+                f"{line_with(run_message, RESOURCE_PATTERN)}",
+                tuple(unfinished_steps),
+            )
         return Classification(RESOURCE_EXHAUSTION, f"the run process died: {run_message}")
     if step_failures:
         first = step_failures[0]

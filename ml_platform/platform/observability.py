@@ -3,13 +3,17 @@
 import collections
 import contextlib
 import math
+import os
 import resource
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pandas as pd
+
+from ml_platform.platform.settings import Settings
 
 # What a person reads in the UI: 0.6122, not 0.6121798279906177. Stored reports keep full precision.
 SIGNIFICANT_DIGITS = 4
@@ -110,6 +114,17 @@ class StepTelemetry:
             f"{prefix}cpu_utilisation": round(self.cpu_utilisation, 3),
             f"{prefix}peak_rss_mb": round(self.peak_rss_mb, 1),
         }
+
+
+def worker_name() -> str:
+    """The process computing this: `pool/host:pid` on a worker of a pool, else `host:pid`.
+
+    A worker's pool is ML_PLATFORM_WORKER_POOL in its environment (set where the worker is
+    started); the host and process tell the run's own process from a worker's.
+    """
+    where = f"{socket.gethostname()}:{os.getpid()}"
+    pool = Settings().worker_pool
+    return f"{pool}/{where}" if pool else where
 
 
 # Bytes the IO manager loaded for each op's inputs, taken when the op's step starts computing.

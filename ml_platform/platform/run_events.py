@@ -20,11 +20,21 @@ from ml_platform.platform.failures import (
 )
 
 RUN_EVENTS = {
+    dg.DagsterEventType.STEP_START,
     dg.DagsterEventType.STEP_FAILURE,
     dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.STEP_SKIPPED,
+    # A distributed executor's step events: sent to a worker (before it starts).
+    dg.DagsterEventType.ENGINE_EVENT,
     dg.DagsterEventType.ASSET_CHECK_EVALUATION,
     dg.DagsterEventType.RUN_FAILURE,
     dg.DagsterEventType.STEP_UP_FOR_RETRY,
+}
+
+ENDED = {
+    dg.DagsterEventType.STEP_SUCCESS,
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.STEP_SKIPPED,
 }
 
 
@@ -41,11 +51,15 @@ class RunOutcome:
     succeeded_steps: list[str]
     failed_checks: list[FailedCheck]
     run_message: str  # the run failure's message, for failures outside any step
+    # Steps begun (started, or sent to a worker) that never ended: their process or worker died.
+    unfinished_steps: list[str] = dataclasses.field(default_factory=list)
 
 
 def classify_outcome(outcome: RunOutcome) -> Classification:
     """The failure class of a finished, failed run."""
-    return classify_failure(outcome.step_failures, outcome.failed_checks, outcome.run_message)
+    return classify_failure(
+        outcome.step_failures, outcome.failed_checks, outcome.run_message, outcome.unfinished_steps
+    )
 
 
 def partition_of(run: dg.DagsterRun) -> str | None:
@@ -85,6 +99,8 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
     succeeded_steps: list[str] = []
     failed_checks: list[FailedCheck] = []
     run_message = ""
+    begun: list[str] = []
+    ended: set[str] = set()
     for record in instance.get_records_for_run(run_id, of_type=RUN_EVENTS).records:
         entry = record.event_log_entry
         event = entry.dagster_event
@@ -92,6 +108,10 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
             continue
         data: Any = event.event_specific_data
         step = event.step_key or "?"
+        if event.step_key is not None and event.step_key not in begun:
+            begun.append(event.step_key)
+        if event.event_type in ENDED:
+            ended.add(step)
         if event.event_type == dg.DagsterEventType.STEP_FAILURE:
             step_failures.append(step_failure(entry, data, step, retries.get(step, 0) + 1))
         elif event.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY:
@@ -122,4 +142,5 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
         succeeded_steps=succeeded_steps,
         failed_checks=failed_checks,
         run_message=run_message,
+        unfinished_steps=[step for step in begun if step not in ended],
     )

@@ -46,6 +46,17 @@ GIT_URL_ENV = "ML_PLATFORM_GIT_URL"
 GIT_BRANCH_ENV = "ML_PLATFORM_GIT_BRANCH"
 IMAGE_TAG_ENV = "ML_PLATFORM_IMAGE_TAG"
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
+# Where a run's steps execute (docs/running.md#where-steps-run): in the run's own process (the
+# embedded default), a process each, a task each on ECS, or a Celery task each on workers.
+EXECUTOR_ENV = "ML_PLATFORM_EXECUTOR"
+EXECUTORS = ("in_process", "multiprocess", "ecs", "celery")
+# The Celery broker, which also holds the steps' results (redis://host:6379/0).
+CELERY_BROKER_ENV = "ML_PLATFORM_CELERY_BROKER"
+# The distributed engine's worker pools, `name=MiB,...`: the memory each worker of a pool has.
+WORKER_POOLS_ENV = "ML_PLATFORM_WORKER_POOLS"
+# Set in a worker's environment: the pool it belongs to, which each step it runs records.
+WORKER_POOL_ENV = "ML_PLATFORM_WORKER_POOL"
+POOL_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 # Notifier field -> variable. Only variables that are set are passed, as EnvVars, so the UI
 # shows the variable name, never a secret's value.
@@ -235,6 +246,48 @@ class Settings:
         if value < 1:
             raise ValueError(f"{name}={configured!r}: at least 1")
         return value
+
+    @property
+    def executor(self) -> str:
+        """Where a run's steps execute: one of EXECUTORS, default in_process.
+
+        `celery` also needs the broker the workers listen to (ML_PLATFORM_CELERY_BROKER).
+        """
+        value = (self._get(EXECUTOR_ENV) or "in_process").lower()
+        if value not in EXECUTORS:
+            raise ValueError(f"{EXECUTOR_ENV}={value!r}: choose one of {', '.join(EXECUTORS)}")
+        if value == "celery" and self._get(CELERY_BROKER_ENV) is None:
+            raise ValueError(
+                f"{EXECUTOR_ENV}=celery needs {CELERY_BROKER_ENV}, the URL of the broker the "
+                "workers listen to (redis://host:6379/0)"
+            )
+        return value
+
+    @property
+    def worker_pools(self) -> dict[str, int]:
+        """The engine's worker pools, smallest first: name -> MiB of each of its workers.
+
+        From `small=1024,large=4096`; empty when unset (every step goes to Celery's default
+        queue, `dagster`).
+        """
+        configured = self._get(WORKER_POOLS_ENV)
+        pools: dict[str, int] = {}
+        for item in (configured or "").split(","):
+            if not item.strip():
+                continue
+            name, _, memory = (part.strip() for part in item.partition("="))
+            if not POOL_NAME.match(name) or not memory.isdigit() or int(memory) < 1:
+                raise ValueError(
+                    f"{WORKER_POOLS_ENV}={configured!r}: {item.strip()!r} is not name=MiB "
+                    "(e.g. small=1024,large=4096)"
+                )
+            pools[name] = int(memory)
+        return dict(sorted(pools.items(), key=lambda pool: pool[1]))
+
+    @property
+    def worker_pool(self) -> str | None:
+        """The pool of the worker this process is (ML_PLATFORM_WORKER_POOL), if it is one."""
+        return self._get(WORKER_POOL_ENV)
 
     @property
     def json_logs(self) -> bool:

@@ -12,6 +12,11 @@ executor that places steps, never by the run launcher:
   requests and limits. The pod gets the contract's request as it is (Kubernetes takes any
   size); its memory limit is its request, so a step that outgrows it is ended by the kernel and
   says so, instead of taking a neighbour's memory; CPU has no limit (a limit only throttles).
+- dagster-celery's `celery_executor` sends each step as a Celery task to the queue in the op
+  tag `dagster-celery/queue`. Workers are started in pools, a queue each (`dagster-celery
+  worker start -q POOL`), declared in ML_PLATFORM_WORKER_POOLS with the memory each of their
+  workers has; a step goes to the smallest pool whose workers hold its request, so training
+  goes to the large workers and the rest stay on the small ones.
 
 The embedded default (the in-process executor) reads none of these tags.
 
@@ -27,6 +32,7 @@ from typing import Any
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import StageSize
+from ml_platform.platform.settings import Settings
 
 # Peak memory varies with the day's size; a request at the peak observed would OOM on the next
 # bigger day.
@@ -51,6 +57,7 @@ FARGATE_MEMORY: dict[int, tuple[int, ...]] = {
 ECS_CPU_TAG = "ecs/cpu"
 ECS_MEMORY_TAG = "ecs/memory"
 K8S_CONFIG_TAG = "dagster-k8s/config"
+CELERY_QUEUE_TAG = "dagster-celery/queue"
 # The asset's definition metadata that shows its request in the UI.
 REQUEST_CPU_KEY = "resources/request_cpu"
 REQUEST_MEMORY_KEY = "resources/request_memory_mb"
@@ -74,11 +81,32 @@ def fargate_pair(cpu: float, memory_mb: int) -> tuple[int, int]:
     )
 
 
-def step_tags(contract: Contract, stage: str) -> dict[str, Any]:
-    """The op tags of the dataset's `stage`: its request for the ECS and Kubernetes executors."""
+def worker_pool(memory_mb: int, pools: dict[str, int], stage: str) -> str:
+    """The smallest of `pools` (name -> MiB a worker) whose workers hold `memory_mb`."""
+    for name, capacity in sorted(pools.items(), key=lambda pool: pool[1]):
+        if capacity >= memory_mb:
+            return name
+    largest = ", ".join(f"{name}={mb}" for name, mb in pools.items())
+    raise ValueError(
+        f"stage {stage} asks for {memory_mb} MiB, more than a worker of any pool has ({largest}): "
+        "add a larger pool to ML_PLATFORM_WORKER_POOLS or lower the contract's request"
+    )
+
+
+def step_tags(
+    contract: Contract, stage: str, pools: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The op tags of `stage`: its request for the ECS, Kubernetes and Celery executors.
+
+    `pools` defaults to the settings' worker pools; with none, the Celery tag is left out and
+    the step goes to Celery's default queue.
+    """
     size = contract.resources.size(stage)
     cpu_units, memory = fargate_pair(size.cpu, size.memory)
+    pools = Settings().worker_pools if pools is None else pools
+    queue = {CELERY_QUEUE_TAG: worker_pool(size.memory, pools, stage)} if pools else {}
     return {
+        **queue,
         ECS_CPU_TAG: str(cpu_units),
         ECS_MEMORY_TAG: str(memory),
         K8S_CONFIG_TAG: {

@@ -84,6 +84,7 @@ from ml_platform.platform.observability import (
     readable_metadata,
     row_count,
     take_bytes_read,
+    worker_name,
 )
 from ml_platform.platform.records import ACCEPTED, LAKE_KEY, UNCHANGED, DayRecord, day_records
 from ml_platform.platform.settings import Settings
@@ -166,10 +167,12 @@ def day_metrics(op_name: str, telemetry: StepTelemetry, inputs: dict[str, Any], 
 
     `step_wall_seconds`, `step_cpu_seconds`, `step_cpu_utilisation`, `step_peak_rss_mb`,
     `rows_in`, `rows_out` and `bytes_read` (the IO manager adds `stored_bytes`), which the UI
-    plots across partitions and `ml-platform health` sizes containers from.
+    plots across partitions and `ml-platform health` sizes containers from; and `step_worker`,
+    where the day was computed.
     """
     return {
         **telemetry.metadata(prefix=STEP_PREFIX),
+        f"{STEP_PREFIX}worker": worker_name(),
         "rows_in": sum(row_count(v) for v in inputs.values()),
         "rows_out": row_count(value),
         "bytes_read": take_bytes_read(op_name),

@@ -10,13 +10,19 @@ import logging
 
 import dagster as dg
 
+from ml_platform.contracts import Contract
 from ml_platform.platform.failures import (
     FAILURE_CLASS_TAG,
+    RESOURCE_EXHAUSTION,
+    RESOURCE_PATTERN,
     Classification,
     StepFailure,
+    line_with,
+    out_of_disk,
     runbook_link,
 )
 from ml_platform.platform.run_events import RunOutcome, classify_outcome, run_outcome
+from ml_platform.troubleshooting.sizing import memory_advice
 
 FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
 
@@ -63,6 +69,8 @@ class Diagnosis:
     outcome: RunOutcome
     classification: Classification | None  # None when the run did not fail
     last_lines: list[str]  # log lines up to and including the first failure
+    # Out of memory: each step's request, last recorded peak and the command that sizes it.
+    sizes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def failed_steps(self) -> list[StepFailure]:
@@ -82,7 +90,11 @@ class Diagnosis:
             retried = f" (after {failure.attempts} attempts)" if failure.attempts > 1 else ""
             lines.append(f"failed step: {failure.step}{retried}")
             lines += [f"  {link}" for link in failure.chain or (failure.message,)]
-        if not self.failed_steps:
+        if not self.failed_steps and outcome.unfinished_steps:
+            steps = ", ".join(outcome.unfinished_steps)
+            lines.append(f"did not finish: {steps}")
+            lines.append(f"  {line_with(outcome.run_message, RESOURCE_PATTERN)}")
+        elif not self.failed_steps:
             lines.append(f"failed outside any step: {outcome.run_message}")
         for check in outcome.failed_checks:
             lines.append(f"failed check: {check.asset}:{check.check} ({check.severity})")
@@ -91,6 +103,7 @@ class Diagnosis:
         lines += [f"  {line}" for line in self.last_lines]
         verdict = self.classification
         lines.append(f"failure class: {verdict.failure_class} ({verdict.reason})")
+        lines += self.sizes
         lines.append(f"runbook: {runbook_link(verdict.failure_class)}")
         return "\n".join(lines)
 
@@ -117,11 +130,17 @@ def last_lines_before_failure(entries: list[dg.EventLogEntry], count: int) -> li
     return [log_line(entry) for entry in entries[max(0, end - count) : end]]
 
 
-def diagnose_run(instance: dg.DagsterInstance, run_id: str, lines: int = 15) -> Diagnosis:
+def diagnose_run(
+    instance: dg.DagsterInstance,
+    run_id: str,
+    lines: int = 15,
+    contracts: list[Contract] | None = None,
+) -> Diagnosis:
     """Read the run's event log and explain its failure.
 
     `run_id` may be any prefix of one run's id; RunNotFoundError if no run has it,
-    AmbiguousRunIdError if several do.
+    AmbiguousRunIdError if several do. With the served `contracts`, a step out of memory is
+    shown with its request and its last recorded peak.
     """
     run_id = resolve_run_id(instance, run_id)
     run = instance.get_run_by_id(run_id)
@@ -129,12 +148,21 @@ def diagnose_run(instance: dg.DagsterInstance, run_id: str, lines: int = 15) -> 
     failed = run.status == dg.DagsterRunStatus.FAILURE
     outcome = run_outcome(instance, run_id, succeeded=not failed)
     assert outcome is not None  # the run exists: checked above
+    classification = classify_outcome(outcome) if failed else None
+    memory = (
+        classification is not None
+        and classification.failure_class == RESOURCE_EXHAUSTION
+        and not out_of_disk(classification.reason)
+    )
     return Diagnosis(
         run_id=run_id,
         status=run.status.value,
         outcome=outcome,
-        classification=classify_outcome(outcome) if failed else None,
+        classification=classification,
         last_lines=last_lines_before_failure(list(instance.all_logs(run_id)), lines),
+        sizes=memory_advice(instance, contracts or [], classification.steps)
+        if memory and classification is not None
+        else [],
     )
 
 

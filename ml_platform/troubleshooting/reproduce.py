@@ -39,8 +39,8 @@ from ml_platform.ingestion.landing import LANDED_VERSION_TAG, LandingStore
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.failures import (
     RESOURCE_EXHAUSTION,
-    RESOURCE_PATTERN,
     Classification,
+    out_of_disk,
 )
 from ml_platform.platform.inputs import DailyInput
 from ml_platform.platform.io_manager import LakeIOManager
@@ -470,10 +470,7 @@ def not_reproduced_advice(classification: Classification | None, sample_rows: in
         return "the run was interrupted (Ctrl-C, SIGTERM), not broken: rerun the day"
     if classification is not None and classification.failure_class == RESOURCE_EXHAUSTION:
         reason = classification.reason
-        disk = RESOURCE_PATTERN.search(reason) and any(
-            s in reason for s in ("Errno 28", "Errno 122", "No space", "quota")
-        )
-        if disk:
+        if out_of_disk(reason):
             return (
                 f"the run ran out of disk ({reason}); a sample of {sample_rows} rows needs far "
                 "less. Free space or give the lake's volume more (see `df` on the lake "

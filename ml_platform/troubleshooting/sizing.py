@@ -77,6 +77,45 @@ def _number(metadata: dict[str, dg.MetadataValue], key: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def last_peak(instance: dg.DagsterInstance, contract: Contract, stage: str) -> tuple[float, str]:
+    """The newest recorded peak memory (MiB) of the stage's days, and its day; (0, "") if none."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key(contract.name, stage)), limit=MAX_DAYS_READ
+    ).records
+    for record in records:
+        materialization = record.asset_materialization
+        peak = _number(dict(materialization.metadata), PEAK_KEY) if materialization else None
+        if peak is not None:
+            return peak, record.partition_key or ""
+    return 0.0, ""
+
+
+def memory_advice(
+    instance: dg.DagsterInstance, contracts: list[Contract], steps: tuple[str, ...]
+) -> list[str]:
+    """For each step that ran out of memory: its request, its last peak and what to run.
+
+    Steps of no served contract's stage (a check's step, another code location's) are left out.
+    """
+    lines = []
+    for step in steps:
+        for contract in contracts:
+            stage = step.removeprefix(f"{contract.name}__")
+            if stage == step or stage not in STAGES:
+                continue
+            request = contract.resources.size(stage)
+            peak, day = last_peak(instance, contract, stage)
+            seen = f"{peak:.0f} MiB on {day}" if peak else "none recorded yet"
+            lines += [
+                f"{step}: requests {request.memory} MiB, {request.cpu:g} vCPU (the contract's "
+                f"resources: {stage}); its last recorded peak: {seen}",
+                f"  `ml-platform resources --dataset {contract.name}` advises a request from the "
+                "recorded peaks (`--write` puts it in the contract); the worker that runs it "
+                "must have at least that memory (ML_PLATFORM_WORKER_POOLS)",
+            ]
+    return lines
+
+
 def advised_resources(contract: Contract, uses: list[StageUse]) -> ResourcesSpec:
     """The contract's `resources:` with each recorded stage's advice; its bounds unchanged."""
     current = contract.resources
