@@ -504,6 +504,22 @@ def test_classifier_tells_the_six_classes_apart():
     assert classify_failure([read_only], []).failure_class == CONFIGURATION
     killed = classify_failure([], [], "run worker exited with code 137")
     assert killed.failure_class == RESOURCE_EXHAUSTION
+    assert killed.reason.startswith("the run process died") and killed.steps == ()
+    # A distributed engine's worker killed mid-step: no step failure, the step never ended.
+    engine = (
+        "During celery execution errors occurred in workers:\n[flights__model]: "
+        "billiard.exceptions.WorkerLostError: Worker exited prematurely: signal 9 (SIGKILL)"
+    )
+    worker = classify_failure([], [], engine, ["flights__model"])
+    assert worker.failure_class == RESOURCE_EXHAUSTION
+    assert worker.steps == ("flights__model",)
+    assert worker.reason.startswith("flights__model did not finish: the process running it")
+    assert worker.reason.endswith(
+        "[flights__model]: billiard.exceptions.WorkerLostError: "
+        "Worker exited prematurely: signal 9 (SIGKILL)"
+    )
+    lost = classify_failure([], [], "Worker exited prematurely: exitcode 1", ["flights__model"])
+    assert lost.failure_class == CODE_BUG  # not memory unless something says so
     assert classify_failure([crash], [warn]).failure_class == CODE_BUG
     assert classify_failure([], []).failure_class == CODE_BUG
 

@@ -90,3 +90,23 @@ def test_every_variable_the_settings_read_is_documented_in_env_example():
         re.findall(r"^#? ?([A-Z][A-Z0-9_]+)=", (REPO / ".env.example").read_text(), re.M)
     )
     assert names - documented == set(), "variables missing from .env.example"
+
+
+def test_the_executor_is_in_process_unless_set_and_celery_needs_its_broker():
+    assert Settings({}).executor == "in_process"
+    assert Settings({"ML_PLATFORM_EXECUTOR": "Multiprocess"}).executor == "multiprocess"
+    with pytest.raises(ValueError, match="ML_PLATFORM_EXECUTOR='spark': choose one of"):
+        _ = Settings({"ML_PLATFORM_EXECUTOR": "spark"}).executor
+    with pytest.raises(ValueError, match="celery needs ML_PLATFORM_CELERY_BROKER"):
+        _ = Settings({"ML_PLATFORM_EXECUTOR": "celery"}).executor
+    broker = {"ML_PLATFORM_CELERY_BROKER": "redis://127.0.0.1:6379/0"}
+    assert Settings({"ML_PLATFORM_EXECUTOR": "celery", **broker}).executor == "celery"
+
+
+def test_worker_pools_are_read_smallest_first_and_a_bad_one_is_named():
+    pools = Settings({"ML_PLATFORM_WORKER_POOLS": " large=4096, small=1024 "}).worker_pools
+    assert list(pools.items()) == [("small", 1024), ("large", 4096)]
+    assert Settings({}).worker_pools == {}
+    for bad in ("small", "small=lots", "Small=1024", "small=0"):
+        with pytest.raises(ValueError, match="ML_PLATFORM_WORKER_POOLS=.*is not name=MiB"):
+            _ = Settings({"ML_PLATFORM_WORKER_POOLS": bad}).worker_pools

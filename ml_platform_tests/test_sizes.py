@@ -15,8 +15,9 @@ from ml_platform import cli
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.contracts.editing import editable_contract, replace_resources, section_lines
 from ml_platform.contracts.model import BUNDLED_DIR, DEFAULT_SIZES, STAGES, StageSize
-from ml_platform.definitions import build_definitions, defs
+from ml_platform.definitions import build_definitions, defs, step_executor
 from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.settings import Settings
 from ml_platform.platform.sizes import (
     FARGATE_MEMORY,
     REQUEST_CPU_KEY,
@@ -25,6 +26,8 @@ from ml_platform.platform.sizes import (
     fargate_pair,
     memory_request_mb,
     recommend,
+    step_tags,
+    worker_pool,
 )
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform
 
@@ -58,6 +61,7 @@ def tags_of(loaded: dg.Definitions, dataset: str) -> dict[str, dict]:
     for stage in STAGES:
         op_tags = dict(loaded.resolve_assets_def(asset_key(dataset, stage)).op.tags)
         op_tags["dagster-k8s/config"] = json.loads(op_tags["dagster-k8s/config"])
+        op_tags.pop("dagster-celery/queue", None)
         tags[stage] = op_tags
     return tags
 
@@ -280,3 +284,43 @@ def test_resources_prints_recorded_use_and_write_changes_only_the_section(
         else:
             assert size == load_contract("synthetic").resources.size(stage)
         assert tags[stage] == expected_tags(size), stage
+
+
+def test_a_step_goes_to_the_smallest_pool_whose_workers_hold_its_request():
+    pools = {"small": 1024, "large": 4096}
+    assert worker_pool(512, pools, "features") == "small"
+    assert worker_pool(1024, pools, "features") == "small"
+    assert worker_pool(1025, pools, "model") == "large"
+    with pytest.raises(
+        ValueError, match="stage full_model asks for 8192 MiB, more than .*large=4096"
+    ):
+        worker_pool(8192, pools, "full_model")
+    flights = load_contract("flights")
+    assert "dagster-celery/queue" not in step_tags(flights, "model", pools={})
+
+
+@pytest.mark.parametrize("dataset", ["flights", "synthetic"])
+def test_with_pools_declared_training_is_queued_to_the_large_pool_the_rest_to_the_small(
+    monkeypatch, dataset
+):
+    monkeypatch.setenv("ML_PLATFORM_DATASET", dataset)
+    monkeypatch.setenv("ML_PLATFORM_WORKER_POOLS", "small=1024,large=3072")
+    loaded = defs()
+    for stage in STAGES:
+        queue = loaded.resolve_assets_def(asset_key(dataset, stage)).op.tags["dagster-celery/queue"]
+        assert queue == ("large" if stage in TRAINING else "small"), stage
+
+
+def test_the_executor_is_the_one_the_settings_name():
+    broker = {"ML_PLATFORM_CELERY_BROKER": "redis://127.0.0.1:6379/0"}
+    names = {
+        kind: step_executor(Settings({"ML_PLATFORM_EXECUTOR": kind, **broker})).name
+        for kind in ("in_process", "multiprocess", "ecs", "celery")
+    }
+    assert names == {
+        "in_process": "in_process",
+        "multiprocess": "multiprocess",
+        "ecs": "ecs",
+        "celery": "celery",
+    }
+    assert step_executor(Settings({})).name == "in_process"
