@@ -13,6 +13,9 @@ COPY pyproject.toml uv.lock ./
 RUN uv sync --frozen --no-dev --no-install-project
 
 COPY README.md ./
+# The production instance and workspace (deploy/), where webserver, daemon, runs and steps read
+# them on ECS (deploy/cloudformation.yaml); the compose stack mounts its own over them.
+COPY deploy/dagster.yaml deploy/workspace.yaml /opt/dagster/home/
 COPY ml_platform ./ml_platform
 RUN uv sync --frozen --no-dev
 

@@ -518,6 +518,13 @@ def test_classifier_tells_the_six_classes_apart():
         "[flights__model]: billiard.exceptions.WorkerLostError: "
         "Worker exited prematurely: signal 9 (SIGKILL)"
     )
+    ecs = StepFailure(
+        "flights__model",
+        "Failure",
+        "Task stopped: OutOfMemoryError: Container killed due to memory usage",
+        user_failure=False,
+    )
+    assert classify_failure([ecs], []).failure_class == RESOURCE_EXHAUSTION
     lost = classify_failure([], [], "Worker exited prematurely: exitcode 1", ["flights__model"])
     assert lost.failure_class == CODE_BUG  # not memory unless something says so
     assert classify_failure([crash], [warn]).failure_class == CODE_BUG

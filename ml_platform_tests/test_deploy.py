@@ -1,13 +1,19 @@
 """The deployment files agree with each other and with the repository: the instance configs,
-the compose stack, the Dockerfile and the IAM policy (Docker itself cannot run here).
+the compose stack, the Dockerfile, the IAM policy and the ECS recipe (CloudFormation, checked
+by cfn-lint); Docker and AWS themselves cannot run here.
 """
 
 import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import yaml
 from dagster_aws.ecs import EcsRunLauncher
 
+from ml_platform.definitions import step_executor
+from ml_platform.platform.settings import Settings
 from ml_platform_tests.conftest import REPO
 
 PRODUCTION = yaml.safe_load((REPO / "deploy/dagster.yaml").read_text())
@@ -146,3 +152,83 @@ def test_the_iam_policy_grants_exactly_the_platform_prefixes():
     production = (REPO / "docs" / "production.md").read_text()
     assert "IAM" in production and "deploy/iam-policy.json" in production
     assert "docs/production.md" in (REPO / "README.md").read_text()
+
+
+def cloudformation() -> dict:
+    """deploy/cloudformation.yaml, its intrinsic functions (!Ref, !Sub, ...) as {tag: value}."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def tagged(loader: yaml.SafeLoader, tag: str, node: yaml.Node) -> dict:
+        if isinstance(node, yaml.ScalarNode):
+            return {f"!{tag}": loader.construct_scalar(node)}
+        if isinstance(node, yaml.SequenceNode):
+            return {f"!{tag}": loader.construct_sequence(node, deep=True)}
+        return {f"!{tag}": loader.construct_mapping(node, deep=True)}  # type: ignore[arg-type]
+
+    Loader.add_multi_constructor("!", tagged)
+    return yaml.load((REPO / "deploy/cloudformation.yaml").read_text(), Loader=Loader)
+
+
+def test_the_cloudformation_template_passes_cfn_lint():
+    lint = subprocess.run(
+        [str(Path(sys.executable).parent / "cfn-lint"), "deploy/cloudformation.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_on_ecs_each_step_is_a_task_sized_by_its_own_tags():
+    resources = cloudformation()["Resources"]
+    # Runs are tasks of the code server's task definition (EcsRunLauncher with the current
+    # task's config), which the steps' tasks inherit, overriding the container named "run".
+    [run] = resources["CodeServerTask"]["Properties"]["ContainerDefinitions"]
+    assert run["Name"] == "run"
+    environment = {e["Name"]: e["Value"] for e in run["Environment"]}
+    assert environment["ML_PLATFORM_EXECUTOR"] == "ecs"
+    launcher = yaml.safe_load((REPO / "deploy/dagster.yaml").read_text())["run_launcher"]
+    assert launcher["class"] == "EcsRunLauncher"
+    assert launcher["config"]["use_current_ecs_task_config"] is True
+    settings = Settings({"ML_PLATFORM_EXECUTOR": environment["ML_PLATFORM_EXECUTOR"]})
+    assert step_executor(settings).name == "ecs"
+    # The processes may start tasks, and hand them the two roles.
+    granted = {
+        action
+        for policy in resources["TaskRole"]["Properties"]["Policies"]
+        for statement in policy["PolicyDocument"]["Statement"]
+        for action in (
+            [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+        )
+    }
+    assert {"ecs:RunTask", "ecs:DescribeTasks", "ecs:StopTask", "iam:PassRole"} <= granted
+
+
+def test_the_templates_data_policy_is_the_iam_policy_file():
+    def as_list(value) -> list:
+        return value if isinstance(value, list) else [value]
+
+    def grants(statements: list[dict]) -> dict[str, tuple]:
+        """Each statement by its Sid; the template's ARNs for the bucket the JSON file names."""
+        names = {"${AWS::Partition}": "aws", "${DataBucket}": "ml-platform-data"}
+        resources = []
+        for statement in statements:
+            arns = []
+            for arn in as_list(statement["Resource"]):
+                arn = arn["!Sub"] if isinstance(arn, dict) else arn
+                for name, value in names.items():
+                    arn = arn.replace(name, value)
+                arns.append(arn)
+            resources.append(sorted(arns))
+        return {
+            s["Sid"]: (sorted(as_list(s["Action"])), arns, s.get("Condition"))
+            for s, arns in zip(statements, resources, strict=True)
+        }
+
+    policy = json.loads((REPO / "deploy/iam-policy.json").read_text())
+    policies = cloudformation()["Resources"]["TaskRole"]["Properties"]["Policies"]
+    [data] = [p for p in policies if p["PolicyName"] == "data"]
+    assert grants(data["PolicyDocument"]["Statement"]) == grants(policy["Statement"])

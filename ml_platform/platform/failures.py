@@ -62,9 +62,11 @@ DATA_ERROR_CLASSES = frozenset(
     }
 )
 RESOURCE_ERROR_CLASSES = frozenset({"MemoryError", "OutOfMemoryError"})
-# Killed by the kernel's OOM killer (SIGKILL, exit 137) or out of disk space (errno 28, 122).
+# Killed by the kernel's OOM killer (SIGKILL, exit 137; ECS's stopped reason, Kubernetes'
+# OOMKilled) or out of disk space (errno 28, 122).
 RESOURCE_PATTERN = re.compile(
-    r"OOMKilled|out of memory|signal 9\b|SIGKILL|exit(?:ed)? (?:with )?code (?:-9|137)\b"
+    r"OOMKilled|OutOfMemoryError|killed due to memory usage|out of memory|signal 9\b|SIGKILL"
+    r"|exit(?:ed)? (?:with )?code (?:-9|137)\b"
     r"|\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded",
     re.IGNORECASE,
 )
