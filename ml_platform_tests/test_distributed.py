@@ -1,7 +1,8 @@
 """Each step on a worker of the pool its size asks for, on a real distributed engine.
 
 A Redis server (Debian's package) is the broker; dagster-celery workers listen in two pools, a
-queue each: `small` and `large` (ML_PLATFORM_WORKER_POOLS declares 1 GiB and 3 GiB workers).
+queue each: `small` and `large` (ML_PLATFORM_WORKER_POOLS declares 1 GiB and 3 GiB workers),
+each worker in a memory cgroup of its pool's size, as a container of that size would hold it.
 The daily job of three real flights days runs with ML_PLATFORM_EXECUTOR=celery as `dg launch`
 runs it, over a persistent instance: each step is a Celery task on a worker, which records in
 the day's metadata where it ran (`step_worker`). Training asks for 2 GiB (the contract's
@@ -13,6 +14,7 @@ kernel, as ECS or Kubernetes end one: the step is not retried, and the run is di
 resource exhaustion with the step's request and its last recorded peak.
 """
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -24,6 +26,7 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.platform.records import day_records
+from ml_platform.platform.settings import Settings
 from ml_platform_tests.conftest import REPO, Platform, days_from
 from ml_platform_tests.services import CeleryWorkers, memory_cgroup, redis_server
 from ml_platform_tests.test_registry_chain_flights import registrations
@@ -88,19 +91,24 @@ class Engine:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> Iterator[Engine]:
-    """Redis, a worker of each pool, and the three days run through them."""
-    with redis_server() as broker:
+    """Redis, a worker of each pool in a container of its pool's memory, and the three days."""
+    with contextlib.ExitStack() as stack:
+        broker = stack.enter_context(redis_server())
         engine = Engine(tmp_path_factory.mktemp("celery"), broker)
-        try:
-            engine.workers.start("small")
-            engine.workers.start("large")
-            engine.platform.land(DAYS[0], len(DAYS) + 1)
-            for day in DAYS:
-                ran = engine.launch("--job", "flights_daily_pipeline_job", "--partition", day)
-                assert ran.returncode == 0, f"{day}\n{ran.stderr[-6000:]}"
-            yield engine
-        finally:
-            engine.workers.stop()
+        pools = Settings({"ML_PLATFORM_WORKER_POOLS": POOLS}).worker_pools
+        cgroups = {
+            pool: stack.enter_context(memory_cgroup(f"ml-platform-{pool}-{os.getpid()}", memory))
+            for pool, memory in pools.items()
+        }
+        # Before the groups are removed, which waits for their processes to end.
+        stack.callback(engine.workers.stop)
+        for pool, cgroup in cgroups.items():
+            engine.workers.start(pool, cgroup=cgroup)
+        engine.platform.land(DAYS[0], len(DAYS) + 1)
+        for day in DAYS:
+            ran = engine.launch("--job", "flights_daily_pipeline_job", "--partition", day)
+            assert ran.returncode == 0, f"{day}\n{ran.stderr[-6000:]}"
+        yield engine
 
 
 def test_each_step_runs_on_the_pool_its_size_asks_for_and_decides_as_in_process(engine, tmp_path):
