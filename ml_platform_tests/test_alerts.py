@@ -725,3 +725,31 @@ def test_every_alert_names_the_owners_of_the_dataset_it_is_about(tmp_path):
         "Owners: - (the contract names none)"
         in evaluate_run(no_step, {}, Notifier(), 0.0)[0].text()
     )
+
+
+def test_a_worker_killed_mid_step_is_alerted_with_the_step_and_how_it_ended():
+    outcome = RunOutcome(
+        run_id="run-oom",
+        root_run_id="run-oom",
+        job_name="flights_daily_pipeline_job",
+        partition="2013-01-04",
+        succeeded=False,
+        step_failures=[],
+        succeeded_steps=["flights__raw_data"],
+        failed_checks=[],
+        run_message=(
+            "During celery execution errors occurred in workers:\n[flights__model]: "
+            "billiard.exceptions.WorkerLostError: Worker exited prematurely: signal 9 (SIGKILL)"
+        ),
+        unfinished_steps=["flights__model"],
+    )
+
+    [failed] = evaluate_run(outcome, {}, Notifier(), now=0.0)
+
+    assert failed.title == (
+        "run of flights_daily_pipeline_job failed at step flights__model, which did not finish"
+    )
+    assert failed.failure_class == RESOURCE_EXHAUSTION
+    assert failed.cause.startswith("flights__model did not finish: the process running it")
+    assert "signal 9 (SIGKILL)" in failed.cause
+    assert failed.runbook == "docs/runbook.md#resource-exhaustion"

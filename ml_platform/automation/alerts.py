@@ -300,6 +300,10 @@ def failure_cause(outcome: RunOutcome) -> str:
         more = f" (and {len(blocking) - 1} more failed check(s))" if len(blocking) > 1 else ""
         return one_line(f"check {check.asset}:{check.check} failed: {reason}{more}")
     first = outcome.step_failures[0] if outcome.step_failures else None
+    if first is None and outcome.unfinished_steps:
+        # An engine's report of a worker that died starts with its own preamble: the reason
+        # names the steps and the engine's line that says how the worker ended.
+        return one_line(classify_outcome(outcome).reason)
     return one_line(first.message if first else outcome.run_message) or "unknown cause"
 
 
@@ -439,11 +443,17 @@ def evaluate_run(
     first = outcome.step_failures[0] if outcome.step_failures else None
     cause = failure_cause(outcome)
     anchor = classification.runbook_anchor
+    if first is not None:
+        where = f" at step {first.step}"
+    elif outcome.unfinished_steps:
+        where = f" at step {', '.join(outcome.unfinished_steps)}, which did not finish"
+    else:
+        where = ""
     alerts.append(
         alert(
             severity=ERROR,
             rule="run_failed",
-            title=f"run of {outcome.job_name} failed" + (f" at step {first.step}" if first else ""),
+            title=f"run of {outcome.job_name} failed{where}",
             cause=cause,
             subject=outcome.job_name,
             failure_class=classification.failure_class,
