@@ -62,12 +62,14 @@ DATA_ERROR_CLASSES = frozenset(
     }
 )
 RESOURCE_ERROR_CLASSES = frozenset({"MemoryError", "OutOfMemoryError"})
+# Out of disk space (errno 28, 122).
+DISK = r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded"
+DISK_PATTERN = re.compile(DISK, re.IGNORECASE)
 # Killed by the kernel's OOM killer (SIGKILL, exit 137; ECS's stopped reason, Kubernetes'
-# OOMKilled) or out of disk space (errno 28, 122).
+# OOMKilled), or out of disk.
 RESOURCE_PATTERN = re.compile(
     r"OOMKilled|OutOfMemoryError|killed due to memory usage|out of memory|signal 9\b|SIGKILL"
-    r"|exit(?:ed)? (?:with )?code (?:-9|137)\b"
-    r"|\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded",
+    rf"|exit(?:ed)? (?:with )?code (?:-9|137)\b|{DISK}",
     re.IGNORECASE,
 )
 # A read-only file system (errno 30) or a permission refused (errno 13, 1; S3's codes).
@@ -107,9 +109,6 @@ TRANSIENT_PATTERN = re.compile(
     r"|Max retries exceeded|Service Unavailable",
     re.IGNORECASE,
 )
-
-
-DISK_PATTERN = re.compile(r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded", re.I)
 
 
 def out_of_disk(reason: str) -> bool:
