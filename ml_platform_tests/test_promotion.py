@@ -528,19 +528,30 @@ def registrations_of(platform: Platform) -> tuple[list[tuple], dict[str, str]]:
     return recorded, platform.registry().aliases()
 
 
+# Any eligible candidate clears a change threshold this tolerant: each day moves the champion,
+# so a failed attempt leaves the champion on a later day's model than its retry judges.
+TOLERANT = {"change_thresholds": {"rmse": -10.0}}
+UPSTREAM = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[list[tuple], dict[str, str]]:
+    """The registrations of the range run without a fault: the same for each fault's retry."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    clean = Platform(synthetic_contract(root, "tolerant", **TOLERANT), root / "clean")
+    clean.land(DAYS[0], len(DAYS))
+    assert materialize_range(clean, DAYS[0], DAYS[-1], UPSTREAM).success
+    assert materialize_range(clean, DAYS[0], DAYS[-1], ["registered_model"]).success
+    return registrations_of(clean)
+
+
 @pytest.mark.parametrize("at", ["registration", "alias move"])
 def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrupted_run(
-    tmp_path, at
+    tmp_path, at, uninterrupted
 ):
-    # Any eligible candidate clears a change threshold this tolerant: each day moves the champion,
-    # so the failed attempt leaves the champion on a later day's model than its retry judges.
-    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
-    clean, faulty = (Platform(tolerant, tmp_path / name) for name in ("clean", "faulty"))
-    upstream = ["raw_data", "validated_data", "features", "model", "evaluation_report"]
-    for platform in (clean, faulty):
-        platform.land(DAYS[0], len(DAYS))
-        assert materialize_range(platform, DAYS[0], DAYS[-1], upstream).success
-    assert materialize_range(clean, DAYS[0], DAYS[-1], ["registered_model"]).success
+    faulty = Platform(synthetic_contract(tmp_path, "tolerant", **TOLERANT), tmp_path / "faulty")
+    faulty.land(DAYS[0], len(DAYS))
+    assert materialize_range(faulty, DAYS[0], DAYS[-1], UPSTREAM).success
 
     # The registry drops the last day's registration once; or the move of the aliases to it,
     # after the champion moved to it: the failed attempt leaves the champion on the last day's
@@ -558,9 +569,9 @@ def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrup
     retried = [e for e in result.all_events if e.event_type == retry]
     assert len(retried) == 1, "the storage fault should have failed the first attempt"
     assert "Input/output error" in str(retried[0].event_specific_data.error)
-    assert registrations_of(faulty) == registrations_of(clean)
-    promoted = [row[3] for row in registrations_of(clean)[0]]
+    assert registrations_of(faulty) == uninterrupted
+    promoted = [row[3] for row in uninterrupted[0]]
     assert promoted == ["champion"] * len(DAYS)
     # A rerun of the range meets what the record says, and decides the same again.
     assert materialize_range(faulty, DAYS[0], DAYS[-1], ["registered_model"]).success
-    assert registrations_of(faulty) == registrations_of(clean)
+    assert registrations_of(faulty) == uninterrupted
