@@ -67,14 +67,22 @@ def alias_moves(platform: Platform) -> tuple[list[tuple], dict]:
     return moves, platform.registry().aliases()
 
 
-def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path):
-    contract = contract_with(tmp_path, "synthetic")
-    by_day = Platform(contract, tmp_path / "by_day")
-    in_range = Platform(contract, tmp_path / "in_range")
-    for platform in (by_day, in_range):
-        platform.land(DAYS[0], len(DAYS))
+@pytest.fixture(scope="module")
+def one_by_one(tmp_path_factory) -> Platform:
+    """The days run one at a time through the daily job: what every way of running them must
+    reach. Tests only read it."""
+    root = tmp_path_factory.mktemp("one_by_one")
+    by_day = Platform(contract_with(root, "synthetic"), root / "by_day")
+    by_day.land(DAYS[0], len(DAYS))
     for day in DAYS:
-        assert by_day.materialize(day).success, day
+        assert by_day.materialize(day, selection=DAILY_ASSETS).success, day
+    return by_day
+
+
+def test_a_range_in_one_run_reaches_what_one_run_per_day_reaches(tmp_path, one_by_one):
+    by_day = one_by_one
+    in_range = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "in_range")
+    in_range.land(DAYS[0], len(DAYS))
 
     result = materialize_range(in_range, DAYS[0], DAYS[-1])
 
@@ -210,16 +218,14 @@ def test_a_day_whose_input_was_never_materialised_fails_alone_named(tmp_path):
     assert not platform.materialized("evaluation_report")
 
 
-def test_evaluations_in_any_order_then_the_chain_reach_the_one_by_one_verdicts(tmp_path):
+def test_evaluations_in_any_order_then_the_chain_reach_the_one_by_one_verdicts(
+    tmp_path, one_by_one
+):
     # A backfill's runs: the evaluation's chunks run side by side in any order (here the later
     # chunk first), then the registry and the champion's monitoring take the evaluated range.
-    contract = contract_with(tmp_path, "synthetic")
-    by_day = Platform(contract, tmp_path / "by_day")
-    chunked = Platform(contract, tmp_path / "chunked")
-    for platform in (by_day, chunked):
-        platform.land(DAYS[0], len(DAYS))
-    for day in DAYS:
-        assert by_day.materialize(day, selection=DAILY_ASSETS).success
+    by_day = one_by_one
+    chunked = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "chunked")
+    chunked.land(DAYS[0], len(DAYS))
     upstream = ALL_ASSETS
 
     assert materialize_range(chunked, DAYS[0], DAYS[1], upstream[:4]).success
