@@ -113,8 +113,11 @@ def test_a_window_below_coverage_and_a_day_without_labels_are_the_models_verdict
     platform = Platform(contract, tmp_path / "p")
     platform.land("2024-01-01", 3)
     platform.land("2024-01-02", 1, fault="null_burst")
-    for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
-        assert platform.materialize(day).success
+    # The window is the days' features: the days before the judged one are run up to them.
+    data = ["raw_data", "validated_data", "features"]
+    for day in ("2024-01-01", "2024-01-02"):
+        assert platform.materialize(day, selection=data).success
+    assert platform.materialize("2024-01-03").success
     record = assert_rejected(
         platform, "model", "2024-01-03", Verdict.WINDOW_BELOW_COVERAGE, "joblib"
     )
