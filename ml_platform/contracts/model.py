@@ -397,6 +397,34 @@ class DriftCalibrationSpec(_Strict):
     min_days: int = Field(default=4, ge=2)
 
 
+class DriftEpisodeSpec(_Strict):
+    """When a feature's drift days make an episode, the unit a person is told about.
+
+    A day's drift is the day's weather until it lasts: an episode of a feature opens on the day
+    when `open_days` of its last `window` judged days drifted (or at once, when the day's values
+    lie where the reference never was: a new category, a median outside the reference's range),
+    and closes on the first day after `close_days` quiet days in a row. An opened episode of a
+    feature the serving champion leans on (its permutation importance on the day's labelled rows
+    is at least `page_importance` of the features' total) pages the owners; any other is a WARN
+    check and a line in the logs. Measured on synthetic days (drift_calibration's temperature):
+    3 of 4 opens on the third day of a +4 sd shift and almost never on a feature that only
+    moves day to day (a 5 % drift-day rate gives 4 x 0.05^3 = 0.05 % of days).
+    """
+
+    window: int = Field(default=4, ge=1, le=60)
+    open_days: int = Field(default=3, ge=1, le=60)
+    close_days: int = Field(default=2, ge=1, le=60)
+    page_importance: float = Field(default=0.05, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _open_within_window(self) -> "DriftEpisodeSpec":
+        if self.open_days > self.window:
+            raise ValueError(
+                f"drift.episodes.open_days ({self.open_days}) cannot exceed window ({self.window})"
+            )
+        return self
+
+
 class FeatureDriftSpec(_Strict):
     """Drift settings of one feature; `threshold` overrides the default effect size."""
 
@@ -419,6 +447,7 @@ class DriftSpec(_Strict):
     correction: Literal["holm", "benjamini_hochberg"] = "holm"
     alpha: float = Field(default=0.02, gt=0.0, lt=1.0)
     calibration: DriftCalibrationSpec = DriftCalibrationSpec()
+    episodes: DriftEpisodeSpec = DriftEpisodeSpec()
     features: dict[str, FeatureDriftSpec] = Field(default_factory=dict)
 
 

@@ -15,6 +15,7 @@ reference days to know that movement, the fixed gate decides alone and the verdi
 """
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -33,6 +34,9 @@ from ml_platform.drift.ks import ks_2samp_columns
 CALENDAR_TRANSFORMS = {"day_of_week", "month", "day_of_year"}
 
 Status = Literal["drift", "stable", "skipped"]
+# A day whose categories the reference never had make at least this share of its rows is a
+# change of coding, not a rare category showing up.
+UNSEEN_SHARE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +65,10 @@ class FeatureVerdict:
         day_to_day_low: the smallest of those day-to-day distances (None when not calibrated).
         day_to_day_high: the largest of them (None when not calibrated).
         calibration: how the calibration bound was set that day, or why there is none.
+        unseen: nearly all the day's values lie where the reference never was: its 5th to 95th
+            percentiles outside the reference's range, or half its rows in categories the
+            reference never had. Drift of such a day opens an episode at once
+            (`drift.episodes`), without waiting for more days.
     """
 
     feature: str
@@ -82,6 +90,7 @@ class FeatureVerdict:
     day_to_day_low: float | None = None
     day_to_day_high: float | None = None
     calibration: str = ""
+    unseen: bool = False
 
 
 def skip_reason(spec: FeatureSpec, contract: Contract) -> str | None:
@@ -304,6 +313,7 @@ def detect_drift(
         cur_values = current[numeric].to_numpy(dtype="float64")
         ks = ks_2samp_columns(ref_values, cur_values)
         changes = _numeric_changes(ref_values, cur_values)
+        unseen = _outside_range(ref_values, cur_values)
         for j, name in enumerate(numeric):
             tested[name] = _Tested(
                 effect=float(ks.statistic[j]),
@@ -311,6 +321,7 @@ def detect_drift(
                 n_reference=int(ks.n_reference[j]),
                 n_current=int(ks.n_current[j]),
                 change=changes[j],
+                unseen=bool(unseen[j]),
             )
     for name in contract.categorical_features:
         if name not in skipped:
@@ -330,6 +341,9 @@ def detect_drift(
                     if comparison.n_reference and comparison.n_current
                     else ""
                 ),
+                unseen=bool(comparison.n_reference)
+                and sum(comparison.current_shares[c] for c in comparison.new_categories)
+                >= UNSEEN_SHARE,
             )
     for name, numbers in list(tested.items()):
         if numbers.n_reference == 0 or numbers.n_current == 0:
@@ -387,6 +401,7 @@ def detect_drift(
                 day_to_day_low=low,
                 day_to_day_high=high,
                 calibration=_note(calibration, spec.name) if result is not None else "",
+                unseen=bool(result and result.unseen),
             )
         )
     return verdicts
@@ -402,6 +417,23 @@ class _Tested:
     n_current: int
     change: str
     p_adjusted: float = float("nan")
+    unseen: bool = False
+
+
+def _outside_range(reference: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """Per column: whether nearly all the day's values lie outside the reference's range.
+
+    The day's 5th to 95th percentiles beyond everything the reference held: a unit or a sign
+    changed, a sensor broke; a hot day is not that.
+    """
+    with warnings.catch_warnings():
+        # An all-missing column has no percentiles or range: it is skipped as untested anyway.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if not len(current) or not len(reference):
+            return np.zeros(current.shape[1], dtype=bool)
+        low_day, high_day = np.nanpercentile(current, [5, 95], axis=0)
+        low, high = np.nanmin(reference, axis=0), np.nanmax(reference, axis=0)
+    return (low_day > high) | (high_day < low)
 
 
 def _numeric_changes(reference: np.ndarray, current: np.ndarray) -> list[str]:
