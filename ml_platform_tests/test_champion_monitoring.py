@@ -11,13 +11,14 @@ import pytest
 from ml_platform.automation.alerts import WARNING, Notifier, evaluate_run
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, source_day
-from ml_platform.ingestion.synthetic import file_bytes
+from ml_platform.ingestion.synthetic import POPULATION_SD, file_bytes
 from ml_platform.platform.failures import FailedCheck
 from ml_platform.platform.run_events import RunOutcome, run_outcome
 from ml_platform.platform.storage import write_atomically
 from ml_platform.registry.monitoring import (
     CHAMPION_PERFORMANCE,
     DECAY_CHECK,
+    EPISODE_CHECK,
     NO_CHAMPION,
     NO_LABELLED_ROWS,
     SCORED,
@@ -25,6 +26,7 @@ from ml_platform.registry.monitoring import (
     decay_check,
     threshold_results,
 )
+from ml_platform.troubleshooting.health import open_episodes
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 
@@ -40,14 +42,16 @@ CHANGED = [day for day in CHANGED_AND_REJECTED if day != REJECTED]
 def land_changed_relation(platform: Platform, days: list[str]) -> None:
     """Land days on which the label's relation to x1 turned around (concept drift).
 
-    The features keep their distribution, so every data gate passes: only a model's errors
-    show the change, which is what a decaying champion looks like.
+    x1 keeps its distribution, so every data gate passes: only a model's errors show the
+    change, which is what a decaying champion looks like. The days are also much warmer: a
+    drift episode of `temperature`, which the target does not depend on.
     """
     zone = LandingZone(base_dir=str(platform.landing_dir))
     for day in days:
         frame = source_day(platform.contract, dt.date.fromisoformat(day))
         # The generator's coefficient of x1 is +2: the changed world has -2.
         frame["target"] = (frame["target"] - 4.0 * frame["x1"]).round(6)
+        frame["temperature"] += 4.0 * POPULATION_SD["temperature"]
         write_atomically(zone.path_for(platform.contract.landing.file_name(day)), file_bytes(frame))
 
 
@@ -137,7 +141,7 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
     # A one-day rerun of the last day reads the earlier days' records from the lake.
     rerun = platform.materialize(CHANGED[-1], selection=[CHAMPION_PERFORMANCE])
     assert rerun.success
-    [evaluation] = rerun.get_asset_check_evaluations()
+    [evaluation] = [e for e in rerun.get_asset_check_evaluations() if e.check_name == DECAY_CHECK]
     assert not evaluation.passed and evaluation.partition == CHANGED[-1]
     assert f"({CHANGED[0]} to {CHANGED[-1]})" in (evaluation.description or "")
 
@@ -153,6 +157,40 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
     assert alerts[0].severity == WARNING and alerts[0].rule == "check_failed"
     assert "the model is decaying: retrain or look at the data" in alerts[0].cause.lower()
     assert alerts[0].runbook.endswith(f"#check-{DECAY_CHECK}")
+    # Decay is a symptom: it pages.
+    assert alerts[0].page
+
+    # The warm days are one drift episode of temperature, opened on the first of them (all its
+    # values above anything the reference held) and still open: told once, paging nobody, since
+    # the champion does not lean on a feature the target ignores.
+    episodes = evaluations(platform, CHAMPION_PERFORMANCE, EPISODE_CHECK)
+    assert episodes == {
+        GOOD[0]: True,
+        GOOD[1]: True,
+        CHANGED[0]: False,
+        CHANGED[1]: False,
+        CHANGED[2]: False,
+    }
+    told = [a for a in evaluate_run(outcome, {}, Notifier(), now=0.0) if a.rule.startswith("drift")]
+    assert [(a.severity, a.rule, a.partition, a.page) for a in told] == [
+        (WARNING, "drift_episode", CHANGED[0], False)
+    ]
+    assert told[0].title == f"synthetic: temperature drifting since {CHANGED[0]}"
+    assert "the champion barely uses it" in told[0].cause
+    opened = record(platform, CHANGED[0])["drift_episodes"]["temperature"]["episode"]
+    assert opened["opened"] == CHANGED[0] and opened["leaned_on"] is False
+    assert opened["importance"] < 0.05
+    # The day's drift check fails on each warm day and pages nobody.
+    drifted = [
+        a
+        for a in evaluate_run(outcome, {}, Notifier(), now=0.0)
+        if a.subject.endswith(":features_drift")
+    ]
+    assert drifted and not any(a.page for a in drifted)
+    # `ml-platform health` lists the dataset's open episode at its latest monitored day.
+    [(day, [line])] = open_episodes(platform.instance).values()
+    assert day == CHANGED[-1]
+    assert line.startswith(f"temperature since {CHANGED[0]} (3 drifted day(s)): ks_d up to ")
 
 
 def scored_record(day: str, rmse: float, r2: float = 0.9, version: str = "daily-2024-01-01"):

@@ -13,8 +13,12 @@ Rules (see docs/runbook.md for what to do about each):
   are told once, in the backfill's summary (`backfill_summary_sensor`), not a day at a time.
   A green run never announces RESOLVED for rejected days: a data streak ends with an accepted
   day, which the rejected-days listing shows.
-- A failed check of WARN severity (drift, loss plateau, low utilisation, schema change...) ->
-  WARNING. A failed ERROR check in a run that still succeeded -> ERROR.
+- A failed check of WARN severity (loss plateau, low utilisation, schema change...) ->
+  WARNING. A day's drift (`features_drift`) and an open drift episode (`drift_episode`) are
+  logged, not paged, every day: a drift episode is told once when it opens (WARNING) and once
+  when it closes (RESOLVED), and pages only when the serving champion leans on the feature
+  (docs/checks.md#drift-episodes-drift_episode). A backfill's runs replay the past: their
+  episodes are in the checks, not told. A failed ERROR check in a run that still succeeded -> ERROR.
 - A rejected candidate (`promotion_verdict`) is logged but pages nobody: one rejection is an
   outcome of the day. `rejection_streak` (N rejected candidates in a row) pages.
 - A landed file that fits no partition -> WARNING.
@@ -44,7 +48,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ml_platform.platform.run_events import RunOutcome, classify_outcome
+from ml_platform.drift.episodes import Episode
+from ml_platform.platform.run_events import EpisodeNews, RunOutcome, classify_outcome
 from ml_platform.platform.runbook import check_anchor
 from ml_platform.validation.assets import DELIVERY_CHECK
 
@@ -67,7 +72,9 @@ MAX_DELIVERY_ATTEMPTS = 5
 python_logger = logging.getLogger("ml_platform.alerts")
 # Failed checks that are logged as alerts but page nobody: a single rejected candidate is an
 # outcome the registry records; the rejection_streak check pages when they pile up.
-LOGGED_ONLY_CHECKS = frozenset({"promotion_verdict"})
+# A day's drift and an open episode are the weather of the day: the episode's opening and
+# closing are what is told.
+LOGGED_ONLY_CHECKS = frozenset({"promotion_verdict", "features_drift", "drift_episode"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,6 +344,42 @@ def run_datasets(outcome: RunOutcome, datasets: Iterable[str]) -> list[str]:
     return sorted(found)
 
 
+def episode_alerts(news: EpisodeNews, notifier: Notifier, alert: Any) -> list[Alert]:
+    """One alert per drift episode that opened (WARNING) or closed (RESOLVED) on a day.
+
+    Each pages only when the serving champion leans on the feature (`leaned_on`, measured when
+    the episode opened); otherwise it is logged for the UI's check and the alert log.
+    """
+    dataset = dataset_of_asset(news.asset)
+    told = []
+    for severity, rule, data in [
+        *((WARNING, "drift_episode", e) for e in news.opened),
+        *((RESOLVED, "drift_episode_closed", e) for e in news.closed),
+    ]:
+        episode = Episode.from_json(data)
+        title = (
+            f"{dataset}: {episode.feature} drifting since {episode.since}"
+            if episode.closed is None
+            else f"{dataset}: {episode.feature} back since {episode.closed} "
+            f"(drifting since {episode.since})"
+        )
+        told.append(
+            alert(
+                severity=severity,
+                rule=rule,
+                title=title,
+                cause=f"{episode.describe()}; {episode.leaning()}",
+                subject=f"{news.asset}:{news.check}",
+                partition=news.partition,
+                failure_class=None,
+                runbook=notifier.runbook(check_anchor(news.check)),
+                page=bool(episode.leaned_on),
+                owners=notifier.owners_of(dataset),
+            )
+        )
+    return told
+
+
 def evaluate_run(
     outcome: RunOutcome,
     streaks: Mapping[str, int],
@@ -416,6 +459,10 @@ def evaluate_run(
                 owners=notifier.owners_of(dataset_of_asset(check.asset)),
             )
         )
+
+    if not in_backfill:
+        for news in outcome.episodes:
+            alerts += episode_alerts(news, notifier, alert)
 
     # Only a streak that paged is news when it ends.
     recovered = [k for k in recovery_keys(outcome) if streaks.get(k, 0) >= threshold]

@@ -39,6 +39,27 @@ ENDED = {
 
 
 @dataclasses.dataclass(frozen=True)
+class EpisodeNews:
+    """Episodes a check said opened or closed on a day (its `opened` / `closed` metadata)."""
+
+    asset: str
+    check: str
+    partition: str | None
+    opened: list[dict[str, Any]]
+    closed: list[dict[str, Any]]
+
+
+def episode_news(asset: str, data: Any) -> EpisodeNews | None:
+    """The episodes a check evaluation opened or closed, if it says of any."""
+    metadata = data.metadata or {}
+    opened, closed = metadata.get("opened"), metadata.get("closed")
+    lists = [m.value if m is not None else [] for m in (opened, closed)]
+    if not any(lists):
+        return None
+    return EpisodeNews(asset, data.check_name, data.partition, list(lists[0]), list(lists[1]))
+
+
+@dataclasses.dataclass(frozen=True)
 class RunOutcome:
     """What the alert rules and `diagnose` need to know about a finished run."""
 
@@ -53,6 +74,8 @@ class RunOutcome:
     run_message: str  # the run failure's message, for failures outside any step
     # Steps begun (started, or sent to a worker) that never ended: their process or worker died.
     unfinished_steps: list[str] = dataclasses.field(default_factory=list)
+    # Episodes (drift) that the run's checks opened or closed, by day.
+    episodes: list[EpisodeNews] = dataclasses.field(default_factory=list)
 
 
 def classify_outcome(outcome: RunOutcome) -> Classification:
@@ -101,6 +124,7 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
     run_message = ""
     begun: list[str] = []
     ended: set[str] = set()
+    episodes: list[EpisodeNews] = []
     for record in instance.get_records_for_run(run_id, of_type=RUN_EVENTS).records:
         entry = record.event_log_entry
         event = entry.dagster_event
@@ -119,6 +143,9 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
         elif event.event_type == dg.DagsterEventType.STEP_SUCCESS:
             succeeded_steps.append(step)
         elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            news = episode_news(data.asset_key.to_user_string(), data)
+            if news is not None:
+                episodes.append(news)
             if not data.passed:
                 failed_checks.append(
                     FailedCheck(
@@ -143,4 +170,5 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
         failed_checks=failed_checks,
         run_message=run_message,
         unfinished_steps=[step for step in begun if step not in ended],
+        episodes=episodes,
     )

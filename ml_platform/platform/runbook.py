@@ -24,6 +24,7 @@ CHECK_SECTIONS = frozenset(
         "promotion_verdict",
         "rejection_streak",
         "champion_decay",
+        "drift_episode",
     }
 )
 

@@ -8,6 +8,12 @@ depends on registered_model's day before). It was trained before D's
 rows came in, so its metrics on D's labelled rows are its performance on data it never saw.
 Plotted across partitions in the UI, they show when to retrain.
 
+The same step follows each feature's drift episodes (`drift.episodes`): the day's drift report
+advances the state the day before left (`drift/episodes.py`), which the day's record carries to
+the next. The `drift_episode` check fails (WARN) while an episode is open and names what opened
+or closed that day; an opened episode says whether the serving champion leans on the feature
+(its permutation importance on the day's labelled rows), which decides whether it pages.
+
 The `champion_decay` check fails (WARN) when the champion misses the contract's value
 thresholds on `evaluation.decay_days` days in a row: one bad day is noise, a streak is decay.
 The streak reads accepted days only: a day without a stored record (a tombstone: its features
@@ -16,6 +22,7 @@ times `decay_days` days. A day with no champion yet, or no labelled rows, breaks
 contract without value thresholds has nothing to decay from.
 """
 
+import dataclasses
 import datetime as dt
 import functools
 import math
@@ -27,8 +34,15 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
+from ml_platform.drift.episodes import DayEpisodes, advance, feature_days, states_from_json
 from ml_platform.evaluation.assets import non_finite_predictions
-from ml_platform.evaluation.metrics import LOWER_IS_BETTER, predict_holdout, score_of
+from ml_platform.evaluation.metrics import (
+    LOWER_IS_BETTER,
+    importance_shares,
+    predict_holdout,
+    primary_metric,
+    score_of,
+)
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.io_manager import LakeIOManager
@@ -49,6 +63,12 @@ CHAMPION_PERFORMANCE = "champion_performance"
 # A decay streak looks back at most this many times its length in days (tombstones are skipped).
 DECAY_LOOKBACK = 4
 DECAY_CHECK = "champion_decay"
+EPISODE_CHECK = "drift_episode"
+OPEN_EPISODES_KEY = "open_drift_episodes"
+EPISODES_KEY = "drift_episodes"
+# A feature's episode state is carried from the latest stored day at most this many days back;
+# after a longer gap it starts afresh.
+EPISODE_LOOKBACK = 28
 # What a day's record says about its champion.
 SCORED = "scored"
 NO_CHAMPION = "no_champion"
@@ -244,6 +264,68 @@ def decay_check(
     )
 
 
+def with_importance(
+    episodes: DayEpisodes, shares: dict[str, float] | None, page_importance: float
+) -> DayEpisodes:
+    """The day's opened episodes with how much the serving champion leans on their feature.
+
+    `shares` are the champion's importance shares on the day's rows (None: no champion, or no
+    labelled rows, to measure them on: the episode touches no serving model and pages nobody).
+    """
+    if not episodes.opened:
+        return episodes
+    states = dict(episodes.states)
+    opened = []
+    for episode in episodes.opened:
+        share = None if shares is None else shares.get(episode.feature, 0.0)
+        leaned = dataclasses.replace(
+            episode,
+            importance=share,
+            leaned_on=share is not None and share >= page_importance and share > 0,
+        )
+        opened.append(leaned)
+        states[episode.feature] = dataclasses.replace(states[episode.feature], episode=leaned)
+    return DayEpisodes(states=states, opened=opened, closed=episodes.closed)
+
+
+def episode_check(day: str, episodes: DayEpisodes, judged: bool) -> dg.AssetCheckResult:
+    """`drift_episode` of a day: fails (WARN) while a feature's drift lasts, names the news.
+
+    Its metadata `opened` and `closed` hold the episodes that began or ended that day (JSON),
+    from which the alert rules tell people once per episode.
+    """
+    news = []
+    if episodes.opened:
+        news.append(
+            "Drift episode opened: "
+            + "; ".join(f"{e.describe()}; {e.leaning()}" for e in episodes.opened)
+            + "."
+        )
+    if episodes.closed:
+        news.append("Drift episode closed: " + "; ".join(e.describe() for e in episodes.closed))
+    still = [e for e in episodes.open if e not in episodes.opened]
+    if still:
+        news.append("Still drifting: " + "; ".join(e.describe() for e in still) + ".")
+    if not news:
+        news.append(
+            f"No drift episode open on {day}."
+            if judged
+            else f"{day} has no drift verdict (no reference yet): episodes carried unchanged."
+        )
+    return dg.AssetCheckResult(
+        check_name=EPISODE_CHECK,
+        passed=not episodes.open,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=" ".join(news),
+        metadata={
+            "open_episodes": len(episodes.open),
+            "open_features": ", ".join(e.feature for e in episodes.open) or "none",
+            "opened": dg.MetadataValue.json([e.to_json() for e in episodes.opened]),
+            "closed": dg.MetadataValue.json([e.to_json() for e in episodes.closed]),
+        },
+    )
+
+
 def registered_day_before(dataset: str) -> dg.AssetDep:
     """The dependency on registered_model of the day before, whose record says who served D."""
     # Dropping the day before the first partition is what the flag does; it is marked beta.
@@ -281,6 +363,8 @@ def build_champion_performance(
             # range's monitoring could otherwise run beside the first's and read its days before
             # too early.
             "prev": previous_day_input(key),
+            # The day's drift verdicts, which advance the drift episodes.
+            "drift_report": dg.AssetIn(asset_key(contract.name, "drift_report")),
         },
         # The serving champion of D is what the registrations of the days before left: in the
         # registry once registered_model has run for the day before (and, in order, for the
@@ -297,12 +381,26 @@ def build_champion_performance(
                     "labelled rows on at least one of the last "
                     f"{contract.evaluation.decay_days} days; otherwise the model is decaying.",
                 ),
-            )
+            ),
+            daily_check_spec(
+                EPISODE_CHECK,
+                key,
+                partitions,
+                description=check_description(
+                    EPISODE_CHECK,
+                    "No feature is in a drift episode: "
+                    f"{contract.drift.episodes.open_days} of its last "
+                    f"{contract.drift.episodes.window} judged days drifted (or one day drifted "
+                    "to values the reference never held), until "
+                    f"{contract.drift.episodes.close_days} quiet days in a row.",
+                ),
+            ),
         ],
     )
     def _champion_performance(
         context: dg.AssetExecutionContext,
         features: Any,
+        drift_report: Any,
         model_registry: ModelRegistryResource,
         io_manager: dg.ResourceParam[LakeIOManager],
     ) -> Iterator:
@@ -344,9 +442,34 @@ def build_champion_performance(
                     allow_retries=False,
                 ) from exc
 
-        def day_of_champion_performance(day: str, features: pd.DataFrame) -> Iterator:
+        def episodes_before(day: str) -> dict[str, Any] | None:
+            # The state the latest stored day before left (one query, one read).
+            versions = io_manager.recorded_versions(
+                context.instance, key, previous_days(day, EPISODE_LOOKBACK), "json"
+            )
+            latest = max(versions, default=None)
+            found = stored(latest) if latest else None
+            return found.get("drift_episodes") if found else None
+
+        def day_of_champion_performance(
+            day: str, features: pd.DataFrame, drift_report: dict[str, Any]
+        ) -> Iterator:
             version = chain.before(day)["champion"]
             record = champion_record(contract, day, version, features, load)
+            judged = feature_days(drift_report)
+            spec = contract.drift.episodes
+            episodes = advance(day, judged, states_from_json(episodes_before(day)), spec)
+            rows = labelled(features, contract)
+            shares = (
+                importance_shares(
+                    load(version), rows, primary_metric(contract), contract.training.random_seed
+                )
+                if episodes.opened and version is not None and len(rows)
+                else None
+            )
+            episodes = with_importance(episodes, shares, spec.page_importance)
+            record["drift_episodes"] = episodes.states_json()
+            yield episode_check(day, episodes, bool(judged))
             # The days before matter only to a day that missed.
             earlier = (
                 {d: stored(d) for d in previous_days(day, lookback)}
@@ -370,9 +493,14 @@ def build_champion_performance(
                         if record["meets_thresholds"] is None
                         else str(record["meets_thresholds"]).lower()
                     ),
+                    # What `ml-platform health` lists: the episodes open at the end of the day.
+                    OPEN_EPISODES_KEY: len(episodes.open),
+                    EPISODES_KEY: "\n".join(e.describe() for e in episodes.open) or "none",
                 },
             )
 
-        yield from each_day(context, day_of_champion_performance, features=features)
+        yield from each_day(
+            context, day_of_champion_performance, features=features, drift_report=drift_report
+        )
 
     return _champion_performance

@@ -18,6 +18,7 @@ import numpy as np
 
 from ml_platform.platform.observability import STEP_PREFIX
 from ml_platform.platform.sizes import MEMORY_HEADROOM, memory_request_mb
+from ml_platform.registry.monitoring import CHAMPION_PERFORMANCE, EPISODES_KEY, OPEN_EPISODES_KEY
 
 PEAK_KEY = f"{STEP_PREFIX}peak_rss_mb"
 EVENTS = {
@@ -66,6 +67,8 @@ class HealthReport:
     step_retries: dict[str, int]
     checks: dict[str, Tally]
     peak_rss_mb: dict[str, float]
+    # Per dataset: its latest monitored day and the drift episodes open at its end.
+    open_episodes: dict[str, tuple[str, list[str]]] = dataclasses.field(default_factory=dict)
 
     def memory_request_mb(self, asset: str) -> int:
         """Peak memory plus headroom, rounded up to a multiple of MEMORY_STEP_MB."""
@@ -96,6 +99,10 @@ class HealthReport:
             )
         lines.append("checks (pass rate):")
         lines += [f"  {check}: {tally.text()}" for check, tally in sorted(self.checks.items())]
+        lines.append("open drift episodes (at each dataset's latest monitored day):")
+        for dataset, (day, episodes) in sorted(self.open_episodes.items()):
+            lines.append(f"  {dataset} ({day}): {len(episodes) or 'none'}")
+            lines += [f"    {episode}" for episode in episodes]
         lines.append(f"memory requests (peak RSS x {MEMORY_HEADROOM}, rounded up):")
         for asset, peak in sorted(self.peak_rss_mb.items()):
             lines.append(
@@ -170,4 +177,27 @@ def pipeline_health(
         step_retries=dict(step_retries),
         checks=dict(checks),
         peak_rss_mb=peaks,
+        open_episodes=open_episodes(instance),
     )
+
+
+def open_episodes(instance: dg.DagsterInstance) -> dict[str, tuple[str, list[str]]]:
+    """Each dataset's drift episodes open at its latest day of champion_performance."""
+    found = {}
+    for key in instance.get_asset_keys():
+        if key.path[-1] != CHAMPION_PERFORMANCE:
+            continue
+        days = instance.get_materialized_partitions(key)
+        if not days:
+            continue
+        latest = max(days)
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[latest]), limit=1
+        ).records
+        materialization = records[0].asset_materialization if records else None
+        metadata = materialization.metadata if materialization else {}
+        text = metadata.get(EPISODES_KEY)
+        count = metadata.get(OPEN_EPISODES_KEY)
+        episodes = str(text.value).splitlines() if text and count and count.value else []
+        found[key.path[0]] = (latest, episodes)
+    return found
