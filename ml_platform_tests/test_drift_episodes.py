@@ -214,5 +214,18 @@ def test_an_episode_is_told_once_when_it_opens_and_once_when_it_closes():
     assert (alert.severity, alert.rule, alert.page) == (RESOLVED, "drift_episode_closed", True)
     assert f"back since {episode.closed}" in alert.title
 
+    # Features that open on the same day are told together; any one leaned on pages.
+    other = dataclasses.replace(leaned, feature="x1", since=episode.opened, leaned_on=False)
+    both = EpisodeNews(
+        asset, "drift_episode", episode.opened, [leaned.to_json(), other.to_json()], []
+    )
+    [alert] = evaluate_run(outcome_with(both), {}, notifier, now=0.0)
+    assert alert.title == f"synthetic: temperature, x1 drifting since {SHIFT_FROM}" and alert.page
+    assert alert.cause.count("; the champion ") == 2
+    unused = dataclasses.replace(leaned, leaned_on=False, importance=0.01)
+    quiet = EpisodeNews(asset, "drift_episode", episode.opened, [unused.to_json()], [])
+    [alert] = evaluate_run(outcome_with(quiet), {}, notifier, now=0.0)
+    assert not alert.page and "the champion barely uses it (1% of" in alert.cause
+
     # A backfill replays the past: its episodes are in the checks, not told.
     assert evaluate_run(outcome_with(opened), {}, notifier, now=0.0, in_backfill=True) == []

@@ -345,35 +345,40 @@ def run_datasets(outcome: RunOutcome, datasets: Iterable[str]) -> list[str]:
 
 
 def episode_alerts(news: EpisodeNews, notifier: Notifier, alert: Any) -> list[Alert]:
-    """One alert per drift episode that opened (WARNING) or closed (RESOLVED) on a day.
+    """One alert for the drift episodes that opened on a day (WARNING), one for those closed.
 
-    Each pages only when the serving champion leans on the feature (`leaned_on`, measured when
-    the episode opened); otherwise it is logged for the UI's check and the alert log.
+    A weather front moves several features at once: the features of a day are told together,
+    each with since when and how far. The alert pages only when the serving champion leans on
+    one of them (`leaned_on`, measured when its episode opened); otherwise it is logged for the
+    UI's check and the alert log.
     """
     dataset = dataset_of_asset(news.asset)
     told = []
-    for severity, rule, data in [
-        *((WARNING, "drift_episode", e) for e in news.opened),
-        *((RESOLVED, "drift_episode_closed", e) for e in news.closed),
+    for severity, rule, entries in [
+        (WARNING, "drift_episode", news.opened),
+        (RESOLVED, "drift_episode_closed", news.closed),
     ]:
-        episode = Episode.from_json(data)
+        episodes = [Episode.from_json(e) for e in entries]
+        if not episodes:
+            continue
+        features = ", ".join(e.feature for e in episodes)
+        since = min(e.since for e in episodes)
         title = (
-            f"{dataset}: {episode.feature} drifting since {episode.since}"
-            if episode.closed is None
-            else f"{dataset}: {episode.feature} back since {episode.closed} "
-            f"(drifting since {episode.since})"
+            f"{dataset}: {features} drifting since {since}"
+            if rule == "drift_episode"
+            else f"{dataset}: {features} back since {news.partition} (drifting since {since})"
         )
         told.append(
             alert(
                 severity=severity,
                 rule=rule,
                 title=title,
-                cause=f"{episode.describe()}; {episode.leaning()}",
+                cause="; ".join(f"{e.describe()}; {e.leaning()}" for e in episodes),
                 subject=f"{news.asset}:{news.check}",
                 partition=news.partition,
                 failure_class=None,
                 runbook=notifier.runbook(check_anchor(news.check)),
-                page=bool(episode.leaned_on),
+                page=any(e.leaned_on for e in episodes),
                 owners=notifier.owners_of(dataset),
             )
         )

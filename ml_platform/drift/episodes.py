@@ -5,8 +5,8 @@ verdict is the day's weather, kept and plotted (`features_drift`), and what a pe
 about is an episode. Per feature, a state machine over its judged days (`drift.episodes`):
 
 - an episode opens on the day when `open_days` of the feature's last `window` judged days
-  drifted, or on the day itself when the day drifted to where the reference never was (a new
-  category, a median outside the reference's range: `FeatureVerdict.unseen`);
+  drifted, or on the day itself when the day drifted with half its rows in categories the
+  reference never had (a change of coding: `FeatureVerdict.unseen`);
 - it closes on the first day that ends `close_days` quiet days in a row, and the counting
   starts afresh, so a closed episode does not reopen from the days that opened it.
 
@@ -33,7 +33,7 @@ class FeatureDay:
         effect: the day's distance from the reference (KS D or Jensen-Shannon distance).
         usual: the largest of the feature's day-to-day distances in the reference window
             (its usual range), or None when not calibrated.
-        unseen: the day's values lie where the reference never was.
+        unseen: half the day's rows are in categories the reference never had.
         effect_name: 'ks_d' or 'js_distance'.
     """
 
@@ -91,7 +91,8 @@ class Episode:
 class FeatureState:
     """Where one feature stands after a judged day."""
 
-    recent: tuple[tuple[str, bool], ...] = ()  # the last `window` judged days and their verdict
+    # The last `window` judged days: (day, drifted, distance).
+    recent: tuple[tuple[str, bool, float], ...] = ()
     quiet: int = 0  # quiet days in a row inside an open episode
     episode: Episode | None = None
 
@@ -108,7 +109,10 @@ class FeatureState:
         """From `to_json`."""
         episode = data.get("episode")
         return cls(
-            recent=tuple((str(day), bool(drifted)) for day, drifted in data.get("recent", [])),
+            recent=tuple(
+                (str(day), bool(drifted), float(effect))
+                for day, drifted, effect in data.get("recent", [])
+            ),
             quiet=int(data.get("quiet", 0)),
             episode=Episode.from_json(episode) if episode else None,
         )
@@ -152,20 +156,22 @@ def advance(
     closed: list[Episode] = []
     for feature, today in verdicts.items():
         state = states.get(feature, FeatureState())
-        recent = (*state.recent, (day, today.drifted))[-spec.window :]
+        recent = (*state.recent, (day, today.drifted, today.effect))[-spec.window :]
         episode, quiet = state.episode, state.quiet
         if episode is None:
-            drifted_days = [d for d, drifted in recent if drifted]
+            drifted_days = [(d, effect) for d, drifted, effect in recent if drifted]
             lasting = len(drifted_days) >= spec.open_days
             if lasting or (today.drifted and today.unseen):
+                # Since the drift that lasted, or since the day that moved it at once.
+                counted = drifted_days if lasting else [(day, today.effect)]
+                largest_day, largest = max(counted, key=lambda pair: pair[1])
                 episode = Episode(
                     feature=feature,
-                    # Since the drift that lasted, or since the day that moved it at once.
-                    since=drifted_days[0] if lasting else day,
+                    since=counted[0][0],
                     opened=day,
-                    drift_days=len(drifted_days) if lasting else 1,
-                    largest=today.effect,
-                    largest_day=day,
+                    drift_days=len(counted),
+                    largest=largest,
+                    largest_day=largest_day,
                     usual=today.usual,
                     effect_name=today.effect_name,
                 )

@@ -391,7 +391,7 @@ def build_champion_performance(
                     "No feature is in a drift episode: "
                     f"{contract.drift.episodes.open_days} of its last "
                     f"{contract.drift.episodes.window} judged days drifted (or one day drifted "
-                    "to values the reference never held), until "
+                    "to categories the reference never had), until "
                     f"{contract.drift.episodes.close_days} quiet days in a row.",
                 ),
             ),
