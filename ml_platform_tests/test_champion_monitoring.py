@@ -26,7 +26,7 @@ from ml_platform.registry.monitoring import (
     decay_check,
     threshold_results,
 )
-from ml_platform.troubleshooting.health import open_episodes
+from ml_platform.troubleshooting.health import open_episodes, pipeline_health
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 
@@ -186,6 +186,9 @@ def test_the_champion_is_scored_each_day_and_decay_warns_on_the_third_bad_day(tm
     assert day == CHANGED[-1]
     assert line.startswith(f"temperature since {opened['since']} (")
     assert "ks_d up to 1.000" in line
+    rendered = pipeline_health(platform.instance, days=1).render()
+    heading = "open drift episodes (at each dataset's latest monitored day):"
+    assert f"{heading}\n  synthetic ({day}): 1\n    {line}" in rendered
 
 
 def scored_record(day: str, rmse: float, r2: float = 0.9, version: str = "daily-2024-01-01"):
