@@ -3,6 +3,7 @@ the champion, the registry's versions, aliases and lineage manifests, and scorin
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,10 +55,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+import dagster as dg
 from ml_platform.contracts import load_contract
 from ml_platform.training.assets import LakeCheckpoints
 from ml_platform_tests.conftest import Platform
 platform = Platform(load_contract(sys.argv[1]), Path(sys.argv[2]))
+# A copy of the test's on-disk instance (DAGSTER_HOME) as the days left it: it records the
+# window's days as accepted, and a model reads accepted days only.
+platform.instance = dg.DagsterInstance.get()
 kill_at = int(sys.argv[4])
 save, load = LakeCheckpoints.save, LakeCheckpoints.load
 def save_then_die(self, state):
@@ -68,9 +73,6 @@ def die_at_load(self):
     if kill_at == 0:
         os.kill(os.getpid(), signal.SIGKILL)
     return load(self)
-# This process's instance records the window's days first: a model reads accepted days only.
-for day in sys.argv[5:]:
-    assert platform.materialize(day, selection=["raw_data", "validated_data", "features"]).success
 LakeCheckpoints.save, LakeCheckpoints.load = save_then_die, die_at_load
 result = platform.materialize(sys.argv[3], selection=["model"])
 sys.exit(0 if result.success else 1)
@@ -104,9 +106,20 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
         tmp_path, "big", rows=rows, training={"checkpoint_seconds": 0}, model=model
     )
     killed = Platform(load_contract(path), tmp_path / "killed")
+    # A real instance on disk, so that the killed process can start from a copy of it taken
+    # once the days are recorded, instead of materialising them again in an instance of its own.
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    # As the ephemeral instance it replaces: no telemetry.
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    killed.instance = dg.DagsterInstance.local_temp(str(home))
     killed.land(DAYS[0], 3)
     for day in DAYS:
         assert killed.materialize(day, selection=DAILY[:3]).success
+    # The killed process's instance: what this one records of the days, and nothing later (it
+    # never sees the uninterrupted run, nor this one the killed run).
+    killed_home = tmp_path / "dagster_home_killed"
+    shutil.copytree(home, killed_home)
     checkpoint = killed.lake_dir / "synthetic" / "checkpoints" / "model" / f"{DAYS[2]}.joblib"
 
     # The uninterrupted run first, on the same stored days: it starts from no checkpoint and
@@ -120,9 +133,9 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
     kill_at = 0 if estimator == "linear" else KILL_AT
     proc = subprocess.run(
         [sys.executable, "-c", KILL_SCRIPT, str(path), str(tmp_path / "killed"), DAYS[2]]
-        + [str(kill_at), *DAYS],
+        + [str(kill_at)],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "DAGSTER_HOME": str(killed_home)},
         check=False,
         timeout=600,
     )
@@ -254,7 +267,9 @@ def test_a_candidate_below_the_value_thresholds_is_rejected_and_the_run_succeeds
     assert registered["outcome"].value.startswith("rejected: r2 ")
 
 
-def test_rerunning_a_day_keeps_one_version_whose_manifest_names_its_inputs(tmp_path):
+def test_rerunning_a_day_keeps_one_version_whose_manifest_names_its_inputs(
+    tmp_path, monkeypatch, capsys
+):
     platform = Platform(load_contract("synthetic"), tmp_path)
     platform.land(DAYS[0], 3)
     for day in DAYS:
@@ -280,17 +295,18 @@ def test_rerunning_a_day_keeps_one_version_whose_manifest_names_its_inputs(tmp_p
         "alpha": None,
         "max_iter": 1000,
     }
+    # The contract's linear model, as test_score_command_uses_the_champion_on_a_landed_file
+    # scores the other estimators: its first two days are that test's two days.
+    assert_the_champion_scores_a_landed_file(platform, "linear", tmp_path, monkeypatch, capsys)
 
 
-@pytest.mark.parametrize("estimator", ["sgd", "linear", "hist_gradient_boosting"])
-def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch, capsys, estimator):
+def assert_the_champion_scores_a_landed_file(
+    platform: Platform, estimator: str, tmp_path, monkeypatch, capsys
+) -> None:
+    """After DAYS[:2] (at least) of the daily graph: the second day's candidate was judged, and
+    `ml-platform score` scores a landed file with the champion, of `estimator`."""
     from ml_platform.cli import main
 
-    path = write_contract(tmp_path, estimator, model={"estimator": estimator})
-    platform = Platform(load_contract(path), tmp_path)
-    platform.land(DAYS[0], 2)
-    for day in DAYS[:2]:
-        assert platform.materialize(day).success
     # The second day's candidate was judged against the trivial baseline by its evaluation,
     # then against the first day's champion on the same held-out rows by the registry.
     report = json.loads(platform.stored("evaluation_report", DAYS[1], "json").read_text())
@@ -316,3 +332,16 @@ def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch,
     # Real predictions: close to the targets, and not a constant.
     error = (scored["prediction"] - scored["target"]).abs().mean()
     assert error < 1.0 and scored["prediction"].std() > 1.0
+
+
+# The linear model (the synthetic contract's own) is scored by
+# test_rerunning_a_day_keeps_one_version_whose_manifest_names_its_inputs, whose first two days
+# are these two days of it.
+@pytest.mark.parametrize("estimator", ["sgd", "hist_gradient_boosting"])
+def test_score_command_uses_the_champion_on_a_landed_file(tmp_path, monkeypatch, capsys, estimator):
+    path = write_contract(tmp_path, estimator, model={"estimator": estimator})
+    platform = Platform(load_contract(path), tmp_path)
+    platform.land(DAYS[0], 2)
+    for day in DAYS[:2]:
+        assert platform.materialize(day).success
+    assert_the_champion_scores_a_landed_file(platform, estimator, tmp_path, monkeypatch, capsys)

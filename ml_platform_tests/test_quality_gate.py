@@ -18,7 +18,8 @@ from ml_platform.validation.expectations import (
     quality_gate,
 )
 from ml_platform.validation.history import day_profile, window_from_profiles
-from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, days_from
+from ml_platform.validation.range_gate import screen_range
+from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, day_files, days_from
 
 pytestmark = pytest.mark.slow
 
@@ -82,12 +83,15 @@ def platform(tmp_path_factory):
 
 
 def good_outputs(platform: Platform) -> dict:
-    return {
+    """Every stored version of the good days' assets (`<asset>/<day>/<version>.<ext>`)."""
+    outputs = {
         path: path.read_bytes()
         for asset in ALL_ASSETS
         for day in GOOD_DAYS
-        for path in (platform.lake_dir / "synthetic" / asset).glob(f"{day}.*")
+        for path in day_files(platform.lake_dir, "synthetic", asset, day)
     }
+    assert outputs, "the good days stored nothing"
+    return outputs
 
 
 def day_records(result) -> dict:
@@ -218,18 +222,36 @@ def test_a_clean_real_month_of_flights_passes_every_gate():
     contract = load_contract("flights")
     gate = quality_gate(contract)
     text = [c.name for c in contract.columns if c.dtype == "str"]
+    days = days_from("2013-01-01", 31)
+    typed = {}
+    for day in days:
+        csv = source_day(contract, pd.Timestamp(day).date()).to_csv(index=False).encode()
+        typed[day] = type_rows(read_landed_file(csv, "f", day, text), contract, day)
+    # Every day of the month through the range's screen, in a few GE validations instead of one
+    # per day: the screen is sound, never lenient (a day it passes passes its own validation,
+    # test_range_gate.py), so no day of the month fails the gate.
+    screened = screen_range(
+        lambda day: None,
+        contract,
+        days,
+        rows_of=lambda day: len(typed[day]),
+        typed_of=lambda day: typed[day],
+        history_on=True,
+    )
+    assert sorted(screened) == days
+    # Each day against the days before it, with the contract's history settings; the days the
+    # history judges, and the first (judged without one), also validated one by one.
     profiles: dict = {}
     judged = []
-    for day in days_from("2013-01-01", 31):
-        csv = source_day(contract, pd.Timestamp(day).date()).to_csv(index=False).encode()
-        typed = type_rows(read_landed_file(csv, "f", day, text), contract, day)
-        # Each day against the days before it, with the contract's history settings.
+    for day in days:
         history = window_from_profiles(contract, day, profiles)
-        report, _ = gate.validate(typed, day, history)
-        assert report.failures == [], f"{day}: {[f.sentence for f in report.failures]}"
-        profiles[day] = day_profile(typed, contract)
         if not history.too_short:
             judged.append(day)
+        if day == days[0] or not history.too_short:
+            report, _ = gate.validate(typed[day], day, history)
+            assert report.failures == [], f"{day}: {[f.sentence for f in report.failures]}"
+        assert screened[day].history == history, day
+        profiles[day] = day_profile(typed[day], contract)
     assert gate.expectation_count >= 50
     # Same-weekday history: from the fourth week on, every day is judged.
     assert judged == days_from("2013-01-22", 10)
