@@ -174,7 +174,9 @@ def build_definitions(
             **({"s3": s3} if s3 is not None else {}),
             "landing": landing_store(landing, settings, s3),
             "notifier": Notifier(
-                **settings.notifier_config, owners={c.name: c.owners for c in contracts}
+                **settings.notifier_config,
+                owners={c.name: c.owners for c in contracts},
+                paging={c.name: c.alerts.page for c in contracts if c.alerts.page},
             ),
             "lake": lake,
             # Every dataset's registered model and runs, in MLflow (its stores from the settings).

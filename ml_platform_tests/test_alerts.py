@@ -17,6 +17,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+import yaml
 
 from ml_platform.automation.alert_sensors import (
     ALERT_DELIVERY_SENSOR,
@@ -27,7 +28,10 @@ from ml_platform.automation.alert_sensors import (
     RUN_SUCCESS_ALERTS_SENSOR,
     build_alert_sensors,
 )
-from ml_platform.automation.alerts import Alert, Notifier, evaluate_run
+from ml_platform.automation.alerts import Alert, DeliveryState, Notifier, evaluate_run
+from ml_platform.contracts import load_contract
+from ml_platform.contracts.model import bundled_contracts
+from ml_platform.definitions import build_definitions
 from ml_platform.platform.failures import (
     CODE_BUG,
     CONFIGURATION,
@@ -753,3 +757,47 @@ def test_a_worker_killed_mid_step_is_alerted_with_the_step_and_how_it_ended():
     assert failed.cause.startswith("flights__model did not finish: the process running it")
     assert "signal 9 (SIGKILL)" in failed.cause
     assert failed.runbook == "docs/runbook.md#resource-exhaustion"
+
+
+def test_a_contract_routes_its_alerts_by_kind_over_the_defaults(tmp_path, webhook):
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    # This team wants every drift day paged, and champion decay only logged.
+    document["alerts"] = {"page": {"features_drift": True, "champion_decay": False}}
+    path = tmp_path / "synthetic.yaml"
+    path.write_text(yaml.safe_dump(document))
+    defs = build_definitions(
+        load_contract(path), landing_dir=str(tmp_path / "in"), lake_dir=str(tmp_path / "lake")
+    )
+    notifier = defs.resources["notifier"]
+    assert notifier.paging == {"synthetic": {"features_drift": True, "champion_decay": False}}
+    notifier = notifier.model_copy(update={"webhook_url": webhook.url})
+
+    def failed(check: str) -> FailedCheck:
+        return FailedCheck(
+            f"synthetic/{check}_asset", check, "WARN", f"{check} failed", "2024-01-05"
+        )
+
+    outcome = RunOutcome(
+        run_id="r1",
+        root_run_id="r1",
+        job_name="synthetic_daily_pipeline_job",
+        partition="2024-01-05",
+        succeeded=True,
+        step_failures=[],
+        succeeded_steps=["synthetic__champion_performance"],
+        failed_checks=[failed("features_drift"), failed("champion_decay"), failed("loss_plateau")],
+        run_message="",
+    )
+    alerts = evaluate_run(outcome, {}, notifier, now=0.0)
+    # By default a day's drift is logged and decay pages; the contract turns both round, and
+    # leaves the kinds it does not name (loss_plateau) as they were.
+    assert {a.subject: a.page for a in alerts} == {
+        "synthetic/features_drift_asset:features_drift": False,
+        "synthetic/champion_decay_asset:champion_decay": True,
+        "synthetic/loss_plateau_asset:loss_plateau": True,
+    }
+    notifier.deliver(alerts, DeliveryState(), logging.getLogger("test"), now=0.0)
+    assert sorted(a["subject"] for a in alerts_of(webhook)) == [
+        "synthetic/features_drift_asset:features_drift",
+        "synthetic/loss_plateau_asset:loss_plateau",
+    ]

@@ -363,6 +363,7 @@ def backfill_summaries(
                 page=bool(rejected or runs_failed),
                 occurred_at=now,
                 owners=notifier.owners_of(dataset),
+                dataset=dataset,
             )
         )
     return alerts

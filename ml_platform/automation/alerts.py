@@ -97,6 +97,8 @@ class Alert:
     occurred_at: float
     # The owners of the dataset(s) the alert is about (`team:<name>` or e-mail), from contracts.
     owners: tuple[str, ...] = ()
+    # The one dataset the alert is about, whose contract may route it (`alerts.page`).
+    dataset: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -171,6 +173,22 @@ class Notifier(dg.ConfigurableResource):
     owners: dict[str, list[str]] = Field(
         default_factory=dict, description="dataset -> its contract's owners, named by its alerts"
     )
+    paging: dict[str, dict[str, bool]] = Field(
+        default_factory=dict,
+        description="dataset -> alert kind -> whether it pages (its contract's `alerts.page`)",
+    )
+
+    def routed(self, alert: Alert) -> Alert:
+        """The alert as its dataset's contract routes it: paged or only logged, by kind.
+
+        A failed check's own name wins over its rule (`check_failed`).
+        """
+        routes = self.paging.get(alert.dataset or "", {})
+        check = alert.subject.rsplit(":", 1)[-1] if alert.rule == "check_failed" else None
+        for kind in (check, alert.rule):
+            if kind in routes:
+                return dataclasses.replace(alert, page=routes[kind])
+        return alert
 
     def owners_of(self, *datasets: str) -> tuple[str, ...]:
         """The owners of the datasets, each once, in the order the datasets are given."""
@@ -205,7 +223,7 @@ class Notifier(dg.ConfigurableResource):
         now = time.time() if now is None else now
         sent = {f: t for f, t in state.sent.items() if now - t < self.dedup_seconds}
         outbox = list(state.outbox)
-        for alert in alerts:
+        for alert in map(self.routed, alerts):
             if alert.fingerprint in sent:
                 log.info(f"duplicate within {self.dedup_seconds} s, not sent: {alert.title}")
                 continue
@@ -380,6 +398,7 @@ def episode_alerts(news: EpisodeNews, notifier: Notifier, alert: Any) -> list[Al
                 runbook=notifier.runbook(check_anchor(news.check)),
                 page=any(e.leaned_on for e in episodes),
                 owners=notifier.owners_of(dataset),
+                dataset=dataset,
             )
         )
     return told
@@ -406,11 +425,13 @@ def evaluate_run(
     run_url = notifier.run_url(outcome.run_id)
     threshold = notifier.failure_streak
     rejected_streaks = rejected_streaks or {}
-    run_owners = notifier.owners_of(*run_datasets(outcome, notifier.owners))
+    datasets = run_datasets(outcome, notifier.owners)
+    run_owners = notifier.owners_of(*datasets)
 
     def alert(**fields: Any) -> Alert:
         fields.setdefault("partition", outcome.partition)
         fields.setdefault("owners", run_owners)
+        fields.setdefault("dataset", datasets[0] if len(datasets) == 1 else None)
         return Alert(run_id=outcome.run_id, run_url=run_url, occurred_at=now, **fields)
 
     rejected = [c for c in outcome.failed_checks if c.check == DELIVERY_CHECK]
@@ -439,6 +460,7 @@ def evaluate_run(
                     runbook=notifier.runbook(REJECTED_DAY_SECTION),
                     page=True,
                     owners=notifier.owners_of(dataset),
+                    dataset=dataset,
                 )
             )
     for check in outcome.failed_checks:
@@ -462,6 +484,7 @@ def evaluate_run(
                 runbook=notifier.runbook(check_anchor(check.check)),
                 page=check.check not in LOGGED_ONLY_CHECKS,
                 owners=notifier.owners_of(dataset_of_asset(check.asset)),
+                dataset=dataset_of_asset(check.asset),
             )
         )
 

@@ -233,6 +233,7 @@ def late_alert(
         page=True,
         occurred_at=now,
         owners=tuple(contract.owners),
+        dataset=contract.name,
     )
 
 
@@ -254,6 +255,7 @@ def arrived_alert(
         page=True,
         occurred_at=now,
         owners=tuple(contract.owners),
+        dataset=contract.name,
     )
 
 

@@ -372,6 +372,7 @@ def build_landing_sensor(
                     page=True,
                     occurred_at=now,
                     owners=tuple(contract.owners),
+                    dataset=contract.name,
                 )
             )
         cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)

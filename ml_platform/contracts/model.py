@@ -452,6 +452,23 @@ class DriftSpec(_Strict):
     features: dict[str, FeatureDriftSpec] = Field(default_factory=dict)
 
 
+class AlertsSpec(_Strict):
+    """Which of the dataset's alerts page its owners, by kind, over the platform's defaults.
+
+    A key is an alert's rule (`day_rejected`, `rejected_streak`, `drift_episode`,
+    `drift_episode_closed`, `run_failed`, `failure_streak`, `recovered`, `data_late`,
+    `data_arrived`, `landing_misfit`, `backfill_summary`, `check_failed`) or, for a failed check,
+    the check's name (`champion_decay`, `features_drift`, ...), which wins over `check_failed`:
+    true sends it to the webhook and email, false only logs it. By default symptoms page (a
+    rejected or late delivery, champion decay, a drift episode on a feature the champion leans
+    on, a failure streak) and the rest is logged (docs/runbook.md).
+    """
+
+    page: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")], bool] = Field(
+        default_factory=dict
+    )
+
+
 # The stages a contract sizes: the asset names of a dataset's graph (definitions.py builds them).
 STAGES = (
     "raw_data",
@@ -520,6 +537,8 @@ class Contract(_Strict):
     landing: LandingSpec
     # Absent: no deadline, so a day's file is never late.
     freshness: FreshnessSpec | None = None
+    # Which alerts page, by kind, where the defaults do not suit the team.
+    alerts: AlertsSpec = AlertsSpec()
     event_time: EventTimeSpec
     columns: list[ColumnSpec] = Field(min_length=1)
     allow_extra_columns: bool = False
