@@ -83,7 +83,8 @@ class Alert:
 
     severity: str  # CRITICAL | ERROR | WARNING | RESOLVED | INFO
     # failure_streak | recovered | run_failed | check_failed | day_rejected | rejected_streak |
-    # backfill_summary | landing_misfit | data_late | data_arrived
+    # drift_episode | drift_episode_closed | backfill_summary | landing_misfit | data_late |
+    # data_arrived
     rule: str
     title: str  # what happened, one line
     cause: str  # why, one line
