@@ -34,6 +34,7 @@ from ml_platform.registry.monitoring import build_champion_performance
 from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
+from ml_platform.validation.rejected_days import build_rejected_days
 
 DAILY_JOB = "daily_pipeline_job"
 WEEKLY_RETRAIN_JOB = "weekly_retrain_job"
@@ -90,13 +91,16 @@ def dataset_definitions(
         ),
     ]
     full_retrain = catalogued(full_retrain, dataset, contract.owners, code_links)
+    # The dataset's rejected days on one page: not partitioned, recomputed by every daily run
+    # after the day's records (and once at the end of a backfill that selects it).
+    summaries = catalogued([build_rejected_days(contract)], dataset, contract.owners, code_links)
     daily_job = dataset_name(dataset, DAILY_JOB)
     retrain_job = dataset_name(dataset, WEEKLY_RETRAIN_JOB)
     return dg.Definitions(
-        assets=daily + full_retrain,
+        assets=daily + summaries + full_retrain,
         jobs=[
             # Both train: the instance runs one training job at a time (dagster.yaml).
-            dg.define_asset_job(daily_job, selection=daily, tags=TRAINING_TAGS),
+            dg.define_asset_job(daily_job, selection=daily + summaries, tags=TRAINING_TAGS),
             dg.define_asset_job(retrain_job, selection=full_retrain, tags=TRAINING_TAGS),
             build_ingestion_job(dataset),
         ],

@@ -29,6 +29,7 @@ GRAPH = [
     "champion_performance",
     "full_model",
     "full_evaluation_report",
+    "rejected_days",
 ]
 PER_DATASET_JOBS = ["daily_pipeline_job", "weekly_retrain_job", "ingestion_job"]
 PER_DATASET_SCHEDULES = ["daily_pipeline_schedule", "weekly_retrain_schedule"]
@@ -45,6 +46,7 @@ STAGE_OF = {
     "full_evaluation_report": "evaluation",
     "registered_model": "registry",
     "champion_performance": "monitoring",
+    "rejected_days": "rejected_days",
 }
 GIT_VARIABLES = ["ML_PLATFORM_GIT_URL", "ML_PLATFORM_GIT_BRANCH", "ML_PLATFORM_GIT_COMMIT"]
 
@@ -60,9 +62,17 @@ def test_definitions_load_for_each_bundled_dataset(monkeypatch, dataset):
     assert keys == {asset_key(dataset, name) for name in GRAPH}
     for key in keys:
         node = graph.get(key)
+        assert node.description, f"{key.to_user_string()} has no docstring for the UI"
+        if key.path[-1] == "rejected_days":
+            # One page of the dataset's rejected days, after the days' records it lists.
+            assert node.partitions_def is None
+            assert node.parent_keys == {
+                asset_key(dataset, "raw_data"),
+                asset_key(dataset, "validated_data"),
+            }
+            continue
         assert isinstance(node.partitions_def, dg.DailyPartitionsDefinition)
         assert node.partitions_def.start.date() == contract.partitions.start_date
-        assert node.description, f"{key.to_user_string()} has no docstring for the UI"
     assert loaded.resolve_job_def(dataset_name(dataset, DAILY_JOB)) is not None
     model = graph.get(asset_key(dataset, "model"))
     assert model.parent_keys == {asset_key(dataset, "features")}
@@ -253,7 +263,7 @@ def test_every_asset_names_its_owners_dataset_stage_code_version_and_source(monk
         versions.setdefault(str(source.relative_to(REPO)), set()).add(node.code_version)
     # One version per module of compute, whatever the dataset; another module, another version.
     assert all(len(found) == 1 for found in versions.values()), versions
-    assert len({v for found in versions.values() for v in found}) == len(versions) == 8
+    assert len({v for found in versions.values() for v in found}) == len(versions) == 9
 
 
 def test_a_code_version_follows_the_modules_an_asset_runs_not_the_platform_layer(tmp_path):

@@ -1,5 +1,6 @@
 """The quality gate: a catalogue of bad files, each landed among good days, and what it does."""
 
+import dagster as dg
 import pandas as pd
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from ml_platform.validation.expectations import (
 )
 from ml_platform.validation.history import day_profile, window_from_profiles
 from ml_platform.validation.range_gate import screen_range
+from ml_platform.validation.rejected_days import REJECTED_DAYS
 from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, day_files, days_from
 
 pytestmark = pytest.mark.slow
@@ -325,3 +327,43 @@ def test_a_row_with_a_missing_or_impossible_date_fails_partition_day_naming_it()
     assert "2 of" in partition_day[0].sentence and "have no event time" in partition_day[0].sentence
     # The empty day is also a missing value of a column that must be filled.
     assert [f.column for f in report.of(COMPLETENESS)] == ["day"]
+
+
+def test_rejected_days_lists_each_rejected_delivery_where_and_why_until_it_is_accepted(tmp_path):
+    platform = Platform(load_contract("synthetic"), tmp_path)
+    good, gate, file = days_from("2024-01-01", 3)
+    platform.land(good, 1)
+    platform.land(gate, 1, fault="out_of_range")
+    platform.land(file, 1, fault="non_utf8")
+    delivery = ["raw_data", "validated_data"]
+    for day in (good, gate, file):
+        assert platform.materialize(day, selection=delivery).success
+    # A rejected re-delivery of the good day keeps its accepted version.
+    platform.land(good, 1, fault="null_burst")
+    assert platform.materialize(good, selection=delivery).success
+
+    def listed() -> dict:
+        result = dg.materialize(
+            list(platform.defs.assets or []),
+            resources=platform.defs.resources,
+            instance=platform.instance,
+            selection=[platform.key(REJECTED_DAYS)],
+        )
+        assert result.success
+        [event] = result.asset_materializations_for_node(platform.node(REJECTED_DAYS))
+        return {key: value.value for key, value in event.metadata.items()}
+
+    shown = listed()
+    assert shown["rejected_day_count"] == 3
+    assert shown["rejected_day_list"] == f"{good}, {gate}, {file}"
+    table = shown["rejected_day_reasons"]
+    assert f"| {good} | validated_data | failed quality gate (earlier version kept) |" in table
+    assert f"| {gate} | validated_data | failed quality gate | " in table
+    [gate_row] = [line for line in table.splitlines() if line.startswith(f"| {gate} |")]
+    assert f"synthetic_{gate}.csv (partition {gate})" in gate_row
+    assert f"| {file} | raw_data | " in table and "is not a readable CSV file" in table
+
+    # The gate's day delivered again, correct: it leaves the list.
+    platform.land(gate, 1)
+    assert platform.materialize(gate, selection=delivery).success
+    assert listed()["rejected_day_list"] == f"{good}, {file}"

@@ -217,3 +217,15 @@ def test_the_evaluation_report_renders_and_its_metrics_plot_across_days(page):
     assert chart.evaluate("canvas => canvas.width > 100 && canvas.height > 100")
     chart.scroll_into_view_if_needed()
     page.screenshot(path=SCREENSHOTS / "metadata-plots.png")
+
+
+def test_the_rejected_day_is_on_the_rejected_days_page_without_opening_a_check(page):
+    # The README's page for "which days were rejected": the dataset's rejected_days asset, which
+    # every run of the daily job recomputes from the day records.
+    page.goto("/assets/flights/rejected_days")
+    expect(page.get_by_text("rejected_day_list", exact=True).first).to_be_visible()
+    expect(page.get_by_text(FAULTY_DAY, exact=True).first).to_be_visible()
+    expect(page.get_by_text("failed quality gate", exact=True).first).to_be_visible()
+    # One list for the dataset, replaced by each run, not a file per day.
+    expect(page.get_by_text("flights/rejected_days/all.json", exact=True)).to_be_visible()
+    page.screenshot(path=SCREENSHOTS / "rejected-days.png")

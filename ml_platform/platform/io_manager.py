@@ -57,7 +57,9 @@ class LakeIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         """Store an asset's output: a partition as a version of its own, as `each_day` does."""
         fmt = _format_of(context.definition_metadata, context.asset_key)
-        partition = context.partition_key if context.has_partition_key else None
+        # An unpartitioned asset in a run of a day (rejected_days in the daily job) has the
+        # run's partition key, not one of its own: it is stored once, not per day.
+        partition = context.partition_key if context.has_asset_partitions else None
         if partition is not None:
             version = f"{context.run_id}-{uuid.uuid4().hex[:8]}"
             key = self.version_key(context.asset_key, partition, fmt, version)
