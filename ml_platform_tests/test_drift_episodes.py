@@ -179,7 +179,7 @@ def test_a_one_day_excursion_opens_none():
     assert replay(series, SPEC) == []
 
 
-def outcome_with(news: EpisodeNews, failed_checks=()) -> RunOutcome:
+def outcome_with(news: EpisodeNews) -> RunOutcome:
     return RunOutcome(
         run_id="r1",
         root_run_id="r1",
@@ -188,7 +188,7 @@ def outcome_with(news: EpisodeNews, failed_checks=()) -> RunOutcome:
         succeeded=True,
         step_failures=[],
         succeeded_steps=["synthetic__champion_performance"],
-        failed_checks=list(failed_checks),
+        failed_checks=[],
         run_message="",
         episodes=[news],
     )
