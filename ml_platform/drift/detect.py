@@ -36,6 +36,10 @@ Status = Literal["drift", "stable", "skipped"]
 # A day whose categories the reference never had make at least this share of its rows is a
 # change of coding, not a rare category showing up.
 UNSEEN_SHARE = 0.5
+# A numeric day has left the reference when at least this many of its values mostly lie beyond
+# the reference's range, with its median this many reference standard deviations away.
+RANGE_VALUES = 10
+LEVEL_SHIFT_SD = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,11 +68,12 @@ class FeatureVerdict:
         day_to_day_low: the smallest of those day-to-day distances (None when not calibrated).
         day_to_day_high: the largest of them (None when not calibrated).
         calibration: how the calibration bound was set that day, or why there is none.
-        unseen: half the day's rows or more are in categories the reference never had (a
-            change of coding). Drift of such a day opens an episode at once (`drift.episodes`),
-            without waiting for more days. A numeric day beyond the reference's range is not
-            that: on a year of hourly weather at JFK the day's pressure (5th to 95th percentile) lay
-            wholly beyond the week before on 23 of 357 days, so it waits like any other drift.
+        unseen: the day lies where the reference never was: its level moved beyond the
+            reference's range (`_numeric_changes`), or half its rows or more are in categories
+            the reference never had. Drift of such a day opens an episode at once
+            (`drift.episodes`), without waiting for more days: a sliding reference soon
+            absorbs a lasting move of the level, and a unit or a coding changed does not need
+            three days to be believed.
     """
 
     feature: str
@@ -319,7 +324,8 @@ def detect_drift(
                 p_value=float(ks.pvalue[j]),
                 n_reference=int(ks.n_reference[j]),
                 n_current=int(ks.n_current[j]),
-                change=changes[j],
+                change=changes[j][0],
+                unseen=changes[j][1],
             )
     for name in contract.categorical_features:
         if name not in skipped:
@@ -418,14 +424,24 @@ class _Tested:
     unseen: bool = False
 
 
-def _numeric_changes(reference: np.ndarray, current: np.ndarray) -> list[str]:
-    """Where each numeric column moved: median and spread, in reference standard deviations."""
-    texts = []
+def _numeric_changes(reference: np.ndarray, current: np.ndarray) -> list[tuple[str, bool]]:
+    """Where each numeric column moved, and whether its level left the reference.
+
+    What moved: the median and the spread, in reference standard deviations. The level left
+    the reference when nearly all the day's values (its 5th to 95th percentiles, of at least
+    `RANGE_VALUES` values) lie beyond everything the reference held AND its median moved
+    `LEVEL_SHIFT_SD` reference standard deviations or more: a unit, a sign or a sensor changed,
+    or the level moved. The weather's own extremes are not that: on a year of hourly weather
+    at JFK against the 28 days before, the days that drifted beyond the range were single wind
+    gusts or a front at most 2.55 sd away; the synthetic shift of +4 sd is 4.4 sd away on its
+    first day.
+    """
+    found = []
     for j in range(reference.shape[1]):
         ref = reference[:, j][~np.isnan(reference[:, j])]
         cur = current[:, j][~np.isnan(current[:, j])]
         if not len(ref) or not len(cur):
-            texts.append("")
+            found.append(("", False))
             continue
         ref_median, cur_median = float(np.median(ref)), float(np.median(cur))
         ref_sd = float(np.std(ref, ddof=1)) if len(ref) > 1 else 0.0
@@ -433,8 +449,12 @@ def _numeric_changes(reference: np.ndarray, current: np.ndarray) -> list[str]:
         text = f"median {_number(ref_median)} -> {_number(cur_median)}"
         if ref_sd > 0:
             text += f", {(cur_median - ref_median) / ref_sd:+.2f} reference sd"
-        texts.append(text + f"; sd {_number(ref_sd)} -> {_number(cur_sd)}")
-    return texts
+        left = False
+        if len(cur) >= RANGE_VALUES and abs(cur_median - ref_median) >= LEVEL_SHIFT_SD * ref_sd:
+            low_day, high_day = np.percentile(cur, [5, 95])
+            left = bool(low_day > ref.max() or high_day < ref.min())
+        found.append((text + f"; sd {_number(ref_sd)} -> {_number(cur_sd)}", left))
+    return found
 
 
 def _number(value: float) -> str:

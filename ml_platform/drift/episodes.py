@@ -5,8 +5,9 @@ verdict is the day's weather, kept and plotted (`features_drift`), and what a pe
 about is an episode. Per feature, a state machine over its judged days (`drift.episodes`):
 
 - an episode opens on the day when `open_days` of the feature's last `window` judged days
-  drifted, or on the day itself when the day drifted with half its rows in categories the
-  reference never had (a change of coding: `FeatureVerdict.unseen`);
+  drifted, or on the day itself when the day drifted where the reference never was (its
+  5th to 95th percentiles beyond the reference's range, or half its rows in categories the
+  reference never had: `FeatureVerdict.unseen`);
 - it closes on the first day that ends `close_days` quiet days in a row, and the counting
   starts afresh, so a closed episode does not reopen from the days that opened it.
 
@@ -33,7 +34,7 @@ class FeatureDay:
         effect: the day's distance from the reference (KS D or Jensen-Shannon distance).
         usual: the largest of the feature's day-to-day distances in the reference window
             (its usual range), or None when not calibrated.
-        unseen: half the day's rows are in categories the reference never had.
+        unseen: nearly all the day's values lie where the reference never was.
         effect_name: 'ks_d' or 'js_distance'.
     """
 

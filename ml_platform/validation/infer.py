@@ -440,6 +440,12 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             feature = {"name": feature_name_of(column), "kind": kind, "source": column.name}
             out.append(f"  # - {_flow(feature)}")
     out += [
+        "drift:",
+        "  # Each day against the 28 days before it. The check also learns from them how far",
+        "  # each feature moves from one ordinary day to the next (a feature that moves with the",
+        "  # weather drifts only beyond that): with 7 days an ordinary day looks like drift on 1",
+        "  # day in 8.",
+        "  reference: {mode: previous_days, days: 28}",
         "quality:",
         f"  # The samples hold {min(rows)} to {max(rows)} rows a day.",
         f"  row_count: {_flow({'min': max(1, min(rows) // 2), 'max': max(rows) * 2})}",
