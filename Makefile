@@ -120,7 +120,7 @@ PARALLEL := -n auto --maxprocesses=4
 
 test: lint system-packages
 	status=0; log=$$(mktemp); \
-	.venv/bin/pytest -ra --durations=15 -n 2 --dist loadfile -m integration \
+	.venv/bin/pytest -ra --durations=15 -n 3 --dist loadfile -m integration \
 	  > $$log 2>&1 & integration=$$!; \
 	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
 	wait $$integration || status=$$?; \
