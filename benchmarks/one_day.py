@@ -6,9 +6,10 @@ Platform, launched: `dagster-webserver` and `dagster-daemon` on a fresh instance
 repository's dagster.yaml: SQLite, the run queue, Dagster's DefaultRunLauncher), the day's file
 landed and a lake whose MLflow store exists (created once a deployment, by its first day). One
 run of another day (`ingestion_job`, which touches nothing the measured day reads) is launched
-and waited for first, as a daemon that has been running has launched runs before; then the daily job for the day is launched through the webserver's
-GraphQL API (what the UI's "Materialize" of a partition sends, and what a sensor's run request
-becomes), timed from the launch request to the run's end as the API reports it.
+and waited for first, as a daemon that has been running has launched runs before; then the
+daily job for the day is launched through the webserver's GraphQL API (what the UI's
+"Materialize" of a partition sends, and what a sensor's run request becomes), timed from the
+launch request to the run's end as the API reports it.
 
 Platform, new process (the previous measurement, kept as the second row): a new process that
 loads the code location and runs the daily job for the day on a fresh instance: what a run
