@@ -6,8 +6,8 @@ about is an episode. Per feature, a state machine over its judged days (`drift.e
 
 - an episode opens on the day when `open_days` of the feature's last `window` judged days
   drifted, or on the day itself when the day drifted where the reference never was (its
-  5th to 95th percentiles beyond the reference's range, or half its rows in categories the
-  reference never had: `FeatureVerdict.unseen`);
+  level beyond the reference's whole range and 3 reference sd away, or half its rows in
+  categories the reference never had: `FeatureVerdict.unseen`);
 - it closes on the first day that ends `close_days` quiet days in a row, and the counting
   starts afresh, so a closed episode does not reopen from the days that opened it.
 
