@@ -116,19 +116,20 @@ system-packages:
 # daemon and code server; each module has its own instance, lake and free ports): much of their
 # time is spent waiting on a daemon's tick or a run's start, which the other layers fill (on 2
 # cores, three integration modules beside two unit workers ended first: 19.5 minutes; three
-# unit workers ended later). The lint comes first: `dg check defs` writes the instance
-# directory in the working tree, which a test that serves the code location from the image
-# command checks is left untouched. Their outputs follow the unit tests'; any layer failing
-# fails the target, whatever the other gives.
+# unit workers ended later). The tests see a DAGSTER_HOME of their own, not the working tree's
+# instance directory: a process whose instance keeps Dagster's telemetry default writes its
+# telemetry log under the DAGSTER_HOME of its environment, and a test checks that serving the
+# code location leaves the working tree untouched. Their outputs follow the unit tests'; any
+# layer failing fails the target, whatever the other gives.
 PARALLEL := -n auto --maxprocesses=4
 
 test: lint system-packages
-	status=0; log=$$(mktemp); \
+	status=0; log=$$(mktemp); export DAGSTER_HOME=$$(mktemp -d); \
 	.venv/bin/pytest -ra --durations=15 -n 3 --dist loadfile -m integration \
 	  > $$log 2>&1 & integration=$$!; \
 	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
 	wait $$integration || status=$$?; \
-	echo "--- integration tests"; cat $$log; rm -f $$log; \
+	echo "--- integration tests"; cat $$log; rm -rf $$log "$$DAGSTER_HOME"; \
 	exit $$status
 
 # The unit layer, for the edit-test loop (about 2 minutes): pure functions, sensors and schedules
