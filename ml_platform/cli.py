@@ -442,6 +442,158 @@ def materialize(args: argparse.Namespace) -> int:
     return REJECTED_EXIT if rejected else 0
 
 
+# How often `ml-platform replay` looks at its backfill.
+BACKFILL_POLL_SECONDS = 5.0
+REPLAY_ACTIONS = ("promote", "remove", "list")
+
+
+def replay(args: argparse.Namespace) -> int:
+    """`replay CONTRACT`, `replay promote NAME`, `replay remove NAME`, `replay list`."""
+    from ml_platform.replay.replays import ReplayError
+
+    try:
+        if args.what == "list":
+            return replay_list(args)
+        if args.what in REPLAY_ACTIONS:
+            if not args.replay_name:
+                raise ReplayError(f"`ml-platform replay {args.what} NAME`: name the replay")
+            return replay_promote(args) if args.what == "promote" else replay_remove(args)
+        return replay_run(args)
+    except ReplayError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _replays_root(settings: Settings) -> str:
+    from ml_platform.replay.replays import ReplayError
+
+    root = settings.replays_dir
+    if root is None:
+        raise ReplayError(
+            "no replays directory: set ML_PLATFORM_REPLAYS_DIR (or DAGSTER_HOME) to the same "
+            "value the code location runs with"
+        )
+    return root
+
+
+def replay_run(args: argparse.Namespace) -> int:
+    """Run a changed contract over past days as a replay, then compare it with the live chain.
+
+    The replay is kept in the replays directory, the webserver loads it (its assets appear in
+    the UI as their own dataset), its days run as one backfill through the daemon, as the UI's
+    Materialize of a range, and its `replay_comparison` is materialised once that ends. Prints
+    the comparison's summary and where the whole of it is.
+    """
+    import dagster as dg
+
+    from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
+    from ml_platform.platform.datasets import asset_key, dataset_name
+    from ml_platform.platform.rejected import DAY_ASSETS
+    from ml_platform.replay.assets import REPLAY_COMPARISON
+    from ml_platform.replay.replays import create_replay
+
+    settings = Settings()
+    changed = load_contract(args.what)
+    live = choose(load_contracts(settings.contracts_dir, settings.dataset), changed.name)
+    name = args.name or "".join(c if c.isalnum() else "_" for c in Path(args.what).stem.lower())
+    webserver = Webserver(settings.dagster_url)
+    try:
+        ready(webserver, args.wait)
+        made = create_replay(_replays_root(settings), args.what, live, name, args.start, args.days)
+        print(f"replay '{made.name}' of {live.name}: dataset {made.dataset}, kept in {made.folder}")
+        webserver.reload_workspace()
+        days = made.day_keys
+        backfill_id = webserver.backfill(
+            [asset_key(made.dataset, asset) for asset in DAY_ASSETS], days[0], days[-1]
+        )
+        print(f"backfill {backfill_id}: {len(days)} day(s) from {days[0]}", flush=True)
+        status = webserver.backfill_status(backfill_id)
+        while status not in BACKFILL_DONE:
+            time.sleep(BACKFILL_POLL_SECONDS)
+            status = webserver.backfill_status(backfill_id)
+        print(f"backfill {backfill_id}: {status}", flush=True)
+        run_id = webserver.launch(dataset_name(made.dataset, f"{REPLAY_COMPARISON}_job"), {})
+        with dg.DagsterInstance.get() as instance:
+            run = follow(instance, webserver, run_id)
+            if run.status != dg.DagsterRunStatus.SUCCESS:
+                errors = "; ".join(run_errors(instance, run_id)) or run.status.value
+                print(f"error: the comparison failed: {errors} (run {run_id})", file=sys.stderr)
+                return 1
+            key = asset_key(made.dataset, REPLAY_COMPARISON)
+            event = instance.get_latest_materialization_event(key)
+            recorded = event.asset_materialization if event else None
+            metadata = recorded.metadata if recorded else {}
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(str(metadata["comparison"].value).split("\n\n| day |", 1)[0])
+    print(f"the whole comparison: {metadata['path'].value} (in the UI: {key.to_user_string()})")
+    return 0 if status == "COMPLETED_SUCCESS" else 1
+
+
+def replay_list(args: argparse.Namespace) -> int:
+    """The replays the code location serves."""
+    from ml_platform.replay.replays import load_replays
+
+    settings = Settings()
+    contracts = load_contracts(settings.contracts_dir, settings.dataset)
+    found = load_replays(_replays_root(settings), contracts)
+    for r in found:
+        print(f"{r.name}: {r.dataset}, {r.days} day(s) from {r.start}, contract {r.contract_file}")
+    if not found:
+        print("no replays")
+    return 0
+
+
+def replay_promote(args: argparse.Namespace) -> int:
+    """Make a replay's contract the live dataset's contract file."""
+    from ml_platform.contracts.catalog import contract_file
+    from ml_platform.replay.lifecycle import promote_replay
+    from ml_platform.replay.replays import find_replay
+
+    settings = Settings()
+    contracts = load_contracts(settings.contracts_dir, settings.dataset)
+    found = find_replay(_replays_root(settings), args.replay_name, contracts)
+    target = promote_replay(found, contract_file(settings.contracts_dir, found.live))
+    print(
+        f"{target} is now replay '{found.name}''s contract: review and commit it; {found.live} "
+        "runs it from its next day (its champion moves only by the registry's rule)"
+    )
+    return 0
+
+
+def replay_remove(args: argparse.Namespace) -> int:
+    """Remove a replay: its records, lake files, MLflow entries and its folder."""
+    import dagster as dg
+
+    from ml_platform.automation.launch import LaunchError, Webserver
+    from ml_platform.definitions import defs
+    from ml_platform.replay.lifecycle import remove_replay
+    from ml_platform.replay.replays import find_replay
+
+    settings = Settings()
+    contracts = load_contracts(settings.contracts_dir, settings.dataset)
+    found = find_replay(_replays_root(settings), args.replay_name, contracts)
+    definitions = defs()
+    keys = [
+        key
+        for key in definitions.resolve_asset_graph().get_all_asset_keys()
+        if key.path[0] == found.dataset
+    ]
+    resources = definitions.resources or {}
+    with dg.DagsterInstance.get() as instance:
+        removed = remove_replay(found, instance, keys, resources["lake"], resources["mlflow"])
+    print(
+        f"removed replay '{found.name}': records of {removed.assets} asset(s), "
+        f"{removed.lake_objects} lake object(s), its MLflow experiment and registered model"
+    )
+    try:
+        Webserver(settings.dagster_url).reload_workspace()
+    except LaunchError as exc:
+        print(f"the UI still lists it until the code location reloads ({exc})", file=sys.stderr)
+    return 0
+
+
 def rejected(args: argparse.Namespace) -> int:
     """List the dataset's rejected days (where, verdict, reason) and the command to rerun them.
 
@@ -717,6 +869,25 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=materialize)
+
+    p = sub.add_parser(
+        "replay",
+        help="run a changed contract over past days beside the live chain and compare; "
+        "`replay promote NAME`, `replay remove NAME`, `replay list`",
+    )
+    p.add_argument("what", help="the changed contract file, or promote, remove or list")
+    p.add_argument("replay_name", nargs="?", help="the replay to promote or remove")
+    p.add_argument("--start", type=_date, help="first day to replay, YYYY-MM-DD")
+    p.add_argument("--days", type=int, default=1, help="number of consecutive days")
+    p.add_argument("--name", help="the replay's name (default: the contract file's name)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the webserver and its daemon to answer (default: not at all)",
+    )
+    p.set_defaults(func=replay)
 
     p = sub.add_parser("rejected", help="list rejected days and the command that reruns them")
     p.add_argument("--dataset", help=DATASET_HELP)

@@ -32,6 +32,8 @@ from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.registry.monitoring import build_champion_performance
 from ml_platform.registry.store import ModelRegistryResource
+from ml_platform.replay.assets import REPLAY_COMPARISON, build_replay_comparison
+from ml_platform.replay.replays import Replay, load_replays
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
 from ml_platform.validation.rejected_days import build_rejected_days
@@ -45,12 +47,15 @@ def dataset_definitions(
     sensor_interval_seconds: int,
     served: Sequence[Contract] = (),
     code_links: tuple[str, str] | None = None,
+    replay: Replay | None = None,
 ) -> dg.Definitions:
     """The daily graph of one dataset with its jobs, schedules and landing sensor.
 
     `served` are the contracts of every dataset of the code location: files named for one of
     the others are left to that dataset's landing sensor. `code_links` (repository URL, branch)
-    turns the assets' code references into links to the repository.
+    turns the assets' code references into links to the repository. A `replay`'s graph runs
+    only when launched: no sensor, schedule or freshness policy, and its comparison with the
+    live chain beside it.
     """
     dataset = contract.name
     partitions = daily_partitions(contract)
@@ -70,8 +75,9 @@ def dataset_definitions(
         )
     ]
     daily = catalogued(daily, dataset, contract.owners, code_links)
-    # The UI shows the dataset overdue when raw_data missed the contract's deadline.
-    daily = with_freshness_policy(daily, contract)
+    if replay is None:
+        # The UI shows the dataset overdue when raw_data missed the contract's deadline.
+        daily = with_freshness_policy(daily, contract)
     full_days = contract.training.full_window_days
     # The weekly full retrain: a longer window, its candidate judged alone like the daily one.
     # It registers nothing itself: registered_model, the one step that moves the champion,
@@ -96,14 +102,23 @@ def dataset_definitions(
     summaries = catalogued([build_rejected_days(contract)], dataset, contract.owners, code_links)
     daily_job = dataset_name(dataset, DAILY_JOB)
     retrain_job = dataset_name(dataset, WEEKLY_RETRAIN_JOB)
+    jobs = [
+        # Both train: the instance runs one training job at a time (dagster.yaml).
+        dg.define_asset_job(daily_job, selection=daily + summaries, tags=TRAINING_TAGS),
+        dg.define_asset_job(retrain_job, selection=full_retrain, tags=TRAINING_TAGS),
+        build_ingestion_job(dataset),
+    ]
+    if replay is not None:
+        comparison = catalogued([build_replay_comparison(replay)], dataset, contract.owners)
+        compare_job = dg.define_asset_job(
+            dataset_name(dataset, f"{REPLAY_COMPARISON}_job"), selection=comparison
+        )
+        return dg.Definitions(
+            assets=daily + summaries + full_retrain + comparison, jobs=[*jobs, compare_job]
+        )
     return dg.Definitions(
         assets=daily + summaries + full_retrain,
-        jobs=[
-            # Both train: the instance runs one training job at a time (dagster.yaml).
-            dg.define_asset_job(daily_job, selection=daily + summaries, tags=TRAINING_TAGS),
-            dg.define_asset_job(retrain_job, selection=full_retrain, tags=TRAINING_TAGS),
-            build_ingestion_job(dataset),
-        ],
+        jobs=jobs,
         schedules=[
             build_daily_schedule(dataset, partitions, daily_job, [a.key for a in daily]),
             build_weekly_retrain_schedule(dataset, partitions, retrain_job),
@@ -154,8 +169,12 @@ def build_definitions(
     *,
     landing_dir: str | None = None,
     lake_dir: str | None = None,
+    replays: Sequence[Replay] = (),
 ) -> dg.Definitions:
     """The graphs of `contracts` (one or several), their storage and automation as `settings` say.
+
+    Each of `replays` (of datasets among `contracts`) is served as a dataset of its own, whose
+    alerts page no one.
 
     `settings` defaults to the environment's; `landing_dir` and `lake_dir` (tests) put the
     landing zone or the lake in a directory whatever the settings say.
@@ -179,8 +198,9 @@ def build_definitions(
             "landing": landing_store(landing, settings, s3),
             "notifier": Notifier(
                 **settings.notifier_config,
-                owners={c.name: c.owners for c in contracts},
+                owners={c.name: c.owners for c in [*contracts, *(r.contract for r in replays)]},
                 paging={c.name: c.alerts.page for c in contracts if c.alerts.page},
+                silent=[r.dataset for r in replays],
             ),
             "lake": lake,
             # Every dataset's registered model and runs, in MLflow (its stores from the settings).
@@ -193,6 +213,10 @@ def build_definitions(
     )
     return dg.Definitions.merge(
         *(dataset_definitions(c, interval, contracts, settings.code_links) for c in contracts),
+        *(
+            dataset_definitions(r.contract, interval, contracts, settings.code_links, replay=r)
+            for r in replays
+        ),
         shared,
     )
 
@@ -202,7 +226,10 @@ def defs() -> dg.Definitions:
     """Every dataset of ML_PLATFORM_CONTRACTS, or the one ML_PLATFORM_DATASET names.
 
     ML_PLATFORM_CONTRACTS is a directory of contracts (default: the bundled ones);
-    ML_PLATFORM_DATASET is the name of one of them, or a contract file's path.
+    ML_PLATFORM_DATASET is the name of one of them, or a contract file's path. The replays of
+    those datasets in the replays directory (`ml-platform replay`) are served beside them.
     """
     settings = Settings()
-    return build_definitions(load_contracts(settings.contracts_dir, settings.dataset), settings)
+    contracts = load_contracts(settings.contracts_dir, settings.dataset)
+    replays = load_replays(settings.replays_dir, contracts)
+    return build_definitions(contracts, settings, replays=replays)

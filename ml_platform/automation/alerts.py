@@ -178,12 +178,18 @@ class Notifier(dg.ConfigurableResource):
         default_factory=dict,
         description="dataset -> alert kind -> whether it pages (its contract's `alerts.page`)",
     )
+    silent: list[str] = Field(
+        default_factory=list, description="datasets whose alerts page no one (replays)"
+    )
 
     def routed(self, alert: Alert) -> Alert:
         """The alert as its dataset's contract routes it: paged or only logged, by kind.
 
-        A failed check's own name wins over its rule (`check_failed`).
+        A failed check's own name wins over its rule (`check_failed`). A replay's alerts are
+        only logged: it runs the past, nobody has to act now.
         """
+        if alert.dataset in self.silent:
+            return dataclasses.replace(alert, page=False)
         routes = self.paging.get(alert.dataset or "", {})
         check = alert.subject.rsplit(":", 1)[-1] if alert.rule == "check_failed" else None
         for kind in (check, alert.rule):

@@ -25,6 +25,39 @@ query QueueDaemon($daemonType: String!) {
   instance { daemonHealth { daemonStatus(daemonType: $daemonType) { healthy } } }
 }
 """
+RELOAD_WORKSPACE = """
+mutation {
+  reloadWorkspace {
+    __typename
+    ... on Workspace {
+      locationEntries {
+        name
+        locationOrLoadError { __typename ... on PythonError { message } }
+      }
+    }
+    ... on PythonError { message }
+  }
+}
+"""
+LAUNCH_BACKFILL = """
+mutation Backfill($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+  }
+}
+"""
+BACKFILL_STATUS = """
+query Backfill($id: String!) {
+  partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } }
+}
+"""
+# A backfill's status once the daemon has nothing left to launch or wait for.
+BACKFILL_DONE = frozenset(
+    {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+)
 # A run's status once it no longer executes or waits.
 FINISHED = frozenset(
     {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
@@ -109,3 +142,43 @@ class Webserver:
                 f"the webserver at {self.url} did not terminate run {run_id}: {exc}; terminate "
                 "it in the UI (Runs) or leave it to end"
             ) from exc
+
+    def reload_workspace(self) -> None:
+        """Have the webserver load its code locations again (a replay added or removed)."""
+        data = self._query(RELOAD_WORKSPACE, {})["reloadWorkspace"]
+        if data["__typename"] != "Workspace":
+            raise LaunchError(f"the webserver at {self.url} did not reload: {data}")
+        failed = [
+            f"{entry['name']}: {entry['locationOrLoadError'].get('message', '')}"
+            for entry in data["locationEntries"]
+            if (entry["locationOrLoadError"] or {}).get("__typename") == "PythonError"
+        ]
+        if failed:
+            raise LaunchError(f"the webserver at {self.url} could not load {'; '.join(failed)}")
+
+    def backfill(self, assets: list[dg.AssetKey], first: str, last: str) -> str:
+        """Launch a backfill of `assets` over the days `first`..`last`; the backfill's id.
+
+        Sent as the UI's Materialize of a partition range; the daemon splits it into runs.
+        """
+        params = {
+            "partitionsByAssets": [
+                {
+                    "assetKey": {"path": key.path},
+                    "partitions": {"range": {"start": first, "end": last}},
+                }
+                for key in assets
+            ]
+        }
+        data = self._query(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+        if data["__typename"] != "LaunchBackfillSuccess":
+            raise LaunchError(
+                f"the webserver at {self.url} did not launch the backfill: {data}; is it "
+                "serving this code location (workspace.yaml) with the same contracts?"
+            )
+        return str(data["backfillId"])
+
+    def backfill_status(self, backfill_id: str) -> str:
+        """The backfill's status as the instance records it (`BACKFILL_DONE` once ended)."""
+        data = self._query(BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
+        return str(data.get("status", "UNKNOWN"))

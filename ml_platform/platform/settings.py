@@ -20,6 +20,8 @@ from urllib.parse import urlparse
 
 CONTRACTS_ENV = "ML_PLATFORM_CONTRACTS"
 DATASET_ENV = "ML_PLATFORM_DATASET"
+# The replays the code location serves beside the live datasets (`ml-platform replay`).
+REPLAYS_ENV = "ML_PLATFORM_REPLAYS_DIR"
 LANDING_URL_ENV = "ML_PLATFORM_LANDING_URL"
 LANDING_DIR_ENV = "ML_PLATFORM_LANDING_DIR"
 LAKE_URL_ENV = "ML_PLATFORM_LAKE_URL"
@@ -155,6 +157,16 @@ class Settings:
     def contracts_dir(self) -> str | None:
         """The directory of the contracts the code location serves; None: the bundled ones."""
         return self._get(CONTRACTS_ENV)
+
+    @property
+    def replays_dir(self) -> str | None:
+        """The directory of the replays: ML_PLATFORM_REPLAYS_DIR, else `$DAGSTER_HOME/replays`.
+
+        The code location and `ml-platform replay` must see the same directory (both run with
+        the instance's DAGSTER_HOME on the embedded default); None: no replays.
+        """
+        home = self._get(DAGSTER_HOME_ENV)
+        return self._get(REPLAYS_ENV) or (os.path.join(home, "replays") if home else None)
 
     @property
     def dataset(self) -> str | None:

@@ -1,0 +1,110 @@
+"""`<replay>/replay_comparison`: the live chain and the replay over the replayed days."""
+
+import dataclasses
+
+import dagster as dg
+
+from ml_platform.evaluation.metrics import primary_metric
+from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
+from ml_platform.platform.formats import FORMAT_KEY
+from ml_platform.platform.plots import Series, line_chart
+from ml_platform.platform.retries import STORAGE_RETRY_POLICY
+from ml_platform.replay.comparison import (
+    COMPARED,
+    ChainDay,
+    ChainSummary,
+    paired_difference,
+    read_chain,
+    render,
+    verdict,
+)
+from ml_platform.replay.replays import Replay
+
+REPLAY_COMPARISON = "replay_comparison"
+REPLAY_GROUP = "replay"
+
+
+def _chart(live: dict[str, ChainDay], replay: dict[str, ChainDay], metric: str) -> str:
+    """Both serving champions' next-day metric, day by day (days as their index)."""
+
+    def series(name: str, chain: dict[str, ChainDay]) -> Series:
+        scored = [(i, row.metric) for i, row in enumerate(chain.values()) if row.metric is not None]
+        return Series(name, [i for i, _ in scored], [m for _, m in scored])
+
+    return line_chart(
+        f"Serving champion's next-day {metric}",
+        [series("live", live), series("replay", replay)],
+        "day of the replay",
+        metric,
+    )
+
+
+def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
+    """The replay's comparison asset, which reads the records of both chains' day assets."""
+    dataset, live_dataset = replay.dataset, replay.live
+    metric = primary_metric(replay.contract)
+    samples = replay.contract.evaluation.bootstrap_samples
+
+    @dg.asset(
+        name=REPLAY_COMPARISON,
+        key_prefix=dataset,
+        # Both chains' records are what it reads: the lineage shows both.
+        deps=[asset_key(d, name) for d in (live_dataset, dataset) for name in COMPARED],
+        pool=writer_pool(dataset, REPLAY_COMPARISON),
+        retry_policy=STORAGE_RETRY_POLICY,
+        group_name=dataset_name(dataset, REPLAY_GROUP),
+        kinds={"dagster", "json"},
+        metadata={FORMAT_KEY: "json"},
+        description=(
+            f"Replay '{replay.name}' of {live_dataset} ({replay.start}, {replay.days} days) "
+            "beside the live chain: accepted days, promotions, the serving champion's next-day "
+            f"{metric}, drift alarm days and training cost."
+        ),
+    )
+    def _replay_comparison(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        days = replay.day_keys
+        live = read_chain(context.instance, live_dataset, days, metric)
+        ran = read_chain(context.instance, dataset, days, metric)
+        difference = paired_difference(live, ran, samples)
+        markdown = render(live_dataset, dataset, live, ran, metric, difference)
+        live_summary, replay_summary = ChainSummary.of(live), ChainSummary.of(ran)
+        said = verdict(difference, metric)
+        context.log.info(f"{dataset} against {live_dataset}: {said}")
+        figures: dict[str, float | int] = {}
+        for side, summary in (("live", live_summary), ("replay", replay_summary)):
+            figures |= {
+                f"{side}_promotions": summary.promotions,
+                f"{side}_rejected_days": len(summary.rejected),
+                f"{side}_drift_days": summary.drift_days,
+                f"{side}_training_seconds": summary.train_seconds,
+            }
+            if summary.mean_metric is not None:
+                figures[f"{side}_mean_{metric}"] = summary.mean_metric
+        if difference.mean is not None:
+            figures[f"difference_{metric}"] = difference.mean
+        return dg.MaterializeResult(
+            value={
+                "replay": replay.name,
+                "live": live_dataset,
+                "metric": metric,
+                "verdict": said,
+                "difference": dataclasses.asdict(difference),
+                "summary": {
+                    "live": dataclasses.asdict(live_summary),
+                    "replay": dataclasses.asdict(replay_summary),
+                },
+                "days": {
+                    "live": [dataclasses.asdict(row) for row in live.values()],
+                    "replay": [dataclasses.asdict(row) for row in ran.values()],
+                },
+            },
+            metadata={
+                **figures,
+                "verdict": said,
+                "comparison": dg.MetadataValue.md(
+                    markdown + "\n" + _chart(live, ran, metric) + "\n"
+                ),
+            },
+        )
+
+    return _replay_comparison

@@ -1,0 +1,212 @@
+"""The live chain and a replay side by side over the replayed days, from what Dagster recorded.
+
+For each chain and day: whether the day's data was accepted (and if not, where and why), what
+the registry decided, the champion serving after the day, the serving champion's metric on the
+day's labelled rows (champion_performance: the champion chosen up to the day before, scored on
+the day it served, i.e. its next-day metric), whether drift was found, and what training cost.
+The summary sets the two chains' next-day metric against each other on the days both scored,
+with a paired bootstrap interval over those days (the promotion rule's kind of interval, over
+days instead of rows).
+"""
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import dagster as dg
+import numpy as np
+
+from ml_platform.evaluation.metrics import LOWER_IS_BETTER
+from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.observability import STEP_PREFIX
+from ml_platform.platform.records import DayRecord, day_records
+from ml_platform.platform.rejected import DAY_ASSETS, where_rejected
+from ml_platform.registry.assets import PROMOTE
+
+# The assets whose records the comparison reads, of both chains.
+COMPARED = DAY_ASSETS
+INTERVAL_SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainDay:
+    """One day of one chain, as recorded."""
+
+    day: str
+    # Where and why the day's data was rejected; None when accepted (or not recorded).
+    rejected: str | None
+    # The registry's decision on the day's candidate; None when nothing was judged.
+    decision: str | None
+    champion: str | None
+    # The serving champion's metric on the day's labelled rows; None when it was not scored.
+    metric: float | None
+    drifted: bool | None
+    train_seconds: float | None
+    peak_mb: float | None
+
+
+def _number(record: DayRecord | None, name: str) -> float | None:
+    value = record.metadata.get(name) if record is not None else None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _text(record: DayRecord | None, name: str) -> str | None:
+    value = record.metadata.get(name) if record is not None else None
+    return None if value in (None, "none") else str(value)
+
+
+def read_chain(
+    instance: dg.DagsterInstance, dataset: str, days: Sequence[str], metric: str
+) -> dict[str, ChainDay]:
+    """Each of `days` of `dataset`'s chain as Dagster's latest records hold it."""
+    records = {name: day_records(instance, asset_key(dataset, name), days) for name in COMPARED}
+    chain = {}
+    for day in days:
+        of_day = {name: records[name][day] for name in COMPARED if day in records[name]}
+        found = where_rejected(day, of_day)
+        registered = of_day.get("registered_model")
+        drift = _number(of_day.get("drift_report"), "drifting_features")
+        chain[day] = ChainDay(
+            day=day,
+            rejected=f"{found.asset}: {found.verdict}: {found.reason}" if found else None,
+            decision=_text(registered, "decision"),
+            champion=_text(registered, "champion"),
+            metric=_number(of_day.get("champion_performance"), f"champion_{metric}"),
+            drifted=None if drift is None else drift > 0,
+            train_seconds=_number(of_day.get("model"), f"{STEP_PREFIX}wall_seconds"),
+            peak_mb=_number(of_day.get("model"), f"{STEP_PREFIX}peak_rss_mb"),
+        )
+    return chain
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainSummary:
+    """A chain's days in a few numbers."""
+
+    days: int
+    rejected: list[str]
+    promotions: int
+    scored: int
+    mean_metric: float | None
+    drift_days: int
+    train_seconds: float
+    peak_mb: float | None
+
+    @classmethod
+    def of(cls, chain: Mapping[str, ChainDay]) -> "ChainSummary":
+        """The summary of one chain's days."""
+        rows = list(chain.values())
+        scores = [r.metric for r in rows if r.metric is not None]
+        peaks = [r.peak_mb for r in rows if r.peak_mb is not None]
+        return cls(
+            days=len(rows),
+            rejected=[r.day for r in rows if r.rejected],
+            promotions=sum(r.decision == PROMOTE for r in rows),
+            scored=len(scores),
+            mean_metric=float(np.mean(scores)) if scores else None,
+            drift_days=sum(bool(r.drifted) for r in rows),
+            train_seconds=round(sum(r.train_seconds or 0.0 for r in rows), 2),
+            peak_mb=max(peaks) if peaks else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference:
+    """Replay minus live on the days both champions were scored, with a bootstrap interval."""
+
+    days: int
+    mean: float | None
+    low: float | None
+    high: float | None
+
+
+def paired_difference(
+    live: Mapping[str, ChainDay], replay: Mapping[str, ChainDay], samples: int
+) -> PairedDifference:
+    """The replay's next-day metric minus the live one's, averaged over the days both scored.
+
+    The interval is the 2.5th to 97.5th percentile of the mean over `samples` resamples of
+    those days (seeded: the same records give the same interval).
+    """
+    pairs = [(replay[d].metric, live[d].metric) for d in live if d in replay]
+    differences = np.array(
+        [r - v for r, v in pairs if r is not None and v is not None], dtype="float64"
+    )
+    if not len(differences):
+        return PairedDifference(0, None, None, None)
+    rng = np.random.default_rng(INTERVAL_SEED)
+    means = differences[rng.integers(0, len(differences), (samples, len(differences)))].mean(1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return PairedDifference(len(differences), float(differences.mean()), float(low), float(high))
+
+
+def verdict(difference: PairedDifference, metric: str) -> str:
+    """What the interval says, in words."""
+    if difference.mean is None or difference.low is None or difference.high is None:
+        return f"no day has both champions' {metric}: nothing to compare yet"
+    better = "lower" if metric in LOWER_IS_BETTER else "higher"
+    if difference.low > 0 or difference.high < 0:
+        side = "higher" if difference.low > 0 else "lower"
+        word = "better" if side == better else "worse"
+        return f"the replay's serving champion did {word} ({side} {metric}, interval clear of 0)"
+    return f"no clear difference in {metric} (the interval holds 0)"
+
+
+def _value(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def summary_rows(
+    live: ChainSummary, replay: ChainSummary, metric: str
+) -> list[tuple[str, str, str]]:
+    """(what, live, replay) lines of the summary table."""
+    return [
+        ("days", str(live.days), str(replay.days)),
+        ("rejected days", str(len(live.rejected)), str(len(replay.rejected))),
+        ("promotions", str(live.promotions), str(replay.promotions)),
+        (f"mean next-day {metric}", _value(live.mean_metric), _value(replay.mean_metric)),
+        ("days scored", str(live.scored), str(replay.scored)),
+        ("drift alarm days", str(live.drift_days), str(replay.drift_days)),
+        ("training seconds", f"{live.train_seconds:.1f}", f"{replay.train_seconds:.1f}"),
+        ("training peak MB", _value(live.peak_mb, 0), _value(replay.peak_mb, 0)),
+    ]
+
+
+def render(
+    live_name: str,
+    replay_name: str,
+    live: Mapping[str, ChainDay],
+    replay: Mapping[str, ChainDay],
+    metric: str,
+    difference: PairedDifference,
+) -> str:
+    """The comparison as markdown: the summary, then a line a day."""
+    lines = [
+        f"# {replay_name} against {live_name}",
+        "",
+        f"**{verdict(difference, metric)}**: replay minus live, mean {_value(difference.mean)} "
+        f"over {difference.days} day(s), 95% interval {_value(difference.low)} to "
+        f"{_value(difference.high)}.",
+        "",
+        f"| | {live_name} (live) | {replay_name} (replay) |",
+        "|---|---:|---:|",
+        *(
+            f"| {what} | {a} | {b} |"
+            for what, a, b in summary_rows(ChainSummary.of(live), ChainSummary.of(replay), metric)
+        ),
+        "",
+        f"| day | live: decision | live: champion | live: {metric} | replay: decision "
+        f"| replay: champion | replay: {metric} |",
+        "|---|---|---|---:|---|---|---:|",
+    ]
+
+    def cells(row: ChainDay | None) -> str:
+        if row is None:
+            return "not recorded | | "
+        decision = f"rejected ({row.rejected})" if row.rejected else row.decision or "—"
+        drift = " (drift)" if row.drifted else ""
+        return f"{decision}{drift} | {row.champion or '—'} | {_value(row.metric)}"
+
+    for day in sorted(set(live) | set(replay)):
+        lines.append(f"| {day} | {cells(live.get(day))} | {cells(replay.get(day))} |")
+    return "\n".join(lines) + "\n"
