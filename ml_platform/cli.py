@@ -3,6 +3,7 @@
 import argparse
 import contextlib
 import datetime as dt
+import shutil
 import signal
 import sys
 import threading
@@ -487,19 +488,32 @@ def replay_run(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
+    from ml_platform.definitions import build_definitions
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.platform.rejected import DAY_ASSETS
     from ml_platform.replay.assets import REPLAY_COMPARISON
-    from ml_platform.replay.replays import create_replay
+    from ml_platform.replay.replays import ReplayError, create_replay, load_replays
 
     settings = Settings()
+    if args.start is None:
+        raise ReplayError("`ml-platform replay CONTRACT --start DAY --days N`: give the first day")
     changed = load_contract(args.what)
-    live = choose(load_contracts(settings.contracts_dir, settings.dataset), changed.name)
+    contracts = load_contracts(settings.contracts_dir, settings.dataset)
+    live = choose(contracts, changed.name)
     name = args.name or "".join(c if c.isalnum() else "_" for c in Path(args.what).stem.lower())
     webserver = Webserver(settings.dagster_url)
     try:
         ready(webserver, args.wait)
         made = create_replay(_replays_root(settings), args.what, live, name, args.start, args.days)
+        try:
+            # The code location serves the replay beside the live datasets: it must still load.
+            served = load_replays(made.folder.parent, contracts)
+            build_definitions(contracts, settings, replays=served)
+        except Exception as exc:
+            shutil.rmtree(made.folder)
+            raise ReplayError(
+                f"the code location does not load with replay '{made.name}': {exc}; it was not kept"
+            ) from exc
         print(f"replay '{made.name}' of {live.name}: dataset {made.dataset}, kept in {made.folder}")
         webserver.reload_workspace()
         days = made.day_keys
@@ -526,7 +540,7 @@ def replay_run(args: argparse.Namespace) -> int:
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(str(metadata["comparison"].value).split("\n\n| day |", 1)[0])
+    print(str(metadata["summary"].value))
     print(f"the whole comparison: {metadata['path'].value} (in the UI: {key.to_user_string()})")
     return 0 if status == "COMPLETED_SUCCESS" else 1
 

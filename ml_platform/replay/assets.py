@@ -15,7 +15,8 @@ from ml_platform.replay.comparison import (
     ChainSummary,
     paired_difference,
     read_chain,
-    render,
+    render_days,
+    render_summary,
     verdict,
 )
 from ml_platform.replay.replays import Replay
@@ -66,7 +67,7 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
         live = read_chain(context.instance, live_dataset, days, metric)
         ran = read_chain(context.instance, dataset, days, metric)
         difference = paired_difference(live, ran, samples)
-        markdown = render(live_dataset, dataset, live, ran, metric, difference)
+        headline = render_summary(live_dataset, dataset, live, ran, metric, difference)
         live_summary, replay_summary = ChainSummary.of(live), ChainSummary.of(ran)
         said = verdict(difference, metric)
         context.log.info(f"{dataset} against {live_dataset}: {said}")
@@ -101,8 +102,9 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
             metadata={
                 **figures,
                 "verdict": said,
+                "summary": dg.MetadataValue.md(headline),
                 "comparison": dg.MetadataValue.md(
-                    markdown + "\n" + _chart(live, ran, metric) + "\n"
+                    f"{headline}\n{_chart(live, ran, metric)}\n\n{render_days(live, ran, metric)}"
                 ),
             },
         )

@@ -172,7 +172,7 @@ def summary_rows(
     ]
 
 
-def render(
+def render_summary(
     live_name: str,
     replay_name: str,
     live: Mapping[str, ChainDay],
@@ -180,7 +180,7 @@ def render(
     metric: str,
     difference: PairedDifference,
 ) -> str:
-    """The comparison as markdown: the summary, then a line a day."""
+    """The comparison's summary as markdown: what the interval says, then a table of both."""
     lines = [
         f"# {replay_name} against {live_name}",
         "",
@@ -194,7 +194,13 @@ def render(
             f"| {what} | {a} | {b} |"
             for what, a, b in summary_rows(ChainSummary.of(live), ChainSummary.of(replay), metric)
         ),
-        "",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_days(live: Mapping[str, ChainDay], replay: Mapping[str, ChainDay], metric: str) -> str:
+    """A line a day of both chains as markdown: decision (or rejection), champion, metric."""
+    lines = [
         f"| day | live: decision | live: champion | live: {metric} | replay: decision "
         f"| replay: champion | replay: {metric} |",
         "|---|---|---|---:|---|---|---:|",

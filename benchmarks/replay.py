@@ -1,0 +1,136 @@
+"""A replay of real flights days with another estimator, beside the live chain of the same days.
+
+Run: .venv/bin/python benchmarks/replay.py [--days 90] [--start 2013-01-01]
+     [--estimator hist_gradient_boosting]
+
+Lands the days, starts a code server, `dagster-webserver` and `dagster-daemon` on a fresh instance
+(the repository's dagster.yaml; the webserver and daemon load the code location from the one
+code server, as `dg dev` and the production recipe run them), runs the live chain (the bundled
+flights contract, sgd) over the days as a backfill through the webserver's GraphQL API, as the
+UI's "Materialize" of a range, then `ml-platform replay` of the same contract with
+`model: {estimator: ESTIMATOR}` over the same days. Reports each chain's promotions, rejected
+days and mean next-day metric of the serving champion (from the replay's comparison), the paired
+difference, and the replay's wall time (command start to exit) against the live backfill's.
+"""
+
+import argparse
+import datetime as dt
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import idle
+from backfill_year import BACKFILL, DONE, LAUNCH, free_port, fresh_instance, land
+
+from ml_platform.platform.rejected import DAY_ASSETS
+from ml_platform_tests.services import DagsterProcesses
+
+REPO = Path(__file__).resolve().parents[1]
+SUMMARY = ("promotions", "rejected", "mean_metric", "scored")
+MODEL = "model:\n  estimator: sgd\n  max_epochs: 30\n  patience: 5\n"
+
+
+class Services(DagsterProcesses):
+    def __init__(self, root: Path, env: dict[str, str], port: int):
+        self.env, self.cwd, self.logs, self.port, self.procs = env, REPO, root, port, []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
+    parser.add_argument("--days", type=int, default=90)
+    parser.add_argument("--estimator", default="hist_gradient_boosting")
+    parser.add_argument("--keep", action="store_true", help="keep the instance, lake and logs")
+    idle.add_argument(parser)
+    args = parser.parse_args()
+    started_load = idle.before(args.loaded)
+    root = Path(tempfile.mkdtemp(prefix="replay-bench-"))
+    env = fresh_instance(root)
+    contracts, replays = root / "contracts", root / "replays"
+    contracts.mkdir()
+    text = (REPO / "ml_platform" / "contracts" / "flights.yaml").read_text()
+    if MODEL not in text:
+        raise RuntimeError("the flights contract's model section changed: update this benchmark")
+    (contracts / "flights.yaml").write_text(text)
+    changed = root / f"flights_{args.estimator}.yaml"
+    changed.write_text(text.replace(MODEL, f"model:\n  estimator: {args.estimator}\n"))
+    port = free_port()
+    env |= {
+        "ML_PLATFORM_CONTRACTS": str(contracts),
+        "ML_PLATFORM_REPLAYS_DIR": str(replays),
+        "ML_PLATFORM_DAGSTER_URL": f"http://127.0.0.1:{port}",
+    }
+    env.pop("ML_PLATFORM_DATASET", None)
+    land(root / "landing", args.start, args.days)
+    services = Services(root, env, port)
+    services.start()
+    last = (args.start + dt.timedelta(days=args.days - 1)).isoformat()
+    try:
+        services.wait_for(lambda: services.graphql("{ version }"), 180, "the webserver")
+        started = time.monotonic()
+        launched = services.graphql(
+            LAUNCH,
+            {
+                "params": {
+                    "partitionsByAssets": [
+                        {
+                            "assetKey": {"path": ["flights", name]},
+                            "partitions": {"range": {"start": args.start.isoformat(), "end": last}},
+                        }
+                        for name in DAY_ASSETS
+                    ]
+                }
+            },
+        )["launchPartitionBackfill"]
+        backfill_id = launched["backfillId"]
+
+        def live_done() -> str | None:
+            status = services.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
+            return status["status"] if status["status"] in DONE else None
+
+        live_status = services.wait_for(live_done, 7200, "the live backfill")
+        live_seconds = time.monotonic() - started
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "ml_platform.cli", "replay", str(changed)]
+            + ["--start", args.start.isoformat(), "--days", str(args.days), "--name", "bench"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        replay_seconds = time.monotonic() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"the replay failed:\n{done.stdout}\n{done.stderr}")
+        path = done.stdout.split("the whole comparison: ", 1)[1].split(" (in the UI", 1)[0]
+        comparison = json.loads(Path(path).read_text())
+    finally:
+        services.stop()
+    summary = comparison["summary"]
+    result = {
+        "days": args.days,
+        "start": args.start.isoformat(),
+        "replay_estimator": args.estimator,
+        "live_status": live_status,
+        "live_seconds": round(live_seconds, 1),
+        "replay_seconds": round(replay_seconds, 1),
+        "replay_over_live": round(replay_seconds / live_seconds, 2),
+        "metric": comparison["metric"],
+        **{side: {k: summary[side][k] for k in SUMMARY} for side in ("live", "replay")},
+        "difference": comparison["difference"],
+        "verdict": comparison["verdict"],
+        "training_seconds": {side: summary[side]["train_seconds"] for side in ("live", "replay")},
+        "machine": f"{platform.machine()}, python {platform.python_version()}",
+        **idle.after(started_load),
+    }
+    print(json.dumps(result, indent=2))
+    if args.keep:
+        print(f"kept: {root}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
