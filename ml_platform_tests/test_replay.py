@@ -215,3 +215,32 @@ def test_remove_takes_away_the_replay_and_only_it(replayed):
     assert not replay.folder.exists()
     assert lake_files(platform.lake_dir / "synthetic") == live_lake
     assert records(platform.instance, "synthetic") == live_records
+
+
+def test_the_command_says_what_is_missing_and_keeps_nothing_without_a_webserver(
+    tmp_path, monkeypatch, capsys
+):
+    from ml_platform.cli import main
+
+    replays = tmp_path / "replays"
+    monkeypatch.setenv("ML_PLATFORM_REPLAYS_DIR", str(replays))
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
+    # Nothing listens there.
+    monkeypatch.setenv("ML_PLATFORM_DAGSTER_URL", "http://127.0.0.1:9")
+    changed = tmp_path / "synthetic_sgd.yaml"
+    changed.write_text(
+        bundled_contracts()["synthetic"]
+        .read_text()
+        .replace("  estimator: linear\n", "  estimator: sgd\n")
+    )
+    assert main(["replay", str(changed), "--days", "3"]) == 2
+    assert "give the first day" in capsys.readouterr().err
+    assert main(["replay", "promote"]) == 2
+    assert "name the replay" in capsys.readouterr().err
+    assert main(["replay", "remove", "nothing"]) == 2
+    assert "no replay named 'nothing'" in capsys.readouterr().err
+    assert main(["replay", str(changed), "--start", "2024-01-01", "--days", "3"]) == 1
+    assert "no Dagster webserver answers" in capsys.readouterr().err
+    assert not replays.exists()
+    assert main(["replay", "list"]) == 0
+    assert "no replays" in capsys.readouterr().out
