@@ -35,21 +35,13 @@ from pathlib import Path
 
 import idle
 
+from ml_platform.automation.launch import LAUNCH_BACKFILL as LAUNCH
 from ml_platform.platform.rejected import DAY_ASSETS
 from ml_platform.platform.settings import BACKFILL_DAYS_PER_RUN_ENV, DEFAULT_BACKFILL_DAYS_PER_RUN
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 DAILY_ASSETS = list(DAY_ASSETS)
-LAUNCH = """
-mutation Backfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}
-"""
 BACKFILL = """
 query Backfill($id: String!) {
   partitionBackfillOrError(backfillId: $id) {

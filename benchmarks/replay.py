@@ -23,9 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import dagster as dg
 import idle
-from backfill_year import BACKFILL, DONE, LAUNCH, free_port, fresh_instance, land
+from backfill_year import free_port, fresh_instance, land
 
+from ml_platform.automation.launch import BACKFILL_DONE, Webserver
 from ml_platform.platform.rejected import DAY_ASSETS
 from ml_platform_tests.services import DagsterProcesses
 
@@ -71,26 +73,15 @@ def main() -> None:
     last = (args.start + dt.timedelta(days=args.days - 1)).isoformat()
     try:
         services.wait_for(lambda: services.graphql("{ version }"), 180, "the webserver")
+        webserver = Webserver(env["ML_PLATFORM_DAGSTER_URL"])
         started = time.monotonic()
-        launched = services.graphql(
-            LAUNCH,
-            {
-                "params": {
-                    "partitionsByAssets": [
-                        {
-                            "assetKey": {"path": ["flights", name]},
-                            "partitions": {"range": {"start": args.start.isoformat(), "end": last}},
-                        }
-                        for name in DAY_ASSETS
-                    ]
-                }
-            },
-        )["launchPartitionBackfill"]
-        backfill_id = launched["backfillId"]
+        backfill_id = webserver.backfill(
+            [dg.AssetKey(["flights", name]) for name in DAY_ASSETS], args.start.isoformat(), last
+        )
 
         def live_done() -> str | None:
-            status = services.graphql(BACKFILL, {"id": backfill_id})["partitionBackfillOrError"]
-            return status["status"] if status["status"] in DONE else None
+            status = webserver.backfill_status(backfill_id)
+            return status if status in BACKFILL_DONE else None
 
         live_status = services.wait_for(live_done, 7200, "the live backfill")
         live_seconds = time.monotonic() - started

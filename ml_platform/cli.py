@@ -839,6 +839,16 @@ def resources(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wait_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the webserver and its daemon to answer (default: not at all)",
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     top = argparse.ArgumentParser(prog="ml-platform", description=__doc__)
@@ -874,13 +884,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
     p.add_argument("--days", type=int, default=1, help="number of consecutive days")
     p.add_argument("--force", action="store_true", help="rerun days already accepted")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait up to SECONDS for the webserver and its daemon to answer (default: not at all)",
-    )
+    _wait_option(p)
     p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=materialize)
 
@@ -894,13 +898,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start", type=_date, help="first day to replay, YYYY-MM-DD")
     p.add_argument("--days", type=int, default=1, help="number of consecutive days")
     p.add_argument("--name", help="the replay's name (default: the contract file's name)")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait up to SECONDS for the webserver and its daemon to answer (default: not at all)",
-    )
+    _wait_option(p)
     p.set_defaults(func=replay)
 
     p = sub.add_parser("rejected", help="list rejected days and the command that reruns them")

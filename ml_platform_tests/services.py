@@ -348,16 +348,7 @@ def postgres_server() -> Iterator[Postgres]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-# What the UI sends to launch a backfill, and the backfill's state.
-LAUNCH_BACKFILL = """
-mutation Backfill($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}
-"""
+# The backfill's state (launched with `ml_platform.automation.launch.LAUNCH_BACKFILL`).
 BACKFILL_QUERY = """
 query Backfill($id: String!) {
   partitionBackfillOrError(backfillId: $id) {

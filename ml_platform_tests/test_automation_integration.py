@@ -25,11 +25,12 @@ from ml_platform.automation.alert_sensors import (
     RUN_FAILURE_ALERTS_SENSOR,
     RUN_SUCCESS_ALERTS_SENSOR,
 )
+from ml_platform.automation.launch import LAUNCH_BACKFILL
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
 from ml_platform_tests.conftest import REPO, day_files, free_port
-from ml_platform_tests.services import BACKFILL_QUERY, LAUNCH_BACKFILL, DagsterProcesses
+from ml_platform_tests.services import BACKFILL_QUERY, DagsterProcesses
 
 pytestmark = pytest.mark.integration
 SYNTHETIC = load_contract("synthetic")

@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ml_platform.automation.launch import LAUNCH_BACKFILL
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.records import day_records
@@ -32,7 +33,6 @@ from ml_platform_tests.conftest import (
 )
 from ml_platform_tests.services import (
     BACKFILL_QUERY,
-    LAUNCH_BACKFILL,
     DagsterProcesses,
     webhook_server,
 )

@@ -20,11 +20,12 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient
 
+from ml_platform.automation.launch import LAUNCH_BACKFILL
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.records import recorded_lake_keys
 from ml_platform_tests.conftest import days_from
-from ml_platform_tests.services import LAUNCH_BACKFILL, DagsterServices, HeldLog, held_log
+from ml_platform_tests.services import DagsterServices, HeldLog, held_log
 
 pytestmark = pytest.mark.integration
 
