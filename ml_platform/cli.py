@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from ml_platform.automation.launch import Webserver
+    from ml_platform.replay.replays import Replay
 
 # The exit code of a command whose days' data was rejected (a data verdict), no run failing.
 REJECTED_EXIT = 3
@@ -477,66 +478,87 @@ def _replays_root(settings: Settings) -> str:
     return root
 
 
+def _kept_replay(
+    args: argparse.Namespace, settings: Settings, contracts: list[Contract]
+) -> "Replay":
+    """Keep the replay of `args`; one the code location would not load with is not kept."""
+    from ml_platform.definitions import build_definitions
+    from ml_platform.replay.replays import ReplayError, create_replay, load_replays
+
+    live = choose(contracts, load_contract(args.what).name)
+    name = args.name or "".join(c if c.isalnum() else "_" for c in Path(args.what).stem.lower())
+    made = create_replay(_replays_root(settings), args.what, live, name, args.start, args.days)
+    try:
+        # The code location serves the replay beside the live datasets: it must still load.
+        build_definitions(contracts, settings, replays=load_replays(made.folder.parent, contracts))
+    except Exception as exc:
+        shutil.rmtree(made.folder)
+        raise ReplayError(
+            f"the code location does not load with replay '{made.name}': {exc}; not kept"
+        ) from exc
+    print(f"replay '{made.name}' of {live.name}: dataset {made.dataset}, kept in {made.folder}")
+    return made
+
+
+def _compared(webserver: "Webserver", run_id: str, key: "dg.AssetKey") -> dict | None:
+    """The metadata of the comparison run `run_id` made; None (the error printed) if it failed."""
+    import dagster as dg
+
+    with dg.DagsterInstance.get() as instance:
+        run = follow(instance, webserver, run_id)
+        if run.status != dg.DagsterRunStatus.SUCCESS:
+            errors = "; ".join(run_errors(instance, run_id)) or run.status.value
+            print(f"error: the comparison failed: {errors} (run {run_id})", file=sys.stderr)
+            return None
+        event = instance.get_latest_materialization_event(key)
+    recorded = event.asset_materialization if event else None
+    return dict(recorded.metadata) if recorded else {}
+
+
 def replay_run(args: argparse.Namespace) -> int:
     """Run a changed contract over past days as a replay, then compare it with the live chain.
 
     The replay is kept in the replays directory, the webserver loads it (its assets appear in
     the UI as their own dataset), its days run as one backfill through the daemon, as the UI's
     Materialize of a range, and its `replay_comparison` is materialised once that ends. Prints
-    the comparison's summary and where the whole of it is.
+    the comparison's summary and where the whole of it is. Ctrl-C or SIGTERM stops the command;
+    a backfill it launched goes on in the daemon.
     """
-    import dagster as dg
-
     from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
-    from ml_platform.definitions import build_definitions
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.platform.rejected import DAY_ASSETS
     from ml_platform.replay.assets import REPLAY_COMPARISON
-    from ml_platform.replay.replays import ReplayError, create_replay, load_replays
+    from ml_platform.replay.replays import ReplayError
 
-    settings = Settings()
     if args.start is None:
         raise ReplayError("`ml-platform replay CONTRACT --start DAY --days N`: give the first day")
-    changed = load_contract(args.what)
+    settings = Settings()
     contracts = load_contracts(settings.contracts_dir, settings.dataset)
-    live = choose(contracts, changed.name)
-    name = args.name or "".join(c if c.isalnum() else "_" for c in Path(args.what).stem.lower())
     webserver = Webserver(settings.dagster_url)
+    backfill_id = None
     try:
-        ready(webserver, args.wait)
-        made = create_replay(_replays_root(settings), args.what, live, name, args.start, args.days)
-        try:
-            # The code location serves the replay beside the live datasets: it must still load.
-            served = load_replays(made.folder.parent, contracts)
-            build_definitions(contracts, settings, replays=served)
-        except Exception as exc:
-            shutil.rmtree(made.folder)
-            raise ReplayError(
-                f"the code location does not load with replay '{made.name}': {exc}; it was not kept"
-            ) from exc
-        print(f"replay '{made.name}' of {live.name}: dataset {made.dataset}, kept in {made.folder}")
-        webserver.reload_workspace()
-        days = made.day_keys
-        backfill_id = webserver.backfill(
-            [asset_key(made.dataset, asset) for asset in DAY_ASSETS], days[0], days[-1]
-        )
-        print(f"backfill {backfill_id}: {len(days)} day(s) from {days[0]}", flush=True)
-        status = webserver.backfill_status(backfill_id)
-        while status not in BACKFILL_DONE:
-            time.sleep(BACKFILL_POLL_SECONDS)
+        with stop_signals():
+            ready(webserver, args.wait)
+            made = _kept_replay(args, settings, contracts)
+            webserver.reload_workspace()
+            days = made.day_keys
+            keys = [asset_key(made.dataset, asset) for asset in DAY_ASSETS]
+            backfill_id = webserver.backfill(keys, days[0], days[-1])
+            print(f"backfill {backfill_id}: {len(days)} day(s) from {days[0]}", flush=True)
             status = webserver.backfill_status(backfill_id)
-        print(f"backfill {backfill_id}: {status}", flush=True)
-        run_id = webserver.launch(dataset_name(made.dataset, f"{REPLAY_COMPARISON}_job"), {})
-        with dg.DagsterInstance.get() as instance:
-            run = follow(instance, webserver, run_id)
-            if run.status != dg.DagsterRunStatus.SUCCESS:
-                errors = "; ".join(run_errors(instance, run_id)) or run.status.value
-                print(f"error: the comparison failed: {errors} (run {run_id})", file=sys.stderr)
-                return 1
+            while status not in BACKFILL_DONE:
+                time.sleep(BACKFILL_POLL_SECONDS)
+                status = webserver.backfill_status(backfill_id)
+            print(f"backfill {backfill_id}: {status}", flush=True)
+            run_id = webserver.launch(dataset_name(made.dataset, f"{REPLAY_COMPARISON}_job"), {})
             key = asset_key(made.dataset, REPLAY_COMPARISON)
-            event = instance.get_latest_materialization_event(key)
-            recorded = event.asset_materialization if event else None
-            metadata = recorded.metadata if recorded else {}
+            metadata = _compared(webserver, run_id, key)
+            if metadata is None:
+                return 1
+    except StopRequested as stop:
+        going = f"backfill {backfill_id} goes on (the UI's Backfills can cancel it)"
+        print(f"stopped by {stop}; {going if backfill_id else 'nothing launched'}", file=sys.stderr)
+        return 128 + stop.signum
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

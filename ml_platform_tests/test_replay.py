@@ -14,6 +14,7 @@ import dagster as dg
 import pytest
 import yaml
 
+from ml_platform.automation.alerts import Alert
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions
@@ -124,6 +125,24 @@ def test_a_replay_is_a_dataset_of_its_own_without_automation(replayed):
     assert not [s for s in defs.sensors or [] if replay.dataset in s.name]
     notifier = defs.resources["notifier"]
     assert notifier.silent == [replay.dataset]
+    # A replay's rejected day pages no one; the live dataset's still does.
+    for dataset, pages in ((replay.dataset, False), ("synthetic", True)):
+        alert = Alert(
+            severity="ERROR",
+            rule="day_rejected",
+            title="2024-01-02 rejected",
+            cause="failed quality gate",
+            subject=f"{dataset}/validated_data",
+            failure_class=None,
+            run_id=None,
+            partition="2024-01-02",
+            run_url=None,
+            runbook="docs/runbook.md",
+            page=True,
+            occurred_at=0.0,
+            dataset=dataset,
+        )
+        assert notifier.routed(alert).page is pages
 
 
 def test_the_replay_leaves_the_live_chain_as_it_was(replayed):

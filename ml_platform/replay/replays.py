@@ -40,11 +40,6 @@ def replay_dataset(live: str, name: str) -> str:
     return f"{live}{MARK}{name}"
 
 
-def live_of(dataset: str) -> str | None:
-    """The live dataset of a replay's dataset name; None for a live dataset."""
-    return dataset.split(MARK, 1)[0] if MARK in dataset else None
-
-
 @dataclasses.dataclass(frozen=True)
 class Replay:
     """One replay: its name, the live dataset, its days and its contract under its own name."""
