@@ -75,9 +75,8 @@ def main() -> None:
         services.wait_for(lambda: services.graphql("{ version }"), 180, "the webserver")
         webserver = Webserver(env["ML_PLATFORM_DAGSTER_URL"])
         started = time.monotonic()
-        backfill_id = webserver.backfill(
-            [dg.AssetKey(["flights", name]) for name in DAY_ASSETS], args.start.isoformat(), last
-        )
+        days = (args.start.isoformat(), last)
+        backfill_id = webserver.backfill({dg.AssetKey(["flights", n]): days for n in DAY_ASSETS})
 
         def live_done() -> str | None:
             status = webserver.backfill_status(backfill_id)

@@ -526,7 +526,6 @@ def replay_run(args: argparse.Namespace) -> int:
     """
     from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
     from ml_platform.platform.datasets import asset_key, dataset_name
-    from ml_platform.platform.rejected import DAY_ASSETS
     from ml_platform.replay.assets import REPLAY_COMPARISON
     from ml_platform.replay.replays import ReplayError
 
@@ -541,10 +540,16 @@ def replay_run(args: argparse.Namespace) -> int:
             ready(webserver, args.wait)
             made = _kept_replay(args, settings, contracts)
             webserver.reload_workspace()
-            days = made.day_keys
-            keys = [asset_key(made.dataset, asset) for asset in DAY_ASSETS]
-            backfill_id = webserver.backfill(keys, days[0], days[-1])
-            print(f"backfill {backfill_id}: {len(days)} day(s) from {days[0]}", flush=True)
+            ranges = made.backfill_ranges()
+            backfill_id = webserver.backfill(
+                {asset_key(made.dataset, name): days for name, days in ranges.items()}
+            )
+            warm_up = made.warm_up_keys
+            print(
+                f"backfill {backfill_id}: {made.days} day(s) from {made.start}"
+                + (f", their data from {warm_up[0]}" if warm_up else ""),
+                flush=True,
+            )
             status = webserver.backfill_status(backfill_id)
             while status not in BACKFILL_DONE:
                 time.sleep(BACKFILL_POLL_SECONDS)

@@ -263,3 +263,25 @@ def test_the_command_says_what_is_missing_and_keeps_nothing_without_a_webserver(
     assert not replays.exists()
     assert main(["replay", "list"]) == 0
     assert "no replays" in capsys.readouterr().out
+
+
+def test_a_replay_computes_the_days_its_first_days_look_back_on(tmp_path):
+    flights = load_contract("flights")
+    changed = tmp_path / "flights_week.yaml"
+    changed.write_text(
+        bundled_contracts()["flights"]
+        .read_text()
+        .replace("  window_days: 28\n", "  window_days: 7\n")
+    )
+    later = create_replay(tmp_path / "r", changed, flights, "later", dt.date(2013, 3, 1), 10)
+    # The flights contract's gate and drift references are both the previous days.
+    look_back = max(6, flights.history_reference.days, flights.drift.reference.days)
+    assert later.warm_up_keys[0] == (dt.date(2013, 3, 1) - dt.timedelta(days=look_back)).isoformat()
+    assert later.warm_up_keys[-1] == "2013-02-28"
+    ranges = later.backfill_ranges()
+    assert ranges["features"] == (later.warm_up_keys[0], "2013-03-10")
+    assert ranges["model"] == ranges["registered_model"] == ("2013-03-01", "2013-03-10")
+    # From the dataset's first day there is nothing before to compute.
+    first = create_replay(tmp_path / "r", changed, flights, "first", dt.date(2013, 1, 1), 3)
+    assert first.warm_up_keys == []
+    assert set(first.backfill_ranges().values()) == {("2013-01-01", "2013-01-03")}

@@ -14,6 +14,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -156,8 +157,8 @@ class Webserver:
         if failed:
             raise LaunchError(f"the webserver at {self.url} could not load {'; '.join(failed)}")
 
-    def backfill(self, assets: list[dg.AssetKey], first: str, last: str) -> str:
-        """Launch a backfill of `assets` over the days `first`..`last`; the backfill's id.
+    def backfill(self, ranges: Mapping[dg.AssetKey, tuple[str, str]]) -> str:
+        """Launch a backfill of each asset over its days (first, last); the backfill's id.
 
         Sent as the UI's Materialize of a partition range; the daemon splits it into runs.
         """
@@ -167,7 +168,7 @@ class Webserver:
                     "assetKey": {"path": key.path},
                     "partitions": {"range": {"start": first, "end": last}},
                 }
-                for key in assets
+                for key, (first, last) in ranges.items()
             ]
         }
         data = self._query(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]

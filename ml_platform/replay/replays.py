@@ -23,12 +23,19 @@ from pathlib import Path
 import yaml
 
 from ml_platform.contracts import Contract, ContractError, load_contract
+from ml_platform.platform.rejected import DAY_ASSETS
 
 # The dataset name of a replay: `<live>__replay_<name>`.
 MARK = "__replay_"
 CONTRACT_FILE = "contract.yaml"
 REPLAY_FILE = "replay.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# The assets a replay computes over the days before it, which its first days look back on.
+WARM_UP_ASSETS = ("raw_data", "validated_data", "features", "drift_report")
+
+
+def _day_keys(first: dt.date, count: int) -> list[str]:
+    return [(first + dt.timedelta(days=i)).isoformat() for i in range(count)]
 
 
 class ReplayError(ValueError):
@@ -60,7 +67,37 @@ class Replay:
     @property
     def day_keys(self) -> list[str]:
         """The replayed days, as partition keys, in order."""
-        return [(self.start + dt.timedelta(days=i)).isoformat() for i in range(self.days)]
+        return _day_keys(self.start, self.days)
+
+    @property
+    def warm_up_keys(self) -> list[str]:
+        """The days before the replay its first days look back on, as partition keys.
+
+        The first day's model trains on the window ending that day, its gate and drift check
+        compare it with the days before: those days' data, computed under the replay's
+        contract, make its first days judged as the live chain's were. Never before the
+        dataset's first day.
+        """
+        c = self.contract
+        back = [c.training.window_days - 1]
+        for reference in (c.history_reference, c.drift.reference):
+            if reference.mode == "previous_days":
+                back.append(reference.days)
+        first = max(c.partitions.start_date, self.start - dt.timedelta(days=max(back)))
+        return _day_keys(first, (self.start - first).days)
+
+    def backfill_ranges(self) -> dict[str, tuple[str, str]]:
+        """The days of each day asset the replay's backfill computes, by asset name.
+
+        Every day asset over the replayed days; the data assets (up to the drift report, which
+        a model reads for a blocking feature) over the warm-up days too.
+        """
+        days, warm_up = self.day_keys, self.warm_up_keys
+        ranges = dict.fromkeys(DAY_ASSETS, (days[0], days[-1]))
+        if warm_up:
+            for name in WARM_UP_ASSETS:
+                ranges[name] = (warm_up[0], days[-1])
+        return ranges
 
     @property
     def contract_file(self) -> Path:
