@@ -120,8 +120,10 @@ system-packages:
 # instance directory: a process whose instance keeps Dagster's telemetry default writes its
 # telemetry log under the DAGSTER_HOME of its environment, and a test checks that serving the
 # code location leaves the working tree untouched. Their outputs follow the unit tests'; any
-# layer failing fails the target, whatever the other gives.
-PARALLEL := -n auto --maxprocesses=4
+# layer failing fails the target, whatever the other gives. Each worker takes a module whole
+# (`--dist loadfile`): a module's fixtures are set up once, not once on each worker that was
+# handed one of its tests (with `--dist load` test_replay.py's replayed days ran on both).
+PARALLEL := -n auto --maxprocesses=4 --dist loadfile
 
 test: lint system-packages
 	status=0; log=$$(mktemp); export DAGSTER_HOME=$$(mktemp -d); \
