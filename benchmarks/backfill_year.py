@@ -71,6 +71,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listening(port: int) -> bool:
+    """Whether a server accepts connections on 127.0.0.1:port (ConnectionError if not)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
 class Stack:
     """dagster-webserver and dagster-daemon on a fresh instance, each in its process group."""
 
@@ -80,22 +86,51 @@ class Stack:
         self.port = free_port()
         self.procs: list[subprocess.Popen] = []
 
-    def start(self) -> None:
-        for name, command in {
-            "webserver": ["dagster-webserver", "-h", "127.0.0.1", "-p", str(self.port)],
-            "daemon": ["dagster-daemon", "run"],
-        }.items():
-            with (self.root / f"{name}.log").open("w") as log:
-                self.procs.append(
-                    subprocess.Popen(
-                        [str(BIN / command[0]), *command[1:], "-w", "workspace.yaml"],
-                        cwd=REPO,
-                        env=self.env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
+    def start(self, code_server: bool = False) -> None:
+        """The webserver and the daemon; with `code_server`, both load the code location from
+        one code server (as `dg dev` and the production stack run them), else each from
+        workspace.yaml's module in a code server of its own."""
+        workspace = "workspace.yaml"
+        if code_server:
+            port = free_port()
+            self.spawn(
+                "code-server",
+                ["dagster", "code-server", "start", "-h", "127.0.0.1", "-p", str(port)]
+                + ["-m", "ml_platform.definitions", "--location-name", "ml_platform"],
+            )
+            workspace = str(self.root / "workspace.yaml")
+            Path(workspace).write_text(
+                json.dumps(
+                    {
+                        "load_from": [
+                            {
+                                "grpc_server": {
+                                    "host": "127.0.0.1",
+                                    "port": port,
+                                    "location_name": "ml_platform",
+                                }
+                            }
+                        ]
+                    }
                 )
+            )
+            self.wait(lambda: listening(port), 180, "the code server")
+        host = ["-h", "127.0.0.1", "-p", str(self.port)]
+        self.spawn("webserver", ["dagster-webserver", *host, "-w", workspace])
+        self.spawn("daemon", ["dagster-daemon", "run", "-w", workspace])
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        with (self.root / f"{name}.log").open("w") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    [str(BIN / command[0]), *command[1:]],
+                    cwd=REPO,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
 
     def stop(self) -> None:
         for proc in self.procs:

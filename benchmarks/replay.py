@@ -25,20 +25,14 @@ from pathlib import Path
 
 import dagster as dg
 import idle
-from backfill_year import free_port, fresh_instance, land
+from backfill_year import Stack, fresh_instance, land
 
 from ml_platform.automation.launch import BACKFILL_DONE, Webserver
 from ml_platform.platform.rejected import DAY_ASSETS
-from ml_platform_tests.services import DagsterProcesses
 
 REPO = Path(__file__).resolve().parents[1]
 SUMMARY = ("promotions", "rejected", "mean_metric", "scored")
 MODEL = "model:\n  estimator: sgd\n  max_epochs: 30\n  patience: 5\n"
-
-
-class Services(DagsterProcesses):
-    def __init__(self, root: Path, env: dict[str, str], port: int):
-        self.env, self.cwd, self.logs, self.port, self.procs = env, REPO, root, port, []
 
 
 def main() -> None:
@@ -60,19 +54,18 @@ def main() -> None:
     (contracts / "flights.yaml").write_text(text)
     changed = root / f"flights_{args.estimator}.yaml"
     changed.write_text(text.replace(MODEL, f"model:\n  estimator: {args.estimator}\n"))
-    port = free_port()
+    stack = Stack(root, env)
     env |= {
         "ML_PLATFORM_CONTRACTS": str(contracts),
         "ML_PLATFORM_REPLAYS_DIR": str(replays),
-        "ML_PLATFORM_DAGSTER_URL": f"http://127.0.0.1:{port}",
+        "ML_PLATFORM_DAGSTER_URL": f"http://127.0.0.1:{stack.port}",
     }
     env.pop("ML_PLATFORM_DATASET", None)
     land(root / "landing", args.start, args.days)
-    services = Services(root, env, port)
-    services.start()
+    stack.start(code_server=True)
     last = (args.start + dt.timedelta(days=args.days - 1)).isoformat()
     try:
-        services.wait_for(lambda: services.graphql("{ version }"), 180, "the webserver")
+        stack.wait(lambda: stack.graphql("{ version }", {}), 180, "the webserver")
         webserver = Webserver(env["ML_PLATFORM_DAGSTER_URL"])
         started = time.monotonic()
         days = (args.start.isoformat(), last)
@@ -82,7 +75,7 @@ def main() -> None:
             status = webserver.backfill_status(backfill_id)
             return status if status in BACKFILL_DONE else None
 
-        live_status = services.wait_for(live_done, 7200, "the live backfill")
+        live_status = stack.wait(live_done, 7200, "the live backfill", interval=5.0)
         live_seconds = time.monotonic() - started
         started = time.monotonic()
         done = subprocess.run(
@@ -99,7 +92,7 @@ def main() -> None:
         path = done.stdout.split("the whole comparison: ", 1)[1].split(" (in the UI", 1)[0]
         comparison = json.loads(Path(path).read_text())
     finally:
-        services.stop()
+        stack.stop()
     summary = comparison["summary"]
     result = {
         "days": args.days,
