@@ -115,8 +115,8 @@ system-packages:
 # browsers, run beside them, three modules at a time (a module's tests share its webserver,
 # daemon and code server; each module has its own instance, lake and free ports): much of their
 # time is spent waiting on a daemon's tick or a run's start, which the other layers fill (on 2
-# cores, three integration modules beside two unit workers ended first: 19.5 minutes; three
-# unit workers ended later). The tests see a DAGSTER_HOME of their own, not the working tree's
+# cores, three integration modules beside two unit workers, each taking modules whole: a fresh
+# clone's `.ci/run` in about 17 minutes; three unit workers ended later). The tests see a DAGSTER_HOME of their own, not the working tree's
 # instance directory: a process whose instance keeps Dagster's telemetry default writes its
 # telemetry log under the DAGSTER_HOME of its environment, and a test checks that serving the
 # code location leaves the working tree untouched. Their outputs follow the unit tests'; any
