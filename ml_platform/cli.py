@@ -526,7 +526,7 @@ def replay_run(args: argparse.Namespace) -> int:
     """
     from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
     from ml_platform.platform.datasets import asset_key, dataset_name
-    from ml_platform.replay.assets import REPLAY_COMPARISON
+    from ml_platform.replay.assets import REPLAY_COMPARISON, REPLAY_COMPARISON_JOB
     from ml_platform.replay.replays import ReplayError
 
     if args.start is None:
@@ -555,7 +555,7 @@ def replay_run(args: argparse.Namespace) -> int:
                 time.sleep(BACKFILL_POLL_SECONDS)
                 status = webserver.backfill_status(backfill_id)
             print(f"backfill {backfill_id}: {status}", flush=True)
-            run_id = webserver.launch(dataset_name(made.dataset, f"{REPLAY_COMPARISON}_job"), {})
+            run_id = webserver.launch(dataset_name(made.dataset, REPLAY_COMPARISON_JOB), {})
             key = asset_key(made.dataset, REPLAY_COMPARISON)
             metadata = _compared(webserver, run_id, key)
             if metadata is None:

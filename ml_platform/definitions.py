@@ -32,7 +32,7 @@ from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.assets import build_registered_model
 from ml_platform.registry.monitoring import build_champion_performance
 from ml_platform.registry.store import ModelRegistryResource
-from ml_platform.replay.assets import REPLAY_COMPARISON, build_replay_comparison
+from ml_platform.replay.assets import REPLAY_COMPARISON_JOB, build_replay_comparison
 from ml_platform.replay.replays import Replay, load_replays
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
@@ -111,7 +111,7 @@ def dataset_definitions(
     if replay is not None:
         comparison = catalogued([build_replay_comparison(replay)], dataset, contract.owners)
         compare_job = dg.define_asset_job(
-            dataset_name(dataset, f"{REPLAY_COMPARISON}_job"), selection=comparison
+            dataset_name(dataset, REPLAY_COMPARISON_JOB), selection=comparison
         )
         return dg.Definitions(
             assets=daily + summaries + full_retrain + comparison, jobs=[*jobs, compare_job]

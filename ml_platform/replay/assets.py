@@ -22,6 +22,8 @@ from ml_platform.replay.comparison import (
 from ml_platform.replay.replays import Replay
 
 REPLAY_COMPARISON = "replay_comparison"
+# The job that materialises it, which `ml-platform replay` launches once the backfill ended.
+REPLAY_COMPARISON_JOB = f"{REPLAY_COMPARISON}_job"
 REPLAY_GROUP = "replay"
 
 
