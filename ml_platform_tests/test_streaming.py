@@ -316,6 +316,38 @@ def test_a_window_loads_a_day_when_read_and_keeps_what_fits():
         window["2023-12-31"]
 
 
+def test_a_window_gives_each_days_size_as_measured_when_it_was_loaded(monkeypatch):
+    from ml_platform.platform import inputs
+
+    loads: list[str] = []
+    measured: list[int] = []
+
+    def load(day: str) -> pd.DataFrame:
+        loads.append(day)
+        return pd.DataFrame({"x": np.zeros(1000), "s": ["a" * 20] * 1000})
+
+    def measure(value: Any) -> float:
+        measured.append(len(value))
+        return float(value.memory_usage(deep=True).sum())
+
+    monkeypatch.setattr(inputs, "value_bytes", measure)
+    window = WindowPartitions(DAYS, PartitionCache(load))
+    expected = load(DAYS[0]).memory_usage(deep=True).sum()
+    loads.clear()
+    for _ in range(2):
+        for day in DAYS:
+            frame, size = window.value_and_size(day)
+            assert len(frame) == 1000 and size == expected
+    # Each day loaded and measured once, however often its size is asked for.
+    assert loads == DAYS and len(measured) == len(DAYS)
+    # A cache that keeps only the last day never needs a size: it measures nothing.
+    last_only = WindowPartitions(DAYS, PartitionCache(load, max_bytes=0))
+    assert all(last_only.value_and_size(day)[1] == float("inf") for day in DAYS)
+    assert len(measured) == len(DAYS)
+    with pytest.raises(KeyError):
+        window.value_and_size("2023-12-31")
+
+
 def test_a_days_hash_and_label_counts_are_computed_once_for_each_load():
     loads: list[str] = []
     computed: list[str] = []

@@ -8,6 +8,7 @@ rows whatever its window.
 import collections
 import dataclasses
 import datetime as dt
+import math
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,11 @@ class PartitionCache:
         """The partition, loaded now unless it is kept."""
         return self._entry(key).value
 
+    def value_and_size(self, key: str) -> tuple[Any, float]:
+        """The partition and its in-memory size, measured when it was loaded (inf: unknown)."""
+        entry = self._entry(key)
+        return entry.value, entry.size
+
     def derived(self, key: str, name: Hashable, compute: Callable[[Any], Any]) -> Any:
         """`compute(partition)`, computed once for each load of the partition.
 
@@ -82,7 +88,10 @@ class PartitionCache:
         value = self.load(key)
         if isinstance(value, pd.DataFrame):
             self.rows[key] = len(value)
-        entry = self.kept[key] = LoadedPartition(value, value_bytes(value))
+        # A cache that keeps only the last partition needs no size: measuring a frame of
+        # strings costs about a millisecond a load.
+        size = value_bytes(value) if self.max_bytes > 0 else math.inf
+        entry = self.kept[key] = LoadedPartition(value, size)
         while len(self.kept) > 1 and sum(e.size for e in self.kept.values()) > self.max_bytes:
             self.kept.popitem(last=False)
         return entry
@@ -110,6 +119,12 @@ class WindowPartitions(Mapping[str, Any]):
         if key not in self.keys_:
             raise KeyError(key)
         return self.cache.derived(key, name, compute)
+
+    def value_and_size(self, key: str) -> tuple[Any, float]:
+        """Partition `key` and its in-memory size (`value_bytes`), measured once a load."""
+        if key not in self.keys_:
+            raise KeyError(key)
+        return self.cache.value_and_size(key)
 
     def __contains__(self, key: object) -> bool:
         # Mapping's own asks for the value, which would load the partition.

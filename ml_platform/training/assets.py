@@ -23,7 +23,7 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY, deserialise, serialise
-from ml_platform.platform.inputs import WINDOW_KEY, DailyInput, value_bytes
+from ml_platform.platform.inputs import WINDOW_KEY, DailyInput
 from ml_platform.platform.observability import STEP_PREFIX, StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.records import day_records
@@ -637,8 +637,10 @@ def build_model(
             frames: dict[str, pd.DataFrame] = {}
             size = 0.0
             for window_day in window:
-                frames[window_day] = window[window_day]
-                size += value_bytes(frames[window_day])
+                # The size the cache measured when it loaded the day: measuring a frame of
+                # strings again costs about a millisecond, 28 times a day.
+                frames[window_day], day_bytes = window.value_and_size(window_day)
+                size += day_bytes
                 if size > WORKER_WINDOW_BYTES:
                     return None
             return frames
