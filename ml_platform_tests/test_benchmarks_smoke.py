@@ -110,6 +110,26 @@ def test_the_promotion_benchmark_judges_the_same_candidates_under_both_rules():
     assert out["paired_bootstrap"]["promotions"] <= out["point_estimate"]["promotions"]
 
 
+def test_the_step_costs_benchmark_runs_each_day_asset_and_counts_dagsters_events():
+    out = json.loads(run_script("step_costs.py", "--days", "3", "--loaded"))
+    assert list(out["steps"]) == [
+        "raw_data",
+        "validated_data",
+        "features",
+        "drift_report",
+        "model",
+        "evaluation_report",
+        "registered_model",
+        "champion_performance",
+    ]
+    # Every range stored its materialisations and check evaluations through the timed call.
+    assert all(step["events"] > 0 and step["event_s"] > 0 for step in out["steps"].values())
+    assert 0 < out["events_share"] < 1
+    assert "ASSET_CHECK_EVALUATION" in out["ms_per_event"]
+    assert set(out["imports_s"]) == {"great_expectations", "mlflow", "matplotlib.pyplot"}
+    assert out["script_s"] > 0 and out["steps_over_script"] > 0
+
+
 def test_a_timing_benchmark_refuses_a_busy_machine_unless_told_and_then_marks_its_figures(
     monkeypatch,
 ):

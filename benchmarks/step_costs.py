@@ -1,0 +1,175 @@
+"""Where a range's step seconds go: each day asset's range with no daemon, and Dagster's share.
+
+Run: .venv/bin/python benchmarks/step_costs.py [--days 90] [--start 2013-01-01]
+
+Lands real flights days and runs each day asset of the daily job over the whole range, one
+range at a time in day-asset order, in this process with the in-process executor (the
+embedded default's, as a backfill's run executes its steps) on a fresh SQLite instance (the
+embedded default's storage). No daemon, no queue, no run start: what is left is the steps.
+For each asset it reports the range's wall seconds, its CPU seconds (this process and the
+training workers it started), and how many events Dagster stored for it and in how many
+seconds (every materialisation, check evaluation and planned event goes through
+`DagsterInstance.handle_new_event`, timed here; a run through the queue stores its planned
+events when it is created, before its steps, here inside the range's seconds), then the
+seconds of importing the libraries the steps import when they first need them (Great
+Expectations, MLflow, matplotlib; each timed in a new process that has loaded the code
+location already), and the plain script (`baseline.py`) over the same days in one process.
+The ratio of the steps' seconds to the script's is the floor that a backfill through the
+daemon adds its waves and run starts to.
+"""
+
+import argparse
+import collections
+import datetime as dt
+import functools
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import baseline
+import dagster as dg
+import idle
+
+from ml_platform.contracts import load_contract
+from ml_platform.definitions import build_definitions
+from ml_platform.ingestion.landing import LandingZone, land_days
+from ml_platform.platform.datasets import asset_key
+
+# The daily job's day assets in the order a backfill's waves run them.
+ASSETS = (
+    "raw_data",
+    "validated_data",
+    "features",
+    "drift_report",
+    "model",
+    "evaluation_report",
+    "registered_model",
+    "champion_performance",
+)
+LIBRARIES = ("great_expectations", "mlflow", "matplotlib.pyplot")
+IMPORT_TIME = """
+import time
+import ml_platform.definitions
+started = time.perf_counter()
+import {name}
+print(time.perf_counter() - started)
+"""
+
+
+def cpu_seconds() -> float:
+    """CPU of this process and of its reaped children (a model step's training workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+class EventTimer:
+    """Counts and times every event the instance stores, by event type."""
+
+    def __init__(self, instance: dg.DagsterInstance):
+        self.count: collections.Counter[str] = collections.Counter()
+        self.seconds: collections.Counter[str] = collections.Counter()
+        store: Callable[..., None] = instance.handle_new_event
+
+        @functools.wraps(store)
+        def timed(event: Any, *args: Any, **kwargs: Any) -> None:
+            started = time.perf_counter()
+            try:
+                store(event, *args, **kwargs)
+            finally:
+                kind = event.dagster_event.event_type_value if event.dagster_event else "LOG"
+                self.seconds[kind] += time.perf_counter() - started
+                self.count[kind] += 1
+
+        instance.handle_new_event = timed  # type: ignore[method-assign]
+
+    def totals(self) -> tuple[int, float]:
+        return sum(self.count.values()), sum(self.seconds.values())
+
+
+def import_seconds(name: str) -> float:
+    """Seconds to import `name` in a new process that has loaded the code location."""
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_TIME.format(name=name)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return round(float(out.stdout.strip().splitlines()[-1]), 2)
+
+
+def steps(root: Path, start: dt.date, days: int) -> dict[str, Any]:
+    contract = load_contract("flights")
+    (root / "home").mkdir()
+    defs = build_definitions(
+        contract, landing_dir=str(root / "landing"), lake_dir=str(root / "lake")
+    )
+    instance = dg.DagsterInstance.local_temp(str(root / "home"))
+    dates = [start + dt.timedelta(days=i) for i in range(days)]
+    list(land_days(contract, LandingZone(base_dir=str(root / "landing")), dates))
+    timer = EventTimer(instance)
+    per_asset: dict[str, dict[str, Any]] = {}
+    for name in ASSETS:
+        # A day's champion is scored on the next day's rows: the last day has none yet.
+        last = dates[-2] if name == "champion_performance" else dates[-1]
+        events_before, event_seconds_before = timer.totals()
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        result = dg.materialize(
+            [*(defs.assets or []), *(defs.asset_checks or [])],  # type: ignore[list-item]
+            resources=defs.resources,
+            instance=instance,
+            selection=[asset_key(contract.name, name)],
+            tags={
+                "dagster/asset_partition_range_start": dates[0].isoformat(),
+                "dagster/asset_partition_range_end": last.isoformat(),
+            },
+            raise_on_error=False,
+        )
+        if not result.success:
+            raise RuntimeError(f"{name} over {dates[0]}..{last} failed: no figure to report")
+        events, event_seconds = timer.totals()
+        per_asset[name] = {
+            "wall_s": round(time.perf_counter() - wall, 2),
+            "cpu_s": round(cpu_seconds() - cpu, 2),
+            "events": events - events_before,
+            "event_s": round(event_seconds - event_seconds_before, 2),
+        }
+    wall_total = sum(a["wall_s"] for a in per_asset.values())
+    event_total = sum(a["event_s"] for a in per_asset.values())
+    return {
+        "steps": per_asset,
+        "steps_wall_s": round(wall_total, 1),
+        "events_s": round(event_total, 1),
+        "events_share": round(event_total / wall_total, 3),
+        "ms_per_event": {
+            kind: round(1000 * timer.seconds[kind] / timer.count[kind], 1)
+            for kind, _ in timer.count.most_common(4)
+        },
+        "events_per_day": round(sum(timer.count.values()) / days, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
+    parser.add_argument("--days", type=int, default=90)
+    idle.add_argument(parser)
+    args = parser.parse_args()
+    load = idle.before(args.loaded)
+    with tempfile.TemporaryDirectory(prefix="step-costs-") as root:
+        figures = steps(Path(root), args.start, args.days)
+    figures["imports_s"] = {name: import_seconds(name) for name in LIBRARIES}
+    script = baseline.run(load_contract("flights"), args.start, args.days)
+    figures["script_s"] = script["seconds"]
+    figures["steps_over_script"] = round(figures["steps_wall_s"] / script["seconds"], 2)
+    print(json.dumps({"days": args.days, **figures, **idle.after(load)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
