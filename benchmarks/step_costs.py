@@ -1,11 +1,13 @@
 """Where a range's step seconds go: each day asset's range with no daemon, and Dagster's share.
 
 Run: .venv/bin/python benchmarks/step_costs.py [--days 90] [--start 2013-01-01]
+     [--instance-dir DIR]
 
 Lands real flights days and runs each day asset of the daily job over the whole range, one
 range at a time in day-asset order, in this process with the in-process executor (the
 embedded default's, as a backfill's run executes its steps) on a fresh SQLite instance (the
-embedded default's storage). No daemon, no queue, no run start: what is left is the steps.
+embedded default's storage; `--instance-dir` names a folder whose dagster.yaml names
+another, such as PostgreSQL). No daemon, no queue, no run start: what is left is the steps.
 For each asset it reports the range's wall seconds, its CPU seconds (this process and the
 training workers it started), and how many events Dagster stored for it and in how many
 seconds (every materialisation, check evaluation and planned event goes through
@@ -104,13 +106,16 @@ def import_seconds(name: str) -> float:
     return round(float(out.stdout.strip().splitlines()[-1]), 2)
 
 
-def steps(root: Path, start: dt.date, days: int) -> dict[str, Any]:
+def steps(root: Path, start: dt.date, days: int, instance_dir: Path | None) -> dict[str, Any]:
     contract = load_contract("flights")
-    (root / "home").mkdir()
     defs = build_definitions(
         contract, landing_dir=str(root / "landing"), lake_dir=str(root / "lake")
     )
-    instance = dg.DagsterInstance.local_temp(str(root / "home"))
+    if instance_dir is None:
+        (root / "home").mkdir()
+        instance = dg.DagsterInstance.local_temp(str(root / "home"))
+    else:
+        instance = dg.DagsterInstance.from_config(str(instance_dir))
     dates = [start + dt.timedelta(days=i) for i in range(days)]
     list(land_days(contract, LandingZone(base_dir=str(root / "landing")), dates))
     timer = EventTimer(instance)
@@ -159,11 +164,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", type=dt.date.fromisoformat, default=dt.date(2013, 1, 1))
     parser.add_argument("--days", type=int, default=90)
+    parser.add_argument(
+        "--instance-dir",
+        type=Path,
+        help="a folder whose dagster.yaml names the instance's storage (e.g. `storage: postgres`, "
+        "as deploy/dagster.yaml); by default a fresh SQLite instance",
+    )
     idle.add_argument(parser)
     args = parser.parse_args()
     load = idle.before(args.loaded)
     with tempfile.TemporaryDirectory(prefix="step-costs-") as root:
-        figures = steps(Path(root), args.start, args.days)
+        figures = steps(Path(root), args.start, args.days, args.instance_dir)
     figures["imports_s"] = {name: import_seconds(name) for name in LIBRARIES}
     script = baseline.run(load_contract("flights"), args.start, args.days)
     figures["script_s"] = script["seconds"]
