@@ -42,18 +42,8 @@ from ml_platform.contracts import load_contract
 from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.rejected import DAY_ASSETS
 
-# The daily job's day assets in the order a backfill's waves run them.
-ASSETS = (
-    "raw_data",
-    "validated_data",
-    "features",
-    "drift_report",
-    "model",
-    "evaluation_report",
-    "registered_model",
-    "champion_performance",
-)
 LIBRARIES = ("great_expectations", "mlflow", "matplotlib.pyplot")
 IMPORT_TIME = """
 import time
@@ -120,7 +110,8 @@ def steps(root: Path, start: dt.date, days: int, instance_dir: Path | None) -> d
     list(land_days(contract, LandingZone(base_dir=str(root / "landing")), dates))
     timer = EventTimer(instance)
     per_asset: dict[str, dict[str, Any]] = {}
-    for name in ASSETS:
+    # The day assets in the order a day flows through them, as a backfill's waves run them.
+    for name in DAY_ASSETS:
         # A day's champion is scored on the next day's rows: the last day has none yet.
         last = dates[-2] if name == "champion_performance" else dates[-1]
         events_before, event_seconds_before = timer.totals()

@@ -12,6 +12,8 @@ from unittest import mock
 
 import pytest
 
+from ml_platform.platform.rejected import DAY_ASSETS
+
 pytestmark = pytest.mark.slow
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -112,16 +114,7 @@ def test_the_promotion_benchmark_judges_the_same_candidates_under_both_rules():
 
 def test_the_step_costs_benchmark_runs_each_day_asset_and_counts_dagsters_events():
     out = json.loads(run_script("step_costs.py", "--days", "3", "--loaded"))
-    assert list(out["steps"]) == [
-        "raw_data",
-        "validated_data",
-        "features",
-        "drift_report",
-        "model",
-        "evaluation_report",
-        "registered_model",
-        "champion_performance",
-    ]
+    assert list(out["steps"]) == list(DAY_ASSETS)
     # Every range stored its materialisations and check evaluations through the timed call.
     assert all(step["events"] > 0 and step["event_s"] > 0 for step in out["steps"].values())
     assert 0 < out["events_share"] < 1
