@@ -113,7 +113,7 @@ def test_the_promotion_benchmark_judges_the_same_candidates_under_both_rules():
 
 
 def test_the_step_costs_benchmark_runs_each_day_asset_and_counts_dagsters_events():
-    out = json.loads(run_script("step_costs.py", "--days", "3", "--loaded"))
+    out = json.loads(run_main("step_costs.py", "--days", "3", "--loaded"))
     assert list(out["steps"]) == list(DAY_ASSETS)
     # Every range stored its materialisations and check evaluations through the timed call.
     assert all(step["events"] > 0 and step["event_s"] > 0 for step in out["steps"].values())
