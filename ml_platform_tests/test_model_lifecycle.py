@@ -47,9 +47,9 @@ def registry_of(platform: Platform) -> ModelRegistry:
 
 
 # The run killed at an exact point of its training, placed by wrapping the model's checkpoint
-# store: once the checkpoint of epoch or iteration KILL_AT is saved (argv[4]; 0: when training
-# looks for a checkpoint to resume from, before it fits). The kill lands strictly while the
-# step trains, however fast the machine: nothing depends on when a test looks.
+# store: once the checkpoint of epoch or iteration KILL_AT is saved (argv[4]). The kill lands
+# strictly while the step trains, however fast the machine: nothing depends on when a test
+# looks.
 KILL_SCRIPT = """
 import os
 import signal
@@ -64,16 +64,12 @@ platform = Platform(load_contract(sys.argv[1]), Path(sys.argv[2]))
 # window's days as accepted, and a model reads accepted days only.
 platform.instance = dg.DagsterInstance.get()
 kill_at = int(sys.argv[4])
-save, load = LakeCheckpoints.save, LakeCheckpoints.load
+save = LakeCheckpoints.save
 def save_then_die(self, state):
     save(self, state)
     if state.epoch >= kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
-def die_at_load(self):
-    if kill_at == 0:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return load(self)
-LakeCheckpoints.save, LakeCheckpoints.load = save_then_die, die_at_load
+LakeCheckpoints.save = save_then_die
 result = platform.materialize(sys.argv[3], selection=["model"])
 sys.exit(0 if result.success else 1)
 """
@@ -84,8 +80,8 @@ KILL_AT = 3
 # (checkpoint_seconds 0), more of them than KILL_AT, so the kill (at the KILL_AT-th checkpoint,
 # not after some time) lands between two: SGD in 512-row calls on 12,000 rows (which also
 # exercises resuming a run that cuts its epochs into many calls), without early stop; boosting
-# one iteration a step on 15,000 rows without early stop. A linear model has no checkpoint: a
-# restart is the resume.
+# one iteration a step on 15,000 rows without early stop. (A linear model has no checkpoint:
+# a restart is the resume, as every rerun of the model step is.)
 KILLED = {
     "sgd": (
         4000,
@@ -95,7 +91,6 @@ KILLED = {
         5000,
         {"estimator": "hist_gradient_boosting", "max_iter": 20, "patience": 20, "step": 1},
     ),
-    "linear": (1000, {"estimator": "linear"}),
 }
 
 
@@ -128,12 +123,10 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
     assert uninterrupted.success and not checkpoint.exists()
     clean_model = killed.stored("model", DAYS[2], "joblib").read_bytes()
 
-    # Iterative estimators: killed once their third epoch or iteration is checkpointed. A linear
-    # model (no checkpoint): killed while the run is under way, before it fits.
-    kill_at = 0 if estimator == "linear" else KILL_AT
+    # Killed once the third epoch or iteration is checkpointed.
     proc = subprocess.run(
         [sys.executable, "-c", KILL_SCRIPT, str(path), str(tmp_path / "killed"), DAYS[2]]
-        + [str(kill_at)],
+        + [str(KILL_AT)],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), "DAGSTER_HOME": str(killed_home)},
         check=False,
@@ -141,12 +134,8 @@ def test_training_killed_mid_run_resumes_and_matches_an_uninterrupted_run(tmp_pa
     )
     assert proc.returncode == -signal.SIGKILL, "training ended before its kill point"
     unit = "epoch" if estimator == "sgd" else "iteration"
-    if estimator == "linear":
-        assert not checkpoint.exists(), "a linear fit writes no checkpoint"
-        killed_at = 0
-    else:
-        killed_at = deserialise(checkpoint.read_bytes(), "joblib").epoch
-        assert killed_at == KILL_AT
+    killed_at = deserialise(checkpoint.read_bytes(), "joblib").epoch
+    assert killed_at == KILL_AT
 
     resumed = killed.materialize(DAYS[2], selection=["model"])
 
