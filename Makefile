@@ -122,12 +122,14 @@ system-packages:
 # code location leaves the working tree untouched. Their outputs follow the unit tests'; any
 # layer failing fails the target, whatever the other gives. Each worker takes a module whole
 # (`--dist loadfile`): a module's fixtures are set up once, not once on each worker that was
-# handed one of its tests (with `--dist load` test_replay.py's replayed days ran on both).
-PARALLEL := -n auto --maxprocesses=4 --dist loadfile
+# handed one of its tests (with `--dist load` test_replay.py's replayed days ran on both). The
+# modules are handed out longest first (`LONGEST_FIRST` in ml_platform_tests/conftest.py), not
+# in pytest-xdist's order of most tests first, so no long module starts last.
+PARALLEL := -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder
 
 test: lint system-packages
 	status=0; log=$$(mktemp); export DAGSTER_HOME=$$(mktemp -d); \
-	.venv/bin/pytest -ra --durations=15 -n 3 --dist loadfile -m integration \
+	.venv/bin/pytest -ra --durations=15 -n 3 --dist loadfile --no-loadscope-reorder -m integration \
 	  > $$log 2>&1 & integration=$$!; \
 	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
 	wait $$integration || status=$$?; \

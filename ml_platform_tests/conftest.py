@@ -245,3 +245,38 @@ def fill(folder: Path, leave_pages: int) -> Path:
         assert full.value.errno == errno.ENOSPC
         handle.truncate(filler.stat().st_size - leave_pages * PAGE)
     return filler
+
+
+# The modules that took longest in a fresh clone's `make test` (the integration layer's, then
+# the others', longest first). The workers take modules whole, so the order they are handed out
+# in decides when a layer ends: a long module handed out last runs on while the other workers
+# have nothing left. pytest-xdist's own order (most tests first; the Makefile turns it off)
+# hands out the long modules of one or two tests last.
+LONGEST_FIRST = (
+    "test_command_runs.py",
+    "test_replay_daemon.py",
+    "test_integration.py",
+    "test_production.py",
+    "test_backfill_daemon.py",
+    "test_distributed.py",
+    "test_automation_integration.py",
+    "test_quality_gate.py",
+    "test_promotion.py",
+    "test_degenerate_materialize.py",
+    "test_model_lifecycle.py",
+    "test_registry_chain_flights.py",
+    "test_troubleshooting.py",
+    "test_benchmarks_smoke.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest modules first, then the other modules that run days (`slow`), then the rest."""
+
+    def rank(item: pytest.Item) -> int:
+        module = item.path.name
+        if module in LONGEST_FIRST:
+            return LONGEST_FIRST.index(module)
+        return len(LONGEST_FIRST) + (item.get_closest_marker("slow") is None)
+
+    items.sort(key=rank)  # stable: a module's tests keep their order
