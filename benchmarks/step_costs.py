@@ -169,6 +169,8 @@ def main() -> None:
     )
     idle.add_argument(parser)
     args = parser.parse_args()
+    if args.days < 2:
+        parser.error("--days must be at least 2: a day's champion is scored on the next day's rows")
     load = idle.before(args.loaded)
     with tempfile.TemporaryDirectory(prefix="step-costs-") as root:
         figures = steps(Path(root), args.start, args.days, args.instance_dir)

@@ -112,8 +112,12 @@ def test_the_promotion_benchmark_judges_the_same_candidates_under_both_rules():
     assert out["paired_bootstrap"]["promotions"] <= out["point_estimate"]["promotions"]
 
 
-def test_the_step_costs_benchmark_runs_each_day_asset_and_counts_dagsters_events():
-    out = json.loads(run_main("step_costs.py", "--days", "3", "--loaded"))
+def test_the_step_costs_benchmark_runs_each_day_asset_and_counts_dagsters_events(capsys):
+    # Two days: the fewest with a champion to score (one day is refused, naming why).
+    with pytest.raises(SystemExit):
+        run_main("step_costs.py", "--days", "1", "--loaded")
+    assert "--days must be at least 2: a day's champion is scored" in capsys.readouterr().err
+    out = json.loads(run_main("step_costs.py", "--days", "2", "--loaded"))
     assert list(out["steps"]) == list(DAY_ASSETS)
     # Every range stored its materialisations and check evaluations through the timed call.
     assert all(step["events"] > 0 and step["event_s"] > 0 for step in out["steps"].values())
