@@ -124,13 +124,16 @@ system-packages:
 # (`--dist loadfile`): a module's fixtures are set up once, not once on each worker that was
 # handed one of its tests (with `--dist load` test_replay.py's replayed days ran on both). The
 # modules are handed out longest first (`LONGEST_FIRST` in ml_platform_tests/conftest.py), not
-# in pytest-xdist's order of most tests first, so no long module starts last.
+# in pytest-xdist's order of most tests first, so no long module starts last. The system
+# packages, which only the integration tests start, are installed at the head of their layer,
+# while the unit tests already run.
 PARALLEL := -n auto --maxprocesses=4 --dist loadfile --no-loadscope-reorder
 
-test: lint system-packages
+test: lint
 	status=0; log=$$(mktemp); export DAGSTER_HOME=$$(mktemp -d); \
-	.venv/bin/pytest -ra --durations=15 -n 3 --dist loadfile --no-loadscope-reorder -m integration \
-	  > $$log 2>&1 & integration=$$!; \
+	( $(MAKE) --no-print-directory system-packages \
+	  && .venv/bin/pytest -ra --durations=15 -n 3 --dist loadfile --no-loadscope-reorder -m integration \
+	) > $$log 2>&1 & integration=$$!; \
 	.venv/bin/pytest -ra --durations=15 $(PARALLEL) -m "not integration" || status=$$?; \
 	wait $$integration || status=$$?; \
 	echo "--- integration tests"; cat $$log; rm -rf $$log "$$DAGSTER_HOME"; \
