@@ -216,6 +216,79 @@ def test_a_window_reads_the_versions_dagster_records_and_nothing_else(storage):
     assert io_manager.sweep(instance, features, DAYS) == []
 
 
+def test_the_days_a_running_step_computed_are_read_as_it_computed_them_unasked(tmp_path):
+    """A range's later days read its earlier ones (a drift episode's state, a decay streak):
+    those come from what the step computed, and Dagster is asked about the other days only."""
+    instance = dg.DagsterInstance.ephemeral()
+    features = dg.AssetKey(["tiny", "features"])
+    storage = LocalStorage(base_dir=str(tmp_path))
+    for day in DAYS[:3]:
+        key = f"tiny/features/{day}/run-a-0.json"
+        storage.write_bytes(key, json.dumps({"day": day, "run": "a"}).encode())
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(features, partition=day, metadata={"lake_key": key})
+        )
+    io_manager = LakeIOManager(storage=storage)
+    # The running step computed 01-02 again (a new version), rejected 01-03 and computed 01-04.
+    io_manager.step_computed(features, DAYS[1], "tiny/features/2024-01-02/run-b-0.json")
+    io_manager.step_computed(features, DAYS[2], None)
+    io_manager.step_computed(features, DAYS[3], "tiny/features/2024-01-04/run-b-0.json")
+    asked: list[str] = []
+    fetch = instance.fetch_materializations
+
+    def counted(records_filter, *args, **kwargs):
+        asked.extend(records_filter.asset_partitions or [])
+        return fetch(records_filter, *args, **kwargs)
+
+    instance.fetch_materializations = counted  # type: ignore[method-assign]
+
+    versions = io_manager.recorded_versions(instance, features, DAYS, "json")
+
+    assert versions == {
+        "2024-01-01": "tiny/features/2024-01-01/run-a-0.json",
+        "2024-01-02": "tiny/features/2024-01-02/run-b-0.json",
+        "2024-01-04": "tiny/features/2024-01-04/run-b-0.json",
+    }
+    assert sorted(asked) == ["2024-01-01", "2024-01-05"]
+    asked.clear()
+    assert io_manager.load_recorded(instance, features, DAYS[2], "json") is None
+    assert asked == []
+    # Once the step ended, Dagster's records are read again.
+    io_manager.step_ended(features, DAYS)
+    assert io_manager.load_recorded(instance, features, DAYS[2], "json") == {
+        "day": "2024-01-03",
+        "run": "a",
+    }
+
+
+def test_a_record_read_already_loads_its_version_or_none(tmp_path):
+    instance = dg.DagsterInstance.ephemeral()
+    features = dg.AssetKey(["tiny", "features"])
+    storage = LocalStorage(base_dir=str(tmp_path))
+    storage.write_bytes("tiny/features/2024-01-01/run-a-0.json", b'{"day": "2024-01-01"}')
+    for day, metadata in [
+        ("2024-01-01", {"lake_key": "tiny/features/2024-01-01/run-a-0.json"}),
+        # Accepted, but its file is gone; rejected.
+        ("2024-01-02", {"lake_key": "tiny/features/2024-01-02/run-a-0.json"}),
+        ("2024-01-03", {"accepted": False, "verdict": "failed quality gate"}),
+    ]:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(features, partition=day, metadata=metadata)
+        )
+    io_manager = LakeIOManager(storage=storage)
+    records = io_manager.records(instance, features, DAYS)
+
+    loaded = {day: io_manager.load_of(records.get(day), features, day, "json") for day in DAYS}
+
+    assert loaded == {
+        "2024-01-01": {"day": "2024-01-01"},
+        "2024-01-02": None,
+        "2024-01-03": None,
+        "2024-01-04": None,
+        "2024-01-05": None,
+    }
+
+
 def test_the_first_days_of_a_dataset_are_fully_covered():
     coverage = window_coverage("2024-01-02", 28, "2024-01-01", ["2024-01-01", "2024-01-02"])
 

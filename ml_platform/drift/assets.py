@@ -111,8 +111,8 @@ def build_drift_report(
         # A range of days reads each reference day once, not once per day that refers to it.
         @functools.lru_cache(maxsize=64)
         def stored_features(day: str) -> pd.DataFrame | None:
-            frame: pd.DataFrame | None = io_manager.load_recorded(
-                instance, features_key, day, "parquet"
+            frame: pd.DataFrame | None = io_manager.load_of(
+                records.get(day), features_key, day, "parquet"
             )
             return frame
 
