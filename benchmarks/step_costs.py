@@ -12,7 +12,8 @@ For each asset it reports the range's wall seconds, its CPU seconds (this proces
 training workers it started), and how many events Dagster stored for it and in how many
 seconds (every materialisation, check evaluation and planned event goes through
 `DagsterInstance.handle_new_event`, timed here; a run through the queue stores its planned
-events when it is created, before its steps, here inside the range's seconds), then the
+events when it is created, before its steps, here inside the range's seconds) and how often it
+read Dagster's records of days (`fetch_materializations`) in how many seconds, then the
 seconds of importing the libraries the steps import when they first need them (Great
 Expectations, MLflow, matplotlib, in that order, in a new process that has loaded the code
 location already), and the plain script (`baseline.py`) over the same days in one process.
@@ -90,6 +91,26 @@ class EventTimer:
         return sum(self.count.values()), sum(self.seconds.values())
 
 
+class QueryCounter:
+    """Counts the steps' reads of Dagster's records (`fetch_materializations`) and their time."""
+
+    def __init__(self, instance: dg.DagsterInstance):
+        self.count = 0
+        self.seconds = 0.0
+        fetch: Callable[..., Any] = instance.fetch_materializations
+
+        @functools.wraps(fetch)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fetch(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.count += 1
+
+        instance.fetch_materializations = timed  # type: ignore[method-assign]
+
+
 def import_seconds() -> dict[str, float]:
     """Seconds to import each of LIBRARIES in turn, in a new process with the code location."""
     out = subprocess.run(
@@ -115,12 +136,14 @@ def steps(root: Path, start: dt.date, days: int, instance_dir: Path | None) -> d
     dates = [start + dt.timedelta(days=i) for i in range(days)]
     list(land_days(contract, LandingZone(base_dir=str(root / "landing")), dates))
     timer = EventTimer(instance)
+    queries = QueryCounter(instance)
     per_asset: dict[str, dict[str, Any]] = {}
     # The day assets in the order a day flows through them, as a backfill's waves run them.
     for name in DAY_ASSETS:
         # A day's champion is scored on the next day's rows: the last day has none yet.
         last = dates[-2] if name == "champion_performance" else dates[-1]
         events_before, event_seconds_before = timer.totals()
+        queries_before, query_seconds_before = queries.count, queries.seconds
         wall, cpu = time.perf_counter(), cpu_seconds()
         result = dg.materialize(
             [*(defs.assets or []), *(defs.asset_checks or [])],  # type: ignore[list-item]
@@ -141,6 +164,8 @@ def steps(root: Path, start: dt.date, days: int, instance_dir: Path | None) -> d
             "cpu_s": round(cpu_seconds() - cpu, 2),
             "events": events - events_before,
             "event_s": round(event_seconds - event_seconds_before, 2),
+            "record_queries": queries.count - queries_before,
+            "record_query_s": round(queries.seconds - query_seconds_before, 2),
         }
     wall_total = sum(a["wall_s"] for a in per_asset.values())
     event_total = sum(a["event_s"] for a in per_asset.values())
