@@ -99,8 +99,8 @@ class LakeIOManager(dg.ConfigurableIOManager):
 
         A day the running step has computed counts as recorded (`step_computed`), and only the
         other days are asked of Dagster: a range's later days read the days before them (a
-        drift episode's state, a decay streak) without a query each, which grows with the event
-        log (about a third of champion_performance's time over a year).
+        drift episode's state, a decay streak) without a query each, whose cost grows with the
+        event log.
         """
         computed = {
             day: self._step_versions[asset_key, day]
