@@ -170,6 +170,38 @@ def test_a_bad_delivery_is_the_days_verdict_and_keeps_its_good_version(tmp_path)
         assert platform.materialized(asset) == set(DAYS), asset
 
 
+def check_descriptions(platform: Platform, asset: str, check: str) -> dict[str, str]:
+    """Latest description of a check per partition, from the instance."""
+    records = platform.instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(platform.key(asset), check), limit=100
+    )
+    latest: dict[str, str] = {}
+    for record in reversed(records):  # oldest first, so the latest wins
+        evaluation = record.event.dagster_event.event_specific_data if record.event else None
+        if isinstance(evaluation, dg.AssetCheckEvaluation) and evaluation.partition:
+            latest[evaluation.partition] = evaluation.description or ""
+    return latest
+
+
+def test_each_day_is_compared_with_the_columns_of_the_accepted_day_before(tmp_path):
+    """In a range the day before is the one this step accepted, or Dagster's record of it (the
+    day before the range, a day rejected in the range); a later run reads Dagster's record."""
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "platform")
+    days = days_from("2024-01-01", 5)
+    platform.land(days[0], len(days))
+    (platform.landing_dir / platform.contract.landing.file_name(days[1])).unlink()
+
+    assert materialize_range(platform, days[0], days[3], ["raw_data"]).success
+    assert platform.materialize(days[4], selection=["raw_data"]).success
+
+    described = check_descriptions(platform, "raw_data", "schema_change")
+    assert "no accepted delivery of 2023-12-31 to compare with" in described[days[0]]
+    assert days[1] not in described  # no file, no columns: only its delivery is judged
+    assert "no accepted delivery of 2024-01-02 to compare with" in described[days[2]]
+    assert "same columns and types as 2024-01-03" in described[days[3]]
+    assert "same columns and types as 2024-01-04" in described[days[4]]
+
+
 def test_rejected_days_of_a_range_are_not_registered_and_do_not_stop_the_others(tmp_path):
     document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
     # No model can reach these: every day is rejected.

@@ -13,7 +13,7 @@ import datetime as dt
 import hashlib
 import io
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 import dagster as dg
@@ -305,11 +305,21 @@ def schema_change_result(
 
 
 def previous_column_schema(
-    context: dg.AssetExecutionContext, contract: Contract, day: str
+    context: dg.AssetExecutionContext,
+    contract: Contract,
+    day: str,
+    computed: Mapping[str, dg.TableSchema],
 ) -> tuple[str, dg.TableSchema | None]:
-    """The previous day and the column schema recorded by its latest raw_data materialisation."""
+    """The previous day and its column schema, as this step `computed` it or as recorded.
+
+    In a range, the step's days are recorded only when the whole run is: the day before one of
+    them is in `computed` (accepted) or asked of Dagster (the day before the range, a rejected
+    day's earlier accepted delivery).
+    """
     previous = dt.date.fromisoformat(day) - dt.timedelta(days=1)
     previous_day = previous.isoformat()
+    if previous_day in computed:
+        return previous_day, computed[previous_day]
     if previous < contract.partitions.start_date:
         return previous_day, None
     records = context.instance.fetch_materializations(
@@ -375,8 +385,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         accepted layer (write-audit-publish).
         """
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
-        # Schemas of the days this step has read: in a range, the previous day's
-        # materialisation is recorded only when the whole run is.
+        # Schemas of the days this step has accepted, which the next day compares with.
         schemas: dict[str, dg.TableSchema] = {}
 
         def day_of_raw_data(day: str) -> Iterator:
@@ -401,8 +410,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             record_bytes_read(op_name(contract.name, "raw_data"), landed.size)
             frame = landed.frame
             schema = table_schema(frame)
-            previous_day, previous = previous_column_schema(context, contract, day)
-            previous = schemas.get(previous_day, previous)
+            previous_day, previous = previous_column_schema(context, contract, day, schemas)
             yield schema_change_result(schema, previous, previous_day, where, len(frame))
             rejected = rejected_key(contract, day, context.run.run_id)
             check = schema_check_result(
