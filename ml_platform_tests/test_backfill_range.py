@@ -43,17 +43,24 @@ def materialize_range(
     )
 
 
-def evaluations(platform: Platform, asset: str, check: str) -> dict[str, bool]:
+def latest_evaluations(
+    platform: Platform, asset: str, check: str
+) -> dict[str, dg.AssetCheckEvaluation]:
     """Latest evaluation of a check per partition, from the instance."""
     records = platform.instance.event_log_storage.get_asset_check_execution_history(
         dg.AssetCheckKey(platform.key(asset), check), limit=100
     )
-    latest: dict[str, bool] = {}
+    latest: dict[str, dg.AssetCheckEvaluation] = {}
     for record in reversed(records):  # oldest first, so the latest wins
         evaluation = record.event.dagster_event.event_specific_data if record.event else None
         if isinstance(evaluation, dg.AssetCheckEvaluation) and evaluation.partition:
-            latest[evaluation.partition] = evaluation.passed
+            latest[evaluation.partition] = evaluation
     return latest
+
+
+def evaluations(platform: Platform, asset: str, check: str) -> dict[str, bool]:
+    """Whether the latest evaluation of a check passed, per partition."""
+    return {day: e.passed for day, e in latest_evaluations(platform, asset, check).items()}
 
 
 def alias_moves(platform: Platform) -> tuple[list[tuple], dict]:
@@ -170,19 +177,6 @@ def test_a_bad_delivery_is_the_days_verdict_and_keeps_its_good_version(tmp_path)
         assert platform.materialized(asset) == set(DAYS), asset
 
 
-def check_descriptions(platform: Platform, asset: str, check: str) -> dict[str, str]:
-    """Latest description of a check per partition, from the instance."""
-    records = platform.instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(platform.key(asset), check), limit=100
-    )
-    latest: dict[str, str] = {}
-    for record in reversed(records):  # oldest first, so the latest wins
-        evaluation = record.event.dagster_event.event_specific_data if record.event else None
-        if isinstance(evaluation, dg.AssetCheckEvaluation) and evaluation.partition:
-            latest[evaluation.partition] = evaluation.description or ""
-    return latest
-
-
 def test_each_day_is_compared_with_the_columns_of_the_accepted_day_before(tmp_path):
     """In a range the day before is the one this step accepted, or Dagster's record of it (the
     day before the range, a day rejected in the range); a later run reads Dagster's record."""
@@ -194,7 +188,10 @@ def test_each_day_is_compared_with_the_columns_of_the_accepted_day_before(tmp_pa
     assert materialize_range(platform, days[0], days[3], ["raw_data"]).success
     assert platform.materialize(days[4], selection=["raw_data"]).success
 
-    described = check_descriptions(platform, "raw_data", "schema_change")
+    described = {
+        day: evaluation.description or ""
+        for day, evaluation in latest_evaluations(platform, "raw_data", "schema_change").items()
+    }
     assert "no accepted delivery of 2023-12-31 to compare with" in described[days[0]]
     assert days[1] not in described  # no file, no columns: only its delivery is judged
     assert "no accepted delivery of 2024-01-02 to compare with" in described[days[2]]
