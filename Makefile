@@ -72,8 +72,10 @@ run: $(RUN_STAMP) instance
 
 # The UI, the daemon and the code location over the instance as it is. The dev server runs in
 # DAGSTER_HOME: Dagster warns that a dagster.yaml in its working directory other than
-# DAGSTER_HOME is not used, and the repository root holds the one we link.
+# DAGSTER_HOME is not used, and the repository root holds the one we link. Every pool's limit is
+# stored before the daemon starts (ml_platform/platform/pools.py says why).
 serve: instance
+	cd "$(DAGSTER_HOME)" && "$(CURDIR)/.venv/bin/ml-platform" pools
 	@echo "Dagster UI on http://$(HOST):$(PORT) (Ctrl-C stops it)"
 	@echo "Models and trainings in MLflow's UI: run 'make mlflow-ui' beside it, then open http://$(HOST):$(MLFLOW_PORT)"
 	cd "$(DAGSTER_HOME)" && exec "$(CURDIR)/.venv/bin/dg" dev -h $(HOST) -p $(PORT) \

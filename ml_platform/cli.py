@@ -825,6 +825,32 @@ def health(args: argparse.Namespace) -> int:
     return 0
 
 
+def pools(args: argparse.Namespace) -> int:
+    """Store each pool's limit in the instance before the queue meets a run of it.
+
+    Run where the daemon starts, before it does (`make serve`, the daemon's container), and
+    again after a dataset is added: `ml_platform/platform/pools.py` says why.
+    """
+    import dagster as dg
+
+    from ml_platform.definitions import defs
+    from ml_platform.platform.pools import PoolLimitError, pools_of, store_pool_limits
+
+    declared = pools_of(defs())
+    with dg.DagsterInstance.get() as instance:
+        try:
+            stored = store_pool_limits(instance, declared)
+        except PoolLimitError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    print(
+        f"{len(declared)} pool(s): limits stored for {len(stored)}"
+        + (f" ({', '.join(stored)})" if stored else "")
+        + f", {len(declared) - len(stored)} had one already"
+    )
+    return 0
+
+
 def resources(args: argparse.Namespace) -> int:
     """Each stage's request, its recorded median and p95 use, and the request they advise.
 
@@ -956,6 +982,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pdb", action="store_true", help="open the debugger where it raised")
     p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=reproduce)
+
+    p = sub.add_parser(
+        "pools", help="store each pool's limit in the instance before the daemon starts"
+    )
+    p.set_defaults(func=pools)
 
     p = sub.add_parser("health", help="success rates, durations, checks, memory requests")
     p.add_argument("--days", type=float, default=7, help="look back this many days")

@@ -370,6 +370,7 @@ class DagsterProcesses:
     logs: Path
     port: int
     procs: list[subprocess.Popen]
+    daemon: subprocess.Popen
 
     def start(self, webserver: bool = True, daemon: bool = True) -> None:
         """The instance's storage, the code server, then the webserver and the daemon.
@@ -383,14 +384,16 @@ class DagsterProcesses:
         bin_dir = Path(sys.executable).parent
         # Create the SQLite storage first: the processes creating it at once can race (alembic
         # then finds two heads).
-        subprocess.run(
-            [str(bin_dir / "dagster"), "instance", "migrate"],
-            cwd=self.cwd,
-            env=self.env,
-            check=True,
-            capture_output=True,
-            timeout=180,
-        )
+        # Then every pool's limit, before the daemon meets a run of it (`make serve` does too).
+        for command in (["dagster", "instance", "migrate"], ["ml-platform", "pools"]):
+            subprocess.run(
+                [str(bin_dir / command[0]), *command[1:]],
+                cwd=self.cwd,
+                env=self.env,
+                check=True,
+                capture_output=True,
+                timeout=180,
+            )
         code_port = free_port()
         self.spawn(
             "code-server",
@@ -427,21 +430,32 @@ class DagsterProcesses:
                 ],
             )
         if daemon:
-            self.spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", "-w", str(workspace)])
+            self.start_daemon()
 
-    def spawn(self, name: str, command: list[str]) -> None:
+    def start_daemon(self, name: str = "daemon") -> None:
+        """dagster-daemon over the code server's workspace, logging to <name>.log."""
+        command = [str(Path(sys.executable).parent / "dagster-daemon"), "run"]
+        self.daemon = self.spawn(name, [*command, "-w", str(self.logs / "workspace.yaml")])
+
+    def stop_daemon(self) -> None:
+        """End the daemon's process group; queued runs stay queued until a daemon starts."""
+        os.killpg(self.daemon.pid, signal.SIGTERM)
+        self.daemon.wait(timeout=60)
+        self.procs.remove(self.daemon)
+
+    def spawn(self, name: str, command: list[str]) -> subprocess.Popen:
         """Start a process in its own group (stop() ends the group), logging to <name>.log."""
         with (self.logs / f"{name}.log").open("w") as log:
-            self.procs.append(
-                subprocess.Popen(
-                    command,
-                    cwd=self.cwd,
-                    env=self.env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            proc = subprocess.Popen(
+                command,
+                cwd=self.cwd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
+        self.procs.append(proc)
+        return proc
 
     def output(self) -> str:
         """The last lines of each process's log, for a failure message."""

@@ -63,10 +63,10 @@ class Services(DagsterServices):
     def said(self, name: str = "materialize") -> tuple[str, str]:
         return (self.logs / f"{name}.out").read_text(), (self.logs / f"{name}.err").read_text()
 
-    def launch_as_the_ui(self, assets: list[str], day: str) -> str:
-        """A run of the selected synthetic assets for `day`, as the UI's Materialize launches it."""
+    def launch_as_the_ui(self, assets: list[str], day: str, dataset: str = "synthetic") -> str:
+        """A run of the selected assets of `day`, as the UI's Materialize launches it."""
         client = DagsterGraphQLClient("127.0.0.1", port_number=self.port)
-        keys = [dg.AssetKey(["synthetic", name]) for name in assets]
+        keys = [dg.AssetKey([dataset, name]) for name in assets]
         return client.submit_job_execution(
             "__ASSET_JOB", asset_selection=keys, tags={"dagster/partition": day}
         )
@@ -122,7 +122,7 @@ def test_materialize_of_a_day_queues_behind_a_run_of_the_day_launched_from_the_u
     services.land(SYNTHETIC, [day])
     services.sink.arm(STEP_START.format(asset="raw_data"))
     ui_run = services.launch_as_the_ui(["raw_data", "validated_data", "features"], day)
-    services.sink.wait_held(services.procs[-1], timeout=RUN_SECONDS, output=services.output)
+    services.sink.wait_held(services.daemon, timeout=RUN_SECONDS, output=services.output)
 
     command = services.materialize("--start", day, "--dataset", "synthetic")
     # The command's run is in the instance, and it stays in the queue while the UI's run holds
@@ -166,7 +166,7 @@ def test_materialize_of_a_day_never_runs_beside_a_backfill_holding_it(services):
     )
     backfill = launched["launchPartitionBackfill"]["backfillId"]
     # The backfill daemon makes one run of the range; its raw_data step is held.
-    services.sink.wait_held(services.procs[-1], timeout=RUN_SECONDS, output=services.output)
+    services.sink.wait_held(services.daemon, timeout=RUN_SECONDS, output=services.output)
     command = services.materialize("--start", days[1], "--dataset", "synthetic", name="inside")
     services.wait_for(lambda: services.runs(days[1]) or None, RUN_SECONDS, "the command's run")
     time.sleep(6)
@@ -209,7 +209,7 @@ def test_two_runs_of_the_registry_of_a_dataset_never_execute_at_once(services):
     first, second = "2024-02-25", "2024-02-27"
     services.sink.arm(STEP_START.format(asset="registered_model"))
     held = services.launch_as_the_ui(["registered_model"], first)
-    services.sink.wait_held(services.procs[-1], timeout=RUN_SECONDS, output=services.output)
+    services.sink.wait_held(services.daemon, timeout=RUN_SECONDS, output=services.output)
     other = services.launch_as_the_ui(["registered_model"], second)
     time.sleep(6)
     assert services.runs(second)[0].status == dg.DagsterRunStatus.QUEUED
@@ -219,6 +219,25 @@ def test_two_runs_of_the_registry_of_a_dataset_never_execute_at_once(services):
     # recorded upstream is no verdict): what matters is when each executed.
     assert services.finished(held).is_finished and services.finished(other).is_finished
     assert services.span(held)[1] <= services.span(other)[0]
+
+
+def test_two_runs_of_a_pool_the_queue_has_not_met_never_execute_at_once(services):
+    # Two runs of flights' registry, days apart (no per-day limit holds them), queued while no
+    # daemon works the queue: its first look at them is its first at their pool, which no run of
+    # this instance has used (the module's other tests run synthetic days). Dagster's queue would
+    # start both in that look; the limit `ml-platform pools` stored before the daemon started
+    # (as `make serve` runs it) holds the second from the first look on.
+    first, second = "2013-03-01", "2013-03-03"
+    services.stop_daemon()
+    try:
+        held = services.launch_as_the_ui(["registered_model"], first, dataset="flights")
+        other = services.launch_as_the_ui(["registered_model"], second, dataset="flights")
+    finally:
+        services.start_daemon(name="daemon-again")
+
+    # Neither day has an evaluation to register, so each run fails in its step.
+    assert services.finished(held).is_finished and services.finished(other).is_finished
+    assert apart(services.span(held), services.span(other))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

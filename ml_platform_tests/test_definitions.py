@@ -14,10 +14,11 @@ import yaml
 from ml_platform.automation.alert_sensors import ALERT_SENSORS
 from ml_platform.automation.freshness import FRESHNESS_SENSOR
 from ml_platform.automation.lake_sweep import LAKE_SWEEP_SENSOR
-from ml_platform.contracts import load_contract
+from ml_platform.contracts import load_contract, load_contracts
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import DAILY_JOB, build_definitions, defs
-from ml_platform.platform.datasets import asset_key, dataset_name, source_version
+from ml_platform.platform.datasets import asset_key, dataset_name, source_version, writer_pool
+from ml_platform.platform.pools import PoolLimitError, pools_of, store_pool_limits
 from ml_platform.platform.settings import Settings
 from ml_platform.registry.store import ModelRegistryResource
 from ml_platform.validation.expectations import CHECKS
@@ -314,3 +315,30 @@ def test_code_references_open_the_repository_when_its_url_is_set(monkeypatch):
     elsewhere = {"ML_PLATFORM_GIT_URL": "https://git.example.org/ml", "ML_PLATFORM_GIT_BRANCH": "x"}
     with pytest.raises(ValueError, match="git.example.org/ml': code references link to GitHub"):
         _ = Settings(elsewhere).code_links
+
+
+def test_the_pools_limits_are_stored_once_for_every_asset_an_operators_limit_kept():
+    # ml_platform/platform/pools.py: the limits the queue would otherwise meet too late.
+    definitions = defs()
+    pools = pools_of(definitions)
+    datasets = {contract.name for contract in load_contracts(Settings().contracts_dir)}
+    assert pools == {writer_pool(dataset, name) for dataset in datasets for name in GRAPH}
+    limits = {"concurrency": {"pools": {"default_limit": 1, "granularity": "run"}}}
+    with dg.instance_for_test(overrides=limits) as instance:
+        storage = instance.event_log_storage
+        # As `dagster instance concurrency set flights_model 2` or the UI sets it.
+        storage.set_concurrency_slots("flights_model", 2)
+        assert set(store_pool_limits(instance, pools)) == pools - {"flights_model"}
+        stored = {limit.name: limit for limit in storage.get_pool_limits()}
+        assert (stored["flights_model"].limit, stored["flights_model"].from_default) == (2, False)
+        # The others follow the instance's default, as those the queue stores itself.
+        assert all(
+            (stored[pool].limit, stored[pool].from_default) == (1, True)
+            for pool in pools - {"flights_model"}
+        )
+        assert store_pool_limits(instance, pools) == []
+
+
+def test_pools_on_an_instance_that_holds_no_limits_is_an_error_saying_what_to_run():
+    with pytest.raises(PoolLimitError, match="run `dagster instance migrate` on it"):
+        store_pool_limits(dg.DagsterInstance.ephemeral(), {"flights_model"})

@@ -104,8 +104,9 @@ def test_compose_references_existing_files_and_documented_variables():
             if source.startswith("."):
                 assert (REPO / "deploy" / source).is_file(), f"{name} mounts missing {source}"
     for name in ("webserver", "daemon"):
-        command = COMPOSE["services"][name]["command"]
-        assert command[command.index("-w") + 1] == "/opt/dagster/home/workspace.yaml"
+        # The daemon's is a shell's script (its pools first): its words, as for the webserver.
+        words = " ".join(COMPOSE["services"][name]["command"]).split()
+        assert words[words.index("-w") + 1] == "/opt/dagster/home/workspace.yaml"
         assert COMPOSE["services"][name]["image"] == COMPOSE["services"]["code-server"]["image"]
     workspace = yaml.safe_load((REPO / "deploy/workspace.yaml").read_text())
     [location] = workspace["load_from"]
@@ -205,6 +206,22 @@ def test_on_ecs_each_step_is_a_task_sized_by_its_own_tags():
         )
     }
     assert {"ecs:RunTask", "ecs:DescribeTasks", "ecs:StopTask", "iam:PassRole"} <= granted
+
+
+def test_every_deployed_daemon_stores_the_pools_limits_before_it_starts():
+    # ml_platform/platform/pools.py: without them, Dagster's queue starts the first runs of a
+    # pool all at once. test_production.py runs the same before its daemon, against PostgreSQL.
+    [daemon] = [
+        container
+        for container in cloudformation()["Resources"]["ControlTask"]["Properties"][
+            "ContainerDefinitions"
+        ]
+        if container["Name"] == "daemon"
+    ]
+    for command in (COMPOSE["services"]["daemon"]["command"], daemon["Command"]):
+        shell, flag, script = command
+        assert (shell, flag) == ("sh", "-c")
+        assert script.startswith("ml-platform pools && exec dagster-daemon run -w "), script
 
 
 def test_the_templates_data_policy_is_the_iam_policy_file():

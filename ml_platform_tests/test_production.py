@@ -160,6 +160,16 @@ class ProductionStack(Stack):
         workspace = str(REPO / "deploy/workspace.yaml")
         self.spawn("code-server", local_command(image_command(), self.code_port))
         self.wait_for(self.code_server_healthy, 120, "the code server")
+        # As the compose stack's daemon command, every pool's limit first (and before the
+        # webserver, which would create the storage's tables at the same time).
+        subprocess.run(
+            [str(BIN / "ml-platform"), "pools"],
+            env=self.env,
+            cwd=self.cwd,
+            check=True,
+            capture_output=True,
+            timeout=180,
+        )
         self.spawn(
             "webserver",
             [
