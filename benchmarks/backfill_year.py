@@ -229,10 +229,12 @@ def fresh_instance(
     if history_spread is not None:
         env["ML_PLATFORM_CONTRACTS"] = str(widened_contracts(root, history_spread))
     # Create the SQLite storage first: the webserver, the daemon and the code server each
-    # creating it at once can race (alembic then finds two heads).
-    subprocess.run(
-        [str(BIN / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True
-    )
+    # creating it at once can race (alembic then finds two heads). Then every pool's limit,
+    # before the daemon starts, as `make serve` stores them.
+    for command in (["dagster", "instance", "migrate"], ["ml-platform", "pools"]):
+        subprocess.run(
+            [str(BIN / command[0]), *command[1:]], env=env, check=True, capture_output=True
+        )
     return env
 
 
