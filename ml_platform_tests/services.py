@@ -432,10 +432,10 @@ class DagsterProcesses:
         if daemon:
             self.start_daemon()
 
-    def start_daemon(self, name: str = "daemon") -> None:
-        """dagster-daemon over the code server's workspace, logging to <name>.log."""
+    def start_daemon(self) -> None:
+        """dagster-daemon over the code server's workspace (a new daemon.log)."""
         command = [str(Path(sys.executable).parent / "dagster-daemon"), "run"]
-        self.daemon = self.spawn(name, [*command, "-w", str(self.logs / "workspace.yaml")])
+        self.daemon = self.spawn("daemon", [*command, "-w", str(self.logs / "workspace.yaml")])
 
     def stop_daemon(self) -> None:
         """End the daemon's process group; queued runs stay queued until a daemon starts."""

@@ -230,14 +230,14 @@ def test_two_runs_of_a_pool_the_queue_has_not_met_never_execute_at_once(services
     first, second = "2013-03-01", "2013-03-03"
     services.stop_daemon()
     try:
-        held = services.launch_as_the_ui(["registered_model"], first, dataset="flights")
+        one = services.launch_as_the_ui(["registered_model"], first, dataset="flights")
         other = services.launch_as_the_ui(["registered_model"], second, dataset="flights")
     finally:
-        services.start_daemon(name="daemon-again")
+        services.start_daemon()
 
     # Neither day has an evaluation to register, so each run fails in its step.
-    assert services.finished(held).is_finished and services.finished(other).is_finished
-    assert apart(services.span(held), services.span(other))
+    assert services.finished(one).is_finished and services.finished(other).is_finished
+    assert apart(services.span(one), services.span(other))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
