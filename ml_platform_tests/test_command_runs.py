@@ -348,7 +348,8 @@ def test_without_a_daemon_the_command_launches_nothing_and_says_what_to_start(tm
         services.stop()
     assert done.returncode == 1, done.stderr
     assert "error: no dagster-daemon works the run queue of the instance served at" in done.stderr
-    assert "`dagster-daemon run -w workspace.yaml`" in done.stderr
+    # The daemon it says to start stores the pools' limits first (ml_platform/platform/pools.py).
+    assert "`ml-platform pools && dagster-daemon run -w workspace.yaml`" in done.stderr
     with services.instance() as instance:
         assert instance.get_runs() == []
 

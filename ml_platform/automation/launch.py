@@ -116,8 +116,9 @@ class Webserver:
         if not data["instance"]["daemonHealth"]["daemonStatus"]["healthy"]:
             raise LaunchError(
                 f"no dagster-daemon works the run queue of the instance served at {self.url}: "
-                "a run launched now would wait in the queue. Start it (`make serve` or `dg dev` "
-                "start one; alone: `dagster-daemon run -w workspace.yaml`) and run this again"
+                "a run launched now would wait in the queue. Start it (`make serve` starts one; "
+                "alone: `ml-platform pools && dagster-daemon run -w workspace.yaml`, the pools' "
+                "limits first) and run this again"
             )
 
     def launch(self, job: str, tags: dict[str, str]) -> str:
