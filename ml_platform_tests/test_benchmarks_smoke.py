@@ -145,3 +145,38 @@ def test_a_timing_benchmark_refuses_a_busy_machine_unless_told_and_then_marks_it
     quiet = idle.before(loaded=False)
     assert quiet["loaded"] is False
     assert idle.after(quiet)["load_average_after"] == [0.2, 0.3, 0.4]
+
+
+# A "daemon" whose child is named as Dagster names a code server; the code server starts a "run"
+# that burns CPU and reaps it, then both wait to be stopped.
+RUN = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
+CODE_SERVER = f"""
+import pathlib, subprocess, sys, time
+subprocess.run([sys.executable, "-c", {RUN!r}], check=True)
+pathlib.Path(sys.argv[3]).write_text("ran")
+time.sleep(600)
+"""
+DAEMON = f"""
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", {CODE_SERVER!r}, "api", "grpc", sys.argv[1]])
+time.sleep(600)
+"""
+
+
+def test_the_stack_counts_a_runs_cpu_as_the_runs_not_the_daemons(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from backfill_year import Stack, cpu_used
+
+    stack = Stack(tmp_path, dict(os.environ))
+    before = stack.cpu_seconds()
+    done = tmp_path / "done"
+    stack.spawn("daemon", ["python", "-c", DAEMON, str(done)])
+    try:
+        stack.wait(done.exists, 60, "the run")
+        used = cpu_used(before, stack.cpu_seconds())
+    finally:
+        stack.stop()
+    assert used["runs"] >= 0.9, used
+    assert used["daemon"] < 0.5, used
+    assert set(used) == {"runs", "daemon", "total"}, used
+    assert used["total"] == pytest.approx(sum(v for k, v in used.items() if k != "total"), abs=0.2)
