@@ -147,18 +147,18 @@ def test_a_timing_benchmark_refuses_a_busy_machine_unless_told_and_then_marks_it
     assert idle.after(quiet)["load_average_after"] == [0.2, 0.3, 0.4]
 
 
-# A "daemon" whose child is named as Dagster names a code server; the code server starts a "run"
-# that burns CPU and reaps it, then both wait to be stopped.
+# A "daemon" starts a "code server", which starts a "run" that burns a CPU second and reaps it;
+# then both wait to be stopped.
 RUN = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
 CODE_SERVER = f"""
 import pathlib, subprocess, sys, time
 subprocess.run([sys.executable, "-c", {RUN!r}], check=True)
-pathlib.Path(sys.argv[3]).write_text("ran")
+pathlib.Path(sys.argv[1]).write_text("ran")
 time.sleep(600)
 """
 DAEMON = f"""
 import subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", {CODE_SERVER!r}, "api", "grpc", sys.argv[1]])
+subprocess.Popen([sys.executable, "-c", {CODE_SERVER!r}, sys.argv[1]])
 time.sleep(600)
 """
 
