@@ -76,7 +76,7 @@ def local_command(command: list[str], port: int) -> list[str]:
 # (test_ui's screenshots, which it may take while this module runs: integration tests run two
 # at a time) are not the platform's writes; everything else in the working tree, ignored files
 # included, is compared.
-NOT_PLATFORM = [":!.venv", ":!.tools", ":!.*_cache", ":!**/__pycache__/**", ":!test-output"]
+NOT_PLATFORM = [":!.venv", ":!.tools", ":!.*_cache/*", ":!**/__pycache__/**", ":!test-output"]
 
 
 def git_state() -> str:
