@@ -83,10 +83,11 @@ serve: instance
 
 # MLflow's own UI over the lake's embedded store: the registered models (versions, tags, the
 # champion and challenger aliases) and every training's run. A store of MLFLOW_TRACKING_URI
-# (production) is served by its own `mlflow server`.
+# (production) is served by its own `mlflow server`. Browsing needs no job runner (MLflow's
+# GenAI jobs): without it the server is one process, not ten.
 mlflow-ui: $(RUN_STAMP)
 	mkdir -p "$(ML_PLATFORM_LAKE_DIR)/mlflow"
-	MLFLOW_DISABLE_TELEMETRY=true .venv/bin/mlflow server --host $(HOST) --port $(MLFLOW_PORT) --workers 1 \
+	MLFLOW_DISABLE_TELEMETRY=true MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false .venv/bin/mlflow server --host $(HOST) --port $(MLFLOW_PORT) --workers 1 \
 	  --backend-store-uri "sqlite:///$(abspath $(ML_PLATFORM_LAKE_DIR))/mlflow/mlflow.db"
 
 # `dg check defs` loads the code location as `dg dev` and the daemon do. VIRTUAL_ENV says .venv

@@ -49,7 +49,11 @@ def mlflow_ui(promoted, tmp_path_factory) -> Iterator[str]:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+            env={
+                **os.environ,
+                "MLFLOW_DISABLE_TELEMETRY": "true",
+                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            },
         )
     url = f"http://127.0.0.1:{port}"
     try:
