@@ -72,12 +72,20 @@ def local_command(command: list[str], port: int) -> list[str]:
     return args
 
 
-# The environment, tool caches (the unit layer, running beside, writes .pytest_cache when it
-# ends), the test interpreter's own bytecode and the tests' artifacts (test_ui's screenshots,
+# The environment, the test tools' own stores (the unit layer, running beside, writes
+# .pytest_cache when it ends and Hypothesis's .hypothesis database whenever one of its tests
+# runs), the test interpreter's own bytecode and the tests' artifacts (test_ui's screenshots,
 # which it may take while this module runs: integration modules run three at a time) are not
 # the platform's writes; everything else in the working tree, ignored files included, is
 # compared.
-NOT_PLATFORM = [":!.venv", ":!.tools", ":!.*_cache/*", ":!**/__pycache__/**", ":!test-output"]
+NOT_PLATFORM = [
+    ":!.venv",
+    ":!.tools",
+    ":!.*_cache/*",
+    ":!.hypothesis/*",
+    ":!**/__pycache__/**",
+    ":!test-output",
+]
 
 
 def git_state() -> str:
