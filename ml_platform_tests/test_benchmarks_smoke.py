@@ -180,3 +180,11 @@ def test_the_stack_counts_a_runs_cpu_as_the_runs_not_the_daemons(monkeypatch, tm
     assert used["daemon"] < 0.5, used
     assert set(used) == {"runs", "daemon", "total"}, used
     assert used["total"] == pytest.approx(sum(v for k, v in used.items() if k != "total"), abs=0.2)
+
+
+def test_the_suite_cpu_benchmark_counts_a_modules_processes_in_its_own_cgroup():
+    # A short module; its pytest process is counted, then its group is removed.
+    out = json.loads(run_script("suite_cpu.py", "--only", "test_settings.py", "--lanes", "1"))
+    module = out["modules"]["test_settings.py"]
+    assert module["status"] == 0 and module["cpu_s"] > 0 and "left_running" not in module
+    assert out["total_cpu_s"] == module["cpu_s"]
