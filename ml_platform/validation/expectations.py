@@ -270,26 +270,22 @@ class QualityGate:
         count, which Data Docs show), which skips building the lists of unexpected rows: about
         half of GE's cost of a real flights day. A day with a failing expectation is validated
         again with COMPLETE results, and that result is the one returned: every expectation in
-        full for a failing one's sentence, its offending rows (the quarantine) and at most
-        SAMPLE_ROWS unexpected values listed per expectation. An expectation's verdict does
-        not depend on the result format, so the second validation fails the same ones.
+        full for a failing one's sentence and its offending rows (the quarantine). Either lists
+        at most SAMPLE_ROWS unexpected values per expectation. An expectation's verdict does not
+        depend on the result format, so the second validation fails the same ones.
         """
         # Positions, not labels, identify offending rows in GE's index lists.
         frame = ge_frame(typed.reset_index(drop=True))
         parameters = self.parameters(day, history)
         batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
-        result = batch.validate(
-            self.suite, expectation_parameters=parameters, result_format="BASIC"
-        )
+
+        def validated(kind: str) -> Any:
+            fmt = {"result_format": kind, "partial_unexpected_count": SAMPLE_ROWS}
+            return batch.validate(self.suite, expectation_parameters=parameters, result_format=fmt)
+
+        result = validated("BASIC")
         if not result.success:
-            result = batch.validate(
-                self.suite,
-                expectation_parameters=parameters,
-                result_format={
-                    "result_format": "COMPLETE",
-                    "partial_unexpected_count": SAMPLE_ROWS,
-                },
-            )
+            result = validated("COMPLETE")
         for r in result.results:
             # GE's Data Docs renderer parses repr() of an observed number, which for a numpy
             # scalar under numpy 2 ("np.float64(0.5)") is no number: it would drop the row.
