@@ -77,6 +77,9 @@ def main() -> None:
         sys.exit("suite_cpu.py writes cgroups: run it as root")
     modules = sorted((REPO / "ml_platform_tests").glob("test_*.py"))
     if args.only:
+        unknown = set(args.only) - {m.name for m in modules}
+        if unknown:
+            sys.exit(f"no such test module in ml_platform_tests: {', '.join(sorted(unknown))}")
         modules = [m for m in modules if m.name in args.only]
     logs = Path(tempfile.mkdtemp(prefix="suite-cpu-"))
     # As `make test` runs them: a DAGSTER_HOME of their own, not the working tree's.
