@@ -501,7 +501,8 @@ class DagsterProcesses:
                 assert proc.poll() is None, f"a Dagster process exited\n{self.output()}"
             try:
                 value = predicate()
-            except (urllib.error.URLError, ConnectionError):
+            # A poll that times out while the machine is busy is "not yet": the deadline decides.
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
                 value = None
             if value:
                 return value

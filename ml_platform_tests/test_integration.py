@@ -127,7 +127,7 @@ def graphql(port: int, query: str) -> dict:
         data=json.dumps({"query": query}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())["data"]
 
 
@@ -148,7 +148,9 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: 
             value = predicate()
             if value:
                 return value
-        except (urllib.error.URLError, ConnectionError, KeyError, TypeError):
+        # A webserver busy answering the daemon's runs may let one poll time out; the deadline,
+        # not a single slow answer, decides.
+        except (urllib.error.URLError, ConnectionError, TimeoutError, KeyError, TypeError):
             pass
         time.sleep(1)
     # What the command printed tells why (a launch refused, a webserver not answering).
