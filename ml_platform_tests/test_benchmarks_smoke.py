@@ -36,7 +36,8 @@ def run_main(name: str, *args: str) -> str:
     As its own process would: the benchmarks folder first on sys.path, the arguments in argv.
     The libraries a script imports (Dagster, Great Expectations, scikit-learn) are then loaded
     once for the worker rather than once per script, most of a small run's seconds. Scripts that
-    start processes of their own (baseline.py's pool, the memory benchmarks) keep run_script.
+    start processes of their own (baseline.py's `--processes`, the memory benchmarks) keep
+    run_script.
     """
     out = io.StringIO()
     with (
@@ -49,7 +50,7 @@ def run_main(name: str, *args: str) -> str:
 
 
 def test_the_baseline_script_runs_the_daily_computation_of_each_day():
-    out = json.loads(run_script("baseline.py", "--dataset", "synthetic", "--days", "3"))
+    out = json.loads(run_main("baseline.py", "--dataset", "synthetic", "--days", "3"))
     assert out["days"] == 3
     assert sum(out["decisions"].values()) == 3
     assert set(out["stage_seconds"]) == {
