@@ -4,8 +4,8 @@ Files landed in the bucket run their days through the running landing sensor, a 
 file reruns exactly its day, and a 7-day backfill launched through GraphQL completes while the
 sensor's runs train, under the run queue and concurrency limits of the repository's
 dagster.yaml: never two training runs at once, never two runs of one day at once, at most two.
-On a local landing zone, files moved or copied in with a week-old mtime run their days and a
-link to /etc/os-release runs nothing.
+On a local landing zone, files moved or copied in with a week-old mtime get their days requested
+and a link to /etc/os-release gets nothing.
 """
 
 import datetime as dt
