@@ -767,6 +767,7 @@ def reproduce(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.definitions import build_definitions
+    from ml_platform.troubleshooting.diagnose import AmbiguousRunIdError, RunNotFoundError
     from ml_platform.troubleshooting.reproduce import NothingToReproduceError, not_reproduced_advice
     from ml_platform.troubleshooting.reproduce import reproduce as rerun
 
@@ -792,9 +793,10 @@ def reproduce(args: argparse.Namespace) -> int:
                     sample_rows=args.sample,
                     contract=contract,
                 )
-            # No such run id or an ambiguous prefix (LookupError), no failed asset step, or
-            # inputs replaced since the run read them.
-            except (LookupError, NothingToReproduceError) as exc:
+            # No such run id or an ambiguous prefix, no failed asset step, or inputs replaced
+            # since the run read them. Not every LookupError: an asset's own KeyError (a missing
+            # column) is what the user came to debug.
+            except (RunNotFoundError, AmbiguousRunIdError, NothingToReproduceError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             except Exception:

@@ -459,6 +459,28 @@ def test_reproduce_runs_the_step_once_and_raises_its_error_not_the_retries(incid
     assert raised.traceback[-1].name in {"weather", "create_connection"}
 
 
+@pytest.mark.parametrize("debugger", [False, True], ids=["traceback", "pdb"])
+def test_reproduce_command_hands_an_assets_own_key_error_to_the_user(
+    incidents, monkeypatch, debugger
+):
+    # A missing column is a KeyError, a LookupError like an unknown run id: the command must
+    # not mistake the step's own error for "no such run" and print it as one line.
+    def missing_column(*args, **kwargs):
+        return pd.DataFrame({"dep_time": [1]})["dep_delay"]
+
+    debugged = []
+    monkeypatch.setattr("ml_platform.troubleshooting.reproduce.reproduce", missing_column)
+    monkeypatch.setattr("pdb.post_mortem", lambda tb: debugged.append(tb.tb_frame))
+    command = ["reproduce", incidents["runs"][CODE_BUG][:8], *(["--pdb"] if debugger else [])]
+    if debugger:
+        assert cli.main(command) == 1
+        assert len(debugged) == 1
+    else:
+        with pytest.raises(KeyError, match="dep_delay"):
+            cli.main(command)
+        assert debugged == []
+
+
 def test_reproduce_of_a_run_that_rejected_a_day_says_it_has_no_failed_step(incidents, capsys):
     # A rejected delivery is an outcome, not a failure: there is nothing to rerun on a sample.
     run_id = incidents["rejected_run"]
