@@ -434,6 +434,85 @@ def test_critical_alert_by_email(tmp_path, smtp_server):
     assert "Partition: 2024-01-05" in body
 
 
+def paging_alert() -> Alert:
+    """A CRITICAL alert that goes to every sink configured."""
+    return Alert(
+        severity="CRITICAL",
+        rule="failure_streak",
+        title="scoring_job failed 3 times in a row",
+        cause="ValueError",
+        subject="scoring_job",
+        failure_class=CODE_BUG,
+        run_id="r1",
+        partition=None,
+        run_url=None,
+        runbook="docs/runbook.md#failed-3-times-in-a-row",
+        page=True,
+        occurred_at=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "hooks.example.org/services/T0/B0/SECRET",
+        "https://hooks.example.org:https/services/SECRET",
+        "https:///services/SECRET",
+        "https://hooks.example.org/services/SECRET\n",
+    ],
+    ids=["no scheme", "port not a number", "no host", "a newline pasted with it"],
+)
+def test_a_webhook_url_that_cannot_work_is_said_once_and_email_still_goes(smtp_server, caplog, url):
+    notifier = Notifier(
+        webhook_url=url,
+        smtp_host="127.0.0.1",
+        smtp_port=smtp_server.server_address[1],
+        smtp_starttls=False,
+        email_to="oncall@example.org",
+    )
+    alert = paging_alert()
+    with caplog.at_level(logging.INFO):
+        state = notifier.deliver([alert], DeliveryState(), logging.getLogger("test"), now=0.0)
+
+    # The email went; the webhook is not queued for a retry no wait can make succeed.
+    assert len(smtp_server.messages) == 1
+    assert state.outbox == []
+    [said] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "webhook not sent: ML_PLATFORM_ALERT_WEBHOOK_URL is not a webhook URL" in said
+    assert "docs/runbook.md#alert-delivery-failed" in said
+    # The URL is a secret: no record repeats any of it.
+    assert "SECRET" not in caplog.text and "hooks.example.org" not in caplog.text
+
+
+class NotHTTP(socketserver.StreamRequestHandler):
+    """A receiver that reads the request and answers something that is not HTTP."""
+
+    def handle(self):
+        self.rfile.readline()
+        self.wfile.write(b"220 not a web server\r\n\r\n")
+
+
+def test_a_webhook_that_answers_something_else_than_http_is_retried_without_its_url(caplog):
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), NotHTTP)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/services/SECRET"
+    alert = paging_alert()
+    try:
+        with caplog.at_level(logging.INFO):
+            state = Notifier(webhook_url=url).deliver(
+                [alert], DeliveryState(), logging.getLogger("test"), now=0.0
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    # A receiver can answer properly on a later tick: the alert waits in the outbox.
+    assert [entry["sinks"] for entry in state.outbox] == [["webhook"]]
+    [said] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "webhook delivery failed (attempt 1 of 5): BadStatusLine" in said
+    assert "SECRET" not in caplog.text
+
+
 def test_a_missing_landed_file_is_a_recorded_verdict_alerted_as_its_failed_check(platform_for):
     platform = platform_for("synthetic")
     result = platform.materialize("2024-01-05")

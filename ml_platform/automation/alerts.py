@@ -35,11 +35,13 @@ it survives restarts and moves with the instance.
 
 import dataclasses
 import hashlib
+import http.client
 import json
 import logging
 import smtplib
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from email.message import EmailMessage
@@ -68,6 +70,27 @@ LEVELS = {
 REJECTED_DAY_SECTION = "rejected-day"
 # After this many failed attempts (one per sensor tick) a sink gives up on an alert.
 MAX_DELIVERY_ATTEMPTS = 5
+
+
+class MisconfiguredSink(ValueError):
+    """A sink's setting cannot work (a webhook URL without http(s) or a host): no retry fixes it."""
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why `url` cannot be posted to, in words that never repeat it (a secret); None if it can."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError on a port that is not a number
+    except ValueError:
+        return "its port is not a number"
+    if parts.scheme not in ("http", "https"):
+        return "it does not start with http:// or https://"
+    if not parts.hostname:
+        return "it names no host"
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        return "it holds spaces or control characters"
+    return None
+
 
 python_logger = logging.getLogger("ml_platform.alerts")
 # Failed checks that are logged as alerts but page nobody: a single rejected candidate is an
@@ -251,6 +274,12 @@ class Notifier(dg.ConfigurableResource):
             for sink in entry["sinks"]:
                 try:
                     self._send(sink, alert)
+                except MisconfiguredSink as exc:
+                    # Waiting does not mend a setting: said once, not retried.
+                    log.error(
+                        f"alert '{alert.title}': {sink} not sent: {exc}; fix the setting, see "
+                        "docs/runbook.md#alert-delivery-failed"
+                    )
                 except (OSError, smtplib.SMTPException) as exc:
                     # URLError and socket errors are OSErrors. Their text never holds the
                     # webhook URL or the password, so it is safe to log.
@@ -258,6 +287,15 @@ class Notifier(dg.ConfigurableResource):
                         f"alert '{alert.title}': {sink} delivery failed "
                         f"(attempt {entry['attempts'] + 1} of {MAX_DELIVERY_ATTEMPTS}): "
                         f"{type(exc).__name__}: {exc}"
+                    )
+                    pending.append(sink)
+                except http.client.HTTPException as exc:
+                    # A receiver that answered something other than HTTP. The text of http.client's
+                    # errors can quote the request line, which holds the URL's secret path.
+                    log.error(
+                        f"alert '{alert.title}': {sink} delivery failed "
+                        f"(attempt {entry['attempts'] + 1} of {MAX_DELIVERY_ATTEMPTS}): "
+                        f"{type(exc).__name__} (the receiver's answer was not HTTP)"
                     )
                     pending.append(sink)
             attempts = entry["attempts"] + 1
@@ -280,6 +318,12 @@ class Notifier(dg.ConfigurableResource):
 
     def _post_webhook(self, alert: Alert) -> None:
         assert self.webhook_url is not None
+        problem = webhook_url_problem(self.webhook_url)
+        if problem is not None:
+            raise MisconfiguredSink(
+                f"ML_PLATFORM_ALERT_WEBHOOK_URL is not a webhook URL: {problem} (its value is a "
+                "secret and is not shown)"
+            )
         # Slack reads `text`; other receivers get the structured alert beside it.
         body = json.dumps({"text": alert.text(), "ml_platform_alert": alert.to_json()}).encode()
         request = urllib.request.Request(
