@@ -206,6 +206,49 @@ def test_event_time_from_a_utc_datetime_column_is_local_wall_clock_time():
     ]
 
 
+def deliveries(times: list[str]) -> pd.DataFrame:
+    """A landed deliveries file with these `delivered_at` values."""
+    n = len(times)
+    return landed(
+        pd.DataFrame({"delivered_at": times, "weight": [1.0] * n, "minutes": [30.0] * n}),
+        "deliveries_2013-03-10.csv",
+        "2013-03-10",
+    )
+
+
+def test_a_day_that_changes_to_summer_time_types_each_time_as_the_instant_it_names():
+    # New York moved from UTC-5 to UTC-4 at 2:00 on 10 March 2013: one file, two offsets.
+    contract = parse_contract(TZ_CONTRACT, "deliveries.yaml")
+    raw = deliveries(["2013-03-10T01:30:00-05:00", "2013-03-10T03:30:00-04:00"])
+
+    assert raw_schema(raw, contract).ok
+    typed = type_rows(raw, contract, "deliveries_2013-03-10.csv")
+    assert typed["delivered_at"].tolist() == [
+        pd.Timestamp("2013-03-10 06:30"),
+        pd.Timestamp("2013-03-10 07:30"),
+    ]
+    assert typed["event_time"].tolist() == [
+        pd.Timestamp("2013-03-10 01:30"),
+        pd.Timestamp("2013-03-10 03:30"),
+    ]
+
+
+def test_a_time_without_an_offset_among_times_with_one_fails_the_schema_check_naming_it():
+    contract = parse_contract(TZ_CONTRACT, "deliveries.yaml")
+    raw = deliveries(["2013-03-10T01:30:00-05:00", "2013-03-10T03:30:00"])
+
+    result = schema_check_result(raw, contract, "deliveries_2013-03-10.csv", "2013-03-10")
+
+    assert not result.passed
+    assert "deliveries_2013-03-10.csv (partition 2013-03-10)" in result.description
+    assert "column delivered_at should be datetime but 1 of 2 value(s) are not" in (
+        result.description
+    )
+    assert "'2013-03-10T03:30:00'" in result.description
+    with pytest.raises(ContractViolationError, match="delivered_at"):
+        type_rows(raw, contract, "deliveries_2013-03-10.csv")
+
+
 CODES_CONTRACT = """
 name: shipments
 source: {kind: external}

@@ -42,6 +42,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # pandas parses text through one Python string per value: about 120 MB held at once for 1M ISO
 # times, 15 times the parsed column. Parsing slices of this many rows bounds that.
 PARSE_ROWS = 100_000
+# An ISO 8601 time that ends in a UTC offset: "Z", "+01:00", "+0100" or "-05".
+WITH_OFFSET = r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$"
 
 
 class ContractViolationError(ValueError):
@@ -76,17 +78,34 @@ class SchemaReport:
 
 
 def _parse_times(series: pd.Series, errors: str) -> pd.Series:
-    """ISO 8601 text to datetimes, as `pd.to_datetime(series, errors=errors, format="ISO8601")`."""
+    """ISO 8601 text to datetimes, as `pd.to_datetime(series, errors=errors, format="ISO8601")`.
+
+    Times with different UTC offsets (a day that changes to or from summer time), which pandas
+    refuses to hold in one column even when coercing, are each the instant they name, in UTC. A
+    time without an offset among them names no instant: a bad value (NaT when coercing).
+    """
 
     def parse(part: pd.Series) -> pd.Series:
-        return pd.to_datetime(part, errors=errors, format="ISO8601")
+        try:
+            return pd.to_datetime(part, errors=errors, format="ISO8601")
+        except ValueError:
+            if part.dtype.kind == "M":
+                raise
+            aware = part.astype("str").str.strip().str.contains(WITH_OFFSET, regex=True)
+            if not aware.any():
+                raise
+            if errors == "raise" and not aware.all():
+                raise ValueError(
+                    f"{int((~aware).sum())} time(s) without a UTC offset among times with one"
+                ) from None
+            return pd.to_datetime(part.where(aware), errors=errors, format="ISO8601", utc=True)
 
     if len(series) <= PARSE_ROWS:
         return parse(series)
     parts = [parse(series.iloc[i : i + PARSE_ROWS]) for i in range(0, len(series), PARSE_ROWS)]
     if len({part.dtype for part in parts}) > 1:
-        # Slices that differ in time zone or resolution: the whole column gets pandas' own
-        # verdict (an error for mixed zones), not a column of objects.
+        # Slices that differ in time zone or resolution: the whole column is parsed at once,
+        # not returned as a column of objects.
         return parse(series)
     return pd.concat(parts)
 
