@@ -7,16 +7,26 @@ from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlparse
 
+import boto3
 import pandas as pd
 import pytest
+from dagster_aws.s3 import S3Resource
 from mlflow.artifacts import download_artifacts
 
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
+from ml_platform.platform.failures import (
+    TRANSIENT_INFRASTRUCTURE,
+    StepFailure,
+    classify_failure,
+    transient,
+)
+from ml_platform.platform.s3 import S3Storage
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.store import MODEL_FILE, ModelRegistry, RegistryError, version_day
 from ml_platform_tests.conftest import Platform, fill, lake_registry, tmpfs
+from ml_platform_tests.services import FAKE_AWS, moto_s3
 
 FIRST, SECOND = "2024-01-01", "2024-01-02"
 NEW = f"daily-{SECOND}"
@@ -204,3 +214,32 @@ def test_a_registration_warns_of_nothing_and_its_model_pins_what_serving_needs(
     requirements = (folder / "requirements.txt").read_text().split()
     assert f"scikit-learn=={version('scikit-learn')}" in requirements
     assert f"pandas=={version('pandas')}" in requirements
+
+
+def test_a_registry_whose_artifact_store_is_down_raises_the_outage_for_a_retry(
+    served, tmp_path, monkeypatch
+):
+    platform, _, features = served
+    live = platform.registry()
+    champion = str(live.alias("champion"))
+    model, manifest = live.load(champion), live.manifest(champion)
+    for name, value in FAKE_AWS.items():
+        monkeypatch.setenv(name, value)
+    with moto_s3() as endpoint:
+        monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", endpoint)
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="models")
+        lake = S3Storage(url="s3://models/lake", s3=S3Resource(endpoint_url=endpoint))
+        tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        registry = ModelRegistry(MlflowStores(lake=lake, tracking_uri=tracking), "synthetic")
+        registry.upsert(champion, model, manifest, features.head(5))
+        assert registry.load(champion).features == model.features
+
+    # The S3 server is gone: an outage, which passes, not a version to register again.
+    with pytest.raises(Exception) as raised:
+        registry.load(champion)
+    assert not isinstance(raised.value, RegistryError), raised.value
+    assert transient(raised.value)
+    failure = StepFailure(
+        "synthetic__registered_model", type(raised.value).__name__, str(raised.value), False
+    )
+    assert classify_failure([failure], []).failure_class == TRANSIENT_INFRASTRUCTURE

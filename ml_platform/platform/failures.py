@@ -111,6 +111,24 @@ TRANSIENT_PATTERN = re.compile(
 )
 
 
+def transient(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it came from, is a timeout or a refused or dropped connection.
+
+    The errors the transient-infrastructure class names: trouble that usually passes, which a
+    step's retry policy should meet as it was raised, not wrapped in a verdict that forbids
+    retries.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = {cls.__name__ for cls in type(current).__mro__}
+        if names & TRANSIENT_ERROR_CLASSES or TRANSIENT_PATTERN.search(str(current)):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def out_of_disk(reason: str) -> bool:
     """Whether a resource exhaustion's reason is a full disk or quota, not memory."""
     return DISK_PATTERN.search(reason) is not None

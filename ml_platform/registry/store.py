@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from ml_platform.platform.failures import transient
 from ml_platform.platform.settings import Settings
 from ml_platform.platform.tracking import TAG, MlflowStores
 from ml_platform.training.model import TrainedModel
@@ -298,6 +299,10 @@ class ModelRegistry:
                 )
             )
         except Exception as exc:
+            if transient(exc):
+                # The store is down or slow, not the version damaged: raised as it is, so the
+                # step's retry policy tries again and the failure is classed as transient.
+                raise
             raise RegistryError(
                 f"version '{version}' (model version {found.version} of '{self.name}') cannot "
                 f"be read from {found.source}: {exc}; rerun registered_model for its day"
