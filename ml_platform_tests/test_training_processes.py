@@ -1,11 +1,16 @@
 """A range's models trained side by side in worker processes, sized by memory and cores."""
 
+import concurrent.futures
+import os
+
 import joblib
 import numpy as np
 import pytest
 
+from ml_platform.contracts import load_contract
+from ml_platform.platform.observability import StepTelemetry
 from ml_platform.training import processes
-from ml_platform.training.processes import available_memory_mb, worker_count
+from ml_platform.training.processes import RangeTrainer, available_memory_mb, worker_count
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import materialize_range
 
@@ -27,6 +32,42 @@ def test_trainings_at_once_follow_memory_then_cores_then_days():
 
 def test_available_memory_is_a_positive_finite_figure():
     assert 0 < available_memory_mb() < float("inf")
+
+
+class EndsItsProcess:
+    """A window that ends the worker process unpickling it at once, as the OOM killer does."""
+
+    def __reduce__(self):
+        return (os._exit, (137,))
+
+
+@pytest.mark.parametrize("asked", ["every day", "after two verdicts"])
+def test_a_killed_training_worker_leaves_the_days_to_the_steps_process(monkeypatch, asked):
+    monkeypatch.setattr(processes, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(processes, "usable_cores", lambda: 2)
+    days = days_from("2024-01-01", 5)
+    logs: list[str] = []
+
+    def in_process():
+        with StepTelemetry() as telemetry:
+            pass
+        return "the step's own model", telemetry
+
+    windows = {day: {"x1": EndsItsProcess()} for day in days}
+    with RangeTrainer(load_contract("synthetic"), days, windows.get, logs.append) as trainer:
+        # The first day sizes the workers; they are handed the next two days and die on them.
+        assert not trainer.train(days[0], in_process).in_worker
+        assert trainer.workers == 2
+        concurrent.futures.wait(trainer.pending.values(), timeout=120)
+        # Either the step asks for a day a worker had, or, the next two days being verdicts
+        # (never trained), for a later one it trains itself while the pool is broken.
+        wanted = days[1:] if asked == "every day" else days[3:]
+        trained = [trainer.train(day, in_process) for day in wanted]
+
+    assert [t.in_worker for t in trained] == [False] * len(wanted)
+    assert {t.model for t in trained} == {"the step's own model"}
+    [said] = [line for line in logs if "worker process died" in line]
+    assert "train in the step's own process" in said
 
 
 @pytest.mark.slow

@@ -160,23 +160,28 @@ class RangeTrainer:
         self.next_index = max(self.next_index, self.days.index(day) + 1)
         future = self.pending.pop(day, None)
         if future is not None:
-            self._fill()
             try:
+                self._fill()
                 done = future.result()
                 return Trained(done.model, done.telemetry, in_worker=True)
             except BrokenProcessPool:
-                # A worker died (the OS kills the largest process when memory runs out): the
-                # step goes on in its own process, which loses nothing but time.
-                self.log(
-                    f"a training worker process died while training {day}; the step's remaining "
-                    "days train in its own process"
-                )
-                self._stop()
+                self._worker_died(f"{day} and the step's days after it")
         model, telemetry = in_process()
         if not self.decided:
             self._decide(day, telemetry)
-        self._fill()
+        try:
+            self._fill()
+        except BrokenProcessPool:
+            self._worker_died(f"the step's days after {day}")
         return Trained(model, telemetry, in_worker=False)
+
+    def _worker_died(self, days: str) -> None:
+        """A worker died, breaking the pool: the step goes on in its own process.
+
+        The OS kills the largest process when memory runs out; the step loses nothing but time.
+        """
+        self.log(f"a training worker process died; {days} train in the step's own process")
+        self._stop()
 
     def _decide(self, day: str, telemetry: StepTelemetry) -> None:
         """After the step's first training: whether, and in how many workers, the rest train."""
