@@ -3,6 +3,7 @@ model version behind; `versions()`, `load`, the aliases and `score --version` re
 whole or is damaged; the previous champion keeps serving, and the error says why."""
 
 import errno
+import shutil
 from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlparse
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 from dagster_aws.s3 import S3Resource
 from mlflow.artifacts import download_artifacts
+from mlflow.exceptions import MlflowException
 
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
@@ -25,7 +27,13 @@ from ml_platform.platform.s3 import S3Storage
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.store import MODEL_FILE, ModelRegistry, RegistryError, version_day
-from ml_platform_tests.conftest import Platform, fill, lake_registry, tmpfs
+from ml_platform_tests.conftest import (
+    Platform,
+    empty_mlflow_store,
+    fill,
+    lake_registry,
+    tmpfs,
+)
 from ml_platform_tests.services import FAKE_AWS, moto_s3
 
 FIRST, SECOND = "2024-01-01", "2024-01-02"
@@ -243,3 +251,21 @@ def test_a_registry_whose_artifact_store_is_down_raises_the_outage_for_a_retry(
         "synthetic__registered_model", type(raised.value).__name__, str(raised.value), False
     )
     assert classify_failure([failure], []).failure_class == TRANSIENT_INFRASTRUCTURE
+
+
+def test_a_registry_store_that_refuses_the_new_model_says_why(served, tmp_path):
+    platform, _, features = served
+    live = platform.registry()
+    champion = str(live.alias("champion"))
+    model, manifest = live.load(champion), live.manifest(champion)
+    # The registry's database opened read-only (a replica's URI, say): the runs' store is
+    # writable, the registry cannot create the dataset's registered model.
+    registry_db = tmp_path / "registry.db"
+    shutil.copyfile(empty_mlflow_store(), registry_db)
+    stores = MlflowStores(
+        lake=LocalStorage(base_dir=str(tmp_path / "lake")),
+        tracking_uri=f"sqlite:///{tmp_path / 'tracking.db'}",
+        registry_uri=f"sqlite:///file:{registry_db}?mode=ro&uri=true",
+    )
+    with pytest.raises(MlflowException, match="attempt to write a readonly database"):
+        ModelRegistry(stores, "synthetic").upsert(champion, model, manifest, features.head(5))

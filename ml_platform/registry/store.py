@@ -281,9 +281,13 @@ class ModelRegistry:
                     tags={f"{TAG}.dataset": self.name},
                     description=f"The {self.name} dataset's models, one version a candidate.",
                 )
-            except MlflowException:
-                # Created by another process meanwhile; anything else fails the lookup.
-                self.client.get_registered_model(self.name)
+            except MlflowException as refused:
+                # Created by another process meanwhile. Else the creation's own error says why
+                # (a read-only store, a permission), not the lookup's "not found".
+                try:
+                    self.client.get_registered_model(self.name)
+                except MlflowException:
+                    raise refused from None
 
     def _download(self, version: str, scratch: str) -> tuple[Path, "ModelVersion"]:
         """The files of a whole version, in `scratch`; RegistryError if it is not whole."""
