@@ -10,9 +10,12 @@ import re
 from pathlib import Path
 
 import dagster as dg
+import moto.settings
 import pytest
 from botocore.exceptions import ClientError
+from dagster_aws.s3 import S3Resource
 
+from ml_platform.ingestion.s3_landing import S3LandingZone
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.failures import (
     CONFIGURATION,
@@ -28,6 +31,7 @@ from ml_platform.platform.storage_errors import (
 )
 from ml_platform.troubleshooting.diagnose import diagnose_run
 from ml_platform_tests.conftest import fill, tmpfs
+from ml_platform_tests.services import FAKE_AWS
 
 DAY = "2024-01-01"
 NEXT_DAY = "2024-01-02"
@@ -175,3 +179,28 @@ def test_a_storage_error_waiting_can_fix_names_the_day_and_stays_retried(tmp_pat
     assert str(raised.value).startswith(
         f"[Errno 104] synthetic/model partition {DAY}: writing {tmp_path.resolve()}/synthetic/"
     )
+
+
+def test_a_landed_file_the_credentials_may_not_read_fails_at_once_naming_it(s3_server, monkeypatch):
+    for name, value in FAKE_AWS.items():
+        monkeypatch.setenv(name, value)
+    zone = S3LandingZone(url="s3://landing/incoming/", s3=S3Resource(endpoint_url=s3_server))
+    zone.client().create_bucket(Bucket="landing")
+    name = f"synthetic_{DAY}.csv"
+    zone.client().put_object(Bucket="landing", Key=f"incoming/{name}", Body=b"a,b\n1,2\n")
+    # From now on the S3 server checks credentials, and knows none: it refuses ours.
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+
+    with pytest.raises(PermanentStorageError) as raised, zone.open_file(name, DAY):
+        pass
+
+    # Not a verdict of the day (the file may be fine) and not retried: waiting changes no policy.
+    stop = raised.value
+    assert not stop.allow_retries
+    assert stop.description.startswith(
+        f"s3://landing/incoming/{name} (partition {DAY}) may not be read: ClientError: "
+        "An error occurred (InvalidAccessKeyId)"
+    )
+    assert "s3:GetObject on the landing prefix" in stop.description
+    verdict = classify_failure([failure_of(stop, "synthetic__raw_data")], [])
+    assert verdict.failure_class == CONFIGURATION

@@ -14,6 +14,7 @@ import bisect
 import contextlib
 import dataclasses
 import datetime as dt
+import errno
 import os
 import re
 import stat as stat_module
@@ -27,7 +28,9 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import Drift, file_bytes, generate_day
+from ml_platform.platform.failures import CONFIGURATION, runbook_link
 from ml_platform.platform.storage import write_atomically
+from ml_platform.platform.storage_errors import PermanentStorageError, storage_errno
 
 # The run tags of a run for a landed file: which file and which version of it the run reads.
 LANDED_FILE_TAG = "ml_platform/landed_file"
@@ -155,6 +158,24 @@ class LandingStore(dg.ConfigurableResource):
             f"--start {partition} --days 1`) or check the upstream delivery."
         )
 
+    def not_allowed(
+        self, file_name: str, partition: str, exc: BaseException
+    ) -> PermanentStorageError | None:
+        """The error for a landed file the platform may not read, or None if `exc` is no refusal.
+
+        Not the day's verdict: the file may be fine, the credentials or modes are not, and
+        retrying does not change them (the step fails at once, classed configuration).
+        """
+        if storage_errno(exc) not in (errno.EACCES, errno.EPERM):
+            return None
+        return PermanentStorageError(
+            f"{self.path_for(file_name)} (partition {partition}) may not be read: "
+            f"{type(exc).__name__}: {exc}. Retrying cannot help: give the platform's user read "
+            "access to the landing zone (the file's owner and mode, or the S3 credentials' "
+            "policy: s3:GetObject on the landing prefix, deploy/iam-policy.json), then rerun "
+            f"the day. Runbook: {runbook_link(CONFIGURATION)}"
+        )
+
     def refused(self, file_name: str, partition: str, reason: str) -> RefusedLandingFileError:
         """The error for a day whose landed entry is not read, naming file, partition, reason."""
         return RefusedLandingFileError(
@@ -193,12 +214,15 @@ class LandingZone(LandingStore):
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError as exc:
             raise self.missing(file_name, partition) from exc
-        except OSError:
+        except OSError as exc:
             # ELOOP is O_NOFOLLOW meeting a link, ENXIO a socket; lstat says which without
             # touching what a link points at.
             reason = local_object(file_name, os.lstat(path)).refused
             if reason is not None:
                 raise self.refused(file_name, partition, reason) from None
+            stop = self.not_allowed(file_name, partition, exc)
+            if stop is not None:
+                raise stop from exc
             raise
         try:
             mode = os.fstat(fd).st_mode

@@ -60,6 +60,9 @@ class S3LandingZone(S3Prefix, LandingStore):
         except ClientError as exc:
             if is_missing_key(exc):
                 raise self.missing(file_name, partition) from exc
+            stop = self.not_allowed(file_name, partition, exc)
+            if stop is not None:
+                raise stop from exc
             raise
         body = response["Body"]
         try:
