@@ -421,3 +421,33 @@ def test_model_mistakes_are_reported_with_their_lines_by_check_contract(tmp_path
         (line_of(unknown, "estimator: xgboost"), "model"): "estimator must be one of: sgd, "
         "linear, hist_gradient_boosting (got 'xgboost')"
     }
+
+
+def test_log1p_needs_a_source_whose_declared_minimum_is_above_minus_one(tmp_path):
+    # Without a minimum a refund of -25 would become a missing value imputed as an average
+    # one, and -1 an infinity that fails every model whose window holds it.
+    text = edit(FLIGHTS_TEXT, "dtype: float, min: 1, max: 6000", "dtype: float, max: 6000")
+    problems = located(load_broken(tmp_path, text))
+    where = (line_of(text, "transform: log1p}"), "features[3].transform")
+    assert set(problems) == {where}
+    assert problems[where] == (
+        "'log1p' is undefined at -1 and below: declare 'min' above -1 (0 for amounts) on column "
+        "'distance', so the quality gate keeps such rows out of the features"
+    )
+    minus_one = edit(FLIGHTS_TEXT, "dtype: float, min: 1, max: 6000", "dtype: float, min: -1")
+    assert set(located(load_broken(tmp_path, minus_one))) == {where}
+
+
+def test_a_datetime_column_feeds_time_features_and_never_a_raw_number(tmp_path):
+    scheduled = "  - {name: scheduled_hour, kind: numeric, source: time_hour, transform: hour}\n"
+    text = edit(FLIGHTS_TEXT, "training:\n", "  " + scheduled.strip() + "\ntraining:\n")
+    path = tmp_path / "flights.yaml"
+    path.write_text(text)
+    assert "scheduled_hour" in [f.name for f in load_contract(path).features]
+
+    raw = "  - {name: scheduled, kind: numeric, source: time_hour}\n"
+    broken = edit(FLIGHTS_TEXT, "training:\n", raw + "training:\n")
+    problems = located(load_broken(tmp_path, broken))
+    where = (line_of(broken, "{name: scheduled,"), "features[7].transform")
+    assert set(problems) == {where}
+    assert problems[where].startswith("'time_hour' holds times; use one of: day_of_week, ")

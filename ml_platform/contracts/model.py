@@ -608,6 +608,7 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     """Cross-field mistakes, each with the path in the YAML document where it is."""
     names = [col.name for col in c.columns]
     dtypes = {col.name: col.dtype for col in c.columns}
+    columns = {col.name: col for col in c.columns}
     for i, col in enumerate(c.columns):
         if names.index(col.name) != i:
             yield ("columns", i, "name"), f"column '{col.name}' is declared twice"
@@ -694,14 +695,27 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         if f.source not in dtypes:
             yield (*where, "source"), f"'{f.source}' is not a declared column or 'event_time'"
             continue
+        lowest = columns[f.source].min
         if f.transform not in NUMERIC_TRANSFORMS | TIME_TRANSFORMS:
             yield (*where, "transform"), f"unknown transform '{f.transform}'"
-        elif f.transform in TIME_TRANSFORMS and dtypes[f.source] != "datetime":
-            yield (*where, "transform"), f"'{f.transform}' needs a datetime source"
+        elif f.transform in TIME_TRANSFORMS:
+            if dtypes[f.source] != "datetime":
+                yield (*where, "transform"), f"'{f.transform}' needs a datetime source"
         elif f.transform != "identity" and dtypes[f.source] not in ("int", "float"):
             yield (*where, "transform"), f"'{f.transform}' needs a numeric source"
+        elif f.transform == "log1p" and (lowest is None or lowest <= -1):
+            # log1p is -inf at -1 and undefined below: such a row would reach the model as an
+            # infinity, or as a missing value imputed as an average one.
+            yield (
+                (*where, "transform"),
+                f"'log1p' is undefined at -1 and below: declare 'min' above -1 (0 for amounts) "
+                f"on column '{f.source}', so the quality gate keeps such rows out of the features",
+            )
         if f.kind == "numeric" and f.transform == "identity" and dtypes[f.source] == "str":
             yield (*where, "kind"), f"'{f.source}' holds text; declare the feature categorical"
+        if f.transform == "identity" and dtypes[f.source] == "datetime":
+            allowed = ", ".join(sorted(TIME_TRANSFORMS))
+            yield (*where, "transform"), f"'{f.source}' holds times; use one of: {allowed}"
     for i, key in enumerate(c.quality.row_key):
         if key not in dtypes and key != EVENT_TIME:
             yield ("quality", "row_key", i), f"'{key}' is not a declared column or 'event_time'"
