@@ -299,6 +299,30 @@ def test_unreadable_landed_file_names_file_and_partition(data):
     assert "partition 2024-01-03" in message
 
 
+def test_a_header_that_names_a_column_twice_is_refused_naming_it():
+    # A join of two tables that both had an amount: pandas would read the second as amount.1.
+    data = b"ts,amount,amount,qty\n2024-01-03T08:00:00,-1,12.5,3\n"
+    with pytest.raises(LandingFileError) as info:
+        read_landed_file(data, "orders_2024-01-03.csv", "2024-01-03")
+    assert str(info.value) == (
+        "orders_2024-01-03.csv (partition 2024-01-03) is not a readable CSV file: its header "
+        "names 'amount' more than once; which one is meant is not known"
+    )
+
+
+def test_a_spreadsheets_non_utf8_export_is_named_as_such_without_a_chunks_position():
+    rows = "".join(f"2024-01-03T08:00:00,{i},caf\u00e9 {i}\n" for i in range(300))
+    data = ("ts,qty,shop\n" + rows).encode("cp1252")
+    with pytest.raises(LandingFileError) as info:
+        read_landed_file(data, "orders_2024-01-03.csv", "2024-01-03")
+    message = str(info.value)
+    assert message.startswith(
+        "orders_2024-01-03.csv (partition 2024-01-03) is not a readable CSV file: it is not "
+        "utf-8 text (byte 0xe9: invalid continuation byte); save it as UTF-8"
+    )
+    assert "position" not in message
+
+
 def test_rows_with_more_fields_than_the_header_are_not_silently_shifted():
     # Extra values on every row: pandas would by default make the first column the index and
     # shift every value one column to the left.

@@ -158,15 +158,26 @@ def read_landed_stream(
             )
         landed.drain()
         _check_last_line(landed, frame)
-    except (
-        pd.errors.ParserError,
-        pd.errors.ParserWarning,
-        pd.errors.EmptyDataError,
-        UnicodeDecodeError,
-    ) as exc:
+    except UnicodeDecodeError as exc:
+        # The codec's position counts from the start of a chunk the parser read, not the file.
+        raise LandingFileError(
+            f"{file_name} (partition {partition}) is not a readable CSV file: it is not "
+            f"{exc.encoding} text (byte {exc.object[exc.start]:#04x}: {exc.reason}); save it as "
+            "UTF-8 (a spreadsheet's 'CSV UTF-8')"
+        ) from exc
+    except (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError) as exc:
         raise LandingFileError(
             f"{file_name} (partition {partition}) is not a readable CSV file: {exc}"
         ) from exc
+    # pandas reads a repeated name as a second column `name.1`: one of the two would be taken
+    # for the contract's column without a word.
+    names = next(csv.reader([landed.header.decode("utf-8-sig").rstrip("\r")]), [])
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise LandingFileError(
+            f"{file_name} (partition {partition}) is not a readable CSV file: its header names "
+            f"{', '.join(map(repr, repeated))} more than once; which one is meant is not known"
+        )
     return LandedFile(frame=frame, sha256=landed.hash.hexdigest(), size=landed.size)
 
 
