@@ -288,3 +288,26 @@ def test_a_model_of_a_label_no_feature_predicts_is_rejected_and_the_champion_sta
     assert outcome == registered["outcome"] == f"rejected: {stored['cause']}"
     assert day_rejected is False
     assert champion_state(noise) == before
+
+
+def test_a_hold_out_of_one_class_is_rejected_as_unmeasurable_not_as_a_broken_feature():
+    # A rare label's day: none of the held-out flights was delayed, so ROC AUC has no value.
+    train = delays(2000, 0.3, 8)
+    y = np.zeros(200, dtype="int64")
+    score = np.random.default_rng(11).uniform(0.0, 1.0, len(y))
+    candidate = score_predictions(
+        "classification", y, (score > 0.5).astype("int64"), score, SAMPLES, SEED
+    )
+    predicted, prior = baseline_predictions("classification", LabelSummary.of(train), len(y))
+    baseline = score_predictions("classification", y, predicted, prior, SAMPLES, SEED)
+
+    verdict = judge(with_evaluation(FLIGHTS, value_thresholds={}), candidate, None, baseline)
+
+    assert verdict.decision == "reject" and not verdict.beats_baseline
+    assert verdict.cause == (
+        "roc_auc is undefined on the held-out rows (roc_auc, for one, on rows of a single "
+        "class): nothing shows the candidate beats the trivial baseline"
+    )
+    description = verdict_check(verdict, None).description or ""
+    assert "cannot measure the metric" in description
+    assert "carry the label's signal" not in description

@@ -9,6 +9,7 @@ model and feature window only, so a backfill evaluates its chunks of days side b
 order (`daily_backfill_policy`, no dependency on the day before).
 """
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -227,7 +228,13 @@ def verdict_check(verdict: Verdict, version: str | None = None) -> dg.AssetCheck
     `version` names the candidate (`daily-D`) in the check's metadata.
     """
     decision = verdict.decision
-    if not verdict.beats_baseline:
+    if not verdict.beats_baseline and any(math.isnan(lift) for lift, _, _ in verdict.lift.values()):
+        advice = (
+            " Not registered; the champion stays. The day's held-out rows cannot measure the "
+            "metric (a rare label's day whose held-out rows hold one class): nothing to fix in "
+            "the features or the data."
+        )
+    elif not verdict.beats_baseline:
         advice = (
             " Not registered; the champion stays. The model predicts no better than the label's "
             "distribution alone: check that the features still carry the label's signal (a "

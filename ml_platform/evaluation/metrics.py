@@ -592,6 +592,13 @@ def judge_baseline(
     no evidence the model learned anything.
     """
     lift, low, high = improvement(metric, candidate, baseline)
+    if math.isnan(candidate.values[metric]):
+        return (
+            False,
+            (lift, low, high),
+            f"{metric} is undefined on the held-out rows (roc_auc, for one, on rows of a single "
+            "class): nothing shows the candidate beats the trivial baseline",
+        )
     beats = low > 0
     comparison = (
         f"{metric} {candidate.values[metric]:.4f} vs {baseline.values[metric]:.4f}: lift "
