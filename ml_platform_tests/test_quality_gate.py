@@ -22,6 +22,7 @@ from ml_platform.validation.history import day_profile, window_from_profiles
 from ml_platform.validation.range_gate import screen_range
 from ml_platform.validation.rejected_days import REJECTED_DAYS
 from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, day_files, days_from
+from ml_platform_tests.test_backfill_range import materialize_range
 
 pytestmark = pytest.mark.slow
 
@@ -367,3 +368,26 @@ def test_rejected_days_lists_each_rejected_delivery_where_and_why_until_it_is_ac
     platform.land(gate, 1)
     assert platform.materialize(gate, selection=delivery).success
     assert listed()["rejected_day_list"] == f"{good}, {file}"
+
+
+@pytest.mark.parametrize("in_range", [False, True], ids=["one by one", "in one range"])
+def test_the_day_after_a_header_only_file_warns_of_no_schema_change(platform_for, in_range):
+    # A header alone has no values to read types from: the next day's columns are the same.
+    platform = platform_for("synthetic")
+    platform.land("2024-01-01", 2)
+    platform.land("2024-01-01", 1, fault="header_only")
+    if in_range:
+        results = [materialize_range(platform, "2024-01-01", "2024-01-02", ["raw_data"])]
+    else:
+        results = [platform.materialize(day, ["raw_data"]) for day in ("2024-01-01", "2024-01-02")]
+    [change] = [
+        e
+        for result in results
+        for e in result.get_asset_check_evaluations()
+        if e.check_name == "schema_change" and e.partition == "2024-01-02"
+    ]
+    assert change.passed, change.description
+    assert change.description == (
+        "synthetic_2024-01-02.csv (partition 2024-01-02): 2024-01-01's file held no rows, so its "
+        "columns have no types to compare; same column names."
+    )

@@ -272,11 +272,13 @@ def schema_change_result(
     previous_day: str,
     where: str,
     rows: int,
+    previous_rows: int = 1,
 ) -> dg.AssetCheckResult:
     """Warn when a day's columns differ from the previous day's: new, missing or retyped.
 
-    A file of `rows` 0 (a header alone) has no values to read types from: only the names of
-    its columns are compared, and the description says so.
+    A file of 0 rows (a header alone), this day's (`rows`) or the previous day's
+    (`previous_rows`), has no values to read types from: only the names of the columns are
+    compared, and the description says so.
     """
     if previous is None:
         return dg.AssetCheckResult(
@@ -289,8 +291,9 @@ def schema_change_result(
     now = {c.name: c.type for c in current.columns}
     new = [c for c in now if c not in before]
     missing = [c for c in before if c not in now]
+    typed = rows > 0 and previous_rows > 0
     retyped = {
-        c: f"{before[c]} -> {now[c]}" for c in now if rows and c in before and now[c] != before[c]
+        c: f"{before[c]} -> {now[c]}" for c in now if typed and c in before and now[c] != before[c]
     }
     changes = []
     if new:
@@ -307,9 +310,12 @@ def schema_change_result(
             "upstream owner whether the change is intended before it reaches the model."
             if changes
             else f"{where}: same columns and types as {previous_day}."
-            if rows
+            if typed
             else f"{where}: the file holds no rows, so its columns have no types to compare; "
             f"same column names as {previous_day}."
+            if not rows
+            else f"{where}: {previous_day}'s file held no rows, so its columns have no types to "
+            "compare; same column names."
         ),
         metadata={"new_columns": new, "missing_columns": missing, "retyped_columns": retyped},
     )
@@ -319,9 +325,9 @@ def previous_column_schema(
     context: dg.AssetExecutionContext,
     contract: Contract,
     day: str,
-    computed: Mapping[str, dg.TableSchema],
-) -> tuple[str, dg.TableSchema | None]:
-    """The previous day and its column schema, as this step `computed` it or as recorded.
+    computed: Mapping[str, tuple[dg.TableSchema, int]],
+) -> tuple[str, dg.TableSchema | None, int]:
+    """The previous day, its column schema and row count, as `computed` here or as recorded.
 
     In a range, the step's days are recorded only when the whole run is: the day before one of
     them is in `computed` (accepted) or asked of Dagster (the day before the range, a rejected
@@ -330,17 +336,23 @@ def previous_column_schema(
     previous = dt.date.fromisoformat(day) - dt.timedelta(days=1)
     previous_day = previous.isoformat()
     if previous_day in computed:
-        return previous_day, computed[previous_day]
+        return previous_day, *computed[previous_day]
     if previous < contract.partitions.start_date:
-        return previous_day, None
+        return previous_day, None, 0
     records = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[previous_day]),
         limit=1,
     ).records
     if not records or records[0].asset_materialization is None:
-        return previous_day, None
-    schema = records[0].asset_materialization.metadata.get("dagster/column_schema")
-    return previous_day, schema.value if schema is not None else None
+        return previous_day, None, 0
+    metadata = records[0].asset_materialization.metadata
+    schema, rows = metadata.get("dagster/column_schema"), metadata.get("dagster/row_count")
+    # A record without a row count is one made before the count was kept: it had rows.
+    return (
+        previous_day,
+        schema.value if schema is not None else None,
+        int(rows.value) if rows is not None else 1,
+    )
 
 
 def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -397,7 +409,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         """
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
         # Schemas of the days this step has accepted, which the next day compares with.
-        schemas: dict[str, dg.TableSchema] = {}
+        schemas: dict[str, tuple[dg.TableSchema, int]] = {}
 
         def day_of_raw_data(day: str) -> Iterator:
             file_name = contract.landing.file_name(day)
@@ -421,8 +433,12 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             record_bytes_read(op_name(contract.name, "raw_data"), landed.size)
             frame = landed.frame
             schema = table_schema(frame)
-            previous_day, previous = previous_column_schema(context, contract, day, schemas)
-            yield schema_change_result(schema, previous, previous_day, where, len(frame))
+            previous_day, previous, previous_rows = previous_column_schema(
+                context, contract, day, schemas
+            )
+            yield schema_change_result(
+                schema, previous, previous_day, where, len(frame), previous_rows
+            )
             rejected = rejected_key(contract, day, context.run.run_id)
             check = schema_check_result(
                 frame, contract, file_name, day, keep=lambda: keep_rejected(lake, rejected, frame)
@@ -437,7 +453,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                         "content_sha256": landed.sha256,
                     },
                 )
-            schemas[day] = schema
+            schemas[day] = (schema, len(frame))
             yield dg.MaterializeResult(
                 value=frame,
                 metadata={
