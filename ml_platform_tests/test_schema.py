@@ -99,6 +99,17 @@ def test_retyped_column_is_reported_with_the_offending_sample():
     assert "'n/a'" in description
 
 
+def test_a_header_name_that_differs_only_by_spaces_or_case_is_pointed_out():
+    frame = generate_day(SYNTHETIC_DAY, seed=7, rows=200).rename(
+        columns={"amount": " amount", "segment": "Segment"}
+    )
+    report = raw_schema(landed(frame), SYNTHETIC)
+    description = report.describe()
+    assert "missing column(s) amount, segment" in description
+    assert "the file's ' amount' is the contract's 'amount' but for spaces or case" in description
+    assert "the file's 'Segment' is the contract's 'segment' but for spaces or case" in description
+
+
 def test_schema_check_result_fails_and_tells_what_to_do():
     result = schema_check_result(
         synthetic_raw("missing_column"), SYNTHETIC, "synthetic_2024-01-03.csv", "2024-01-03"

@@ -74,6 +74,14 @@ class SchemaReport:
             parts.append(f"unexpected column(s) {', '.join(self.unexpected)}")
         parts.extend(f"column {col} {found}" for col, found in self.retyped.items())
         parts.extend(f"column {col} {found}" for col, found in self.unreadable.items())
+        # A name that differs only by spaces or case looks the same in the list above.
+        near = {name.strip().casefold(): name for name in self.unexpected}
+        parts.extend(
+            f"the file's {near[name.casefold()]!r} is the contract's {name!r} but for spaces or "
+            "case; rename it upstream"
+            for name in self.missing
+            if name.casefold() in near
+        )
         return "; ".join(parts) if parts else "columns and types match the contract"
 
 
