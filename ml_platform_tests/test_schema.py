@@ -334,6 +334,24 @@ def test_a_spreadsheets_non_utf8_export_is_named_as_such_without_a_chunks_positi
     assert "position" not in message
 
 
+def test_a_file_separated_by_semicolons_is_named_as_such():
+    # Decimal commas make rows longer than the header: the file does not parse.
+    with pytest.raises(LandingFileError) as info:
+        read_landed_file(b"ts;amount;qty\n2024-01-03T08:00:00;12,5;3\n", "o.csv", "2024-01-03")
+    assert str(info.value) == (
+        "o.csv (partition 2024-01-03) is not a readable CSV file: its header is separated by "
+        "';', not ','; export it comma-separated"
+    )
+    # Without them it parses as one column, which the schema check names.
+    frame = generate_day(SYNTHETIC_DAY, seed=7, rows=20)
+    raw = read_landed_file(frame.to_csv(index=False, sep=";").encode(), "s.csv", "2024-01-03")
+    described = raw_schema(raw, SYNTHETIC).describe()
+    assert "missing column(s) event_time, x1" in described
+    assert described.endswith(
+        "the header looks separated by ';', not ','; export it comma-separated"
+    )
+
+
 def test_rows_with_more_fields_than_the_header_are_not_silently_shifted():
     # Extra values on every row: pandas would by default make the first column the index and
     # shift every value one column to the left.

@@ -82,6 +82,8 @@ class SchemaReport:
             for name in self.missing
             if name.casefold() in near
         )
+        if any(";" in name for name in self.unexpected):
+            parts.append("the header looks separated by ';', not ','; export it comma-separated")
         return "; ".join(parts) if parts else "columns and types match the contract"
 
 

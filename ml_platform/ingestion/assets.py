@@ -129,6 +129,13 @@ class _ReadOnce(io.RawIOBase):
             pass
 
 
+def _semicolons(landed: _ReadOnce) -> str:
+    """What is wrong with a header separated by semicolons (a European spreadsheet's CSV), or ''."""
+    if b";" in landed.header and b"," not in landed.header:
+        return "its header is separated by ';', not ','; export it comma-separated"
+    return ""
+
+
 def _content_end(data: bytes) -> int:
     """Length of `data` without its trailing line breaks (offsets: rstrip would copy)."""
     end = len(data)
@@ -167,7 +174,8 @@ def read_landed_stream(
         ) from exc
     except (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError) as exc:
         raise LandingFileError(
-            f"{file_name} (partition {partition}) is not a readable CSV file: {exc}"
+            f"{file_name} (partition {partition}) is not a readable CSV file: "
+            f"{_semicolons(landed) or exc}"
         ) from exc
     # pandas reads a repeated name as a second column `name.1`: one of the two would be taken
     # for the contract's column without a word.
