@@ -46,6 +46,28 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {text!r}") from exc
 
 
+def _count(text: str) -> int:
+    """A number of days: a whole number of at least one."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _span(text: str) -> float:
+    """A look-back in days: a number above zero."""
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def _days(start: dt.date, count: int) -> list[dt.date]:
     return [start + dt.timedelta(days=i) for i in range(count)]
 
@@ -121,7 +143,7 @@ def landing_status(args: argparse.Namespace) -> int:
     --landing-dir names a directory. With a `freshness:` section, the days whose delivery has
     not arrived and been accepted by the deadline are listed from the instance's records.
     """
-    from ml_platform.ingestion.landing import own_files, scan_landing
+    from ml_platform.ingestion.landing import LandingZoneMissingError, own_files, scan_landing
     from ml_platform.ingestion.zones import landing_store
 
     settings = Settings()
@@ -132,7 +154,11 @@ def landing_status(args: argparse.Namespace) -> int:
         location = Location.directory(_landing_dir(args, settings))
     source = landing_store(location, settings)
     with configured(source) as zone:
-        entries = zone.entries()
+        try:
+            entries = zone.entries()
+        except LandingZoneMissingError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         refused = {e.name: e.refused for e in entries if e.refused is not None}
         readable = [e.name for e in entries if e.refused is None]
         # Files of the other datasets of the code location are theirs, not misfits of this one.
@@ -912,7 +938,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("land", help="land day files of a dataset into the landing zone")
     p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
-    p.add_argument("--days", type=int, default=1, help="number of consecutive days")
+    p.add_argument("--days", type=_count, default=1, help="number of consecutive days")
     p.add_argument("--landing-dir", help="default: $ML_PLATFORM_LANDING_DIR")
     p.add_argument("--drift-feature", help="synthetic only: feature to shift")
     p.add_argument("--drift-sd", type=float, default=0.2, help="shift in standard deviations")
@@ -937,7 +963,7 @@ def parser() -> argparse.ArgumentParser:
         "materialize", help="run days of the whole graph through the Dagster webserver and daemon"
     )
     p.add_argument("--start", type=_date, required=True, help="first day, YYYY-MM-DD")
-    p.add_argument("--days", type=int, default=1, help="number of consecutive days")
+    p.add_argument("--days", type=_count, default=1, help="number of consecutive days")
     p.add_argument("--force", action="store_true", help="rerun days already accepted")
     _wait_option(p)
     p.add_argument("--dataset", help=DATASET_HELP)
@@ -951,7 +977,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("what", help="the changed contract file, or promote, remove or list")
     p.add_argument("replay_name", nargs="?", help="the replay to promote or remove")
     p.add_argument("--start", type=_date, help="first day to replay, YYYY-MM-DD")
-    p.add_argument("--days", type=int, default=1, help="number of consecutive days")
+    p.add_argument("--days", type=_count, default=1, help="number of consecutive days")
     p.add_argument("--name", help="the replay's name (default: the contract file's name)")
     _wait_option(p)
     p.set_defaults(func=replay)
@@ -959,7 +985,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rejected", help="list rejected days and the command that reruns them")
     p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument("--start", type=_date, help="first day, YYYY-MM-DD (default: every day)")
-    p.add_argument("--days", type=int, default=1, help="number of consecutive days")
+    p.add_argument("--days", type=_count, default=1, help="number of consecutive days")
     p.set_defaults(func=rejected)
 
     p = sub.add_parser("score", help="score a file with a registered model")
@@ -991,7 +1017,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=pools)
 
     p = sub.add_parser("health", help="success rates, durations, checks, memory requests")
-    p.add_argument("--days", type=float, default=7, help="look back this many days")
+    p.add_argument("--days", type=_span, default=7, help="look back this many days")
     p.set_defaults(func=health)
 
     p = sub.add_parser(
@@ -999,7 +1025,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument(
-        "--days", type=float, default=30, help="read materialisations of the last N days"
+        "--days", type=_span, default=30, help="read materialisations of the last N days"
     )
     p.add_argument(
         "--write", action="store_true", help="put the advice into the contract's resources:"

@@ -191,3 +191,10 @@ def test_sample_names_must_carry_their_day(tmp_path):
     with pytest.raises(InferenceError, match="visits_latest.csv: a day file's name must carry"):
         draft_contract([tmp_path / "visits_latest.csv"], "visits")
     assert cli.main(["init-contract", str(tmp_path / "visits_latest.csv"), "--name", "v"]) == 2
+
+
+def test_a_sample_that_does_not_exist_is_named_before_any_rule_on_names(tmp_path, capsys):
+    well_named, badly_named = tmp_path / "visits_2024-01-01.csv", tmp_path / "visits.csv"
+    for missing in (well_named, badly_named):
+        assert cli.main(["init-contract", str(missing), "--name", "v"]) == 2
+        assert f"error: no such sample file: {missing}" in capsys.readouterr().err

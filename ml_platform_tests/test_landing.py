@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ml_platform import cli
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.assets import LandingFileError, read_landed_file, read_landed_stream
 from ml_platform.ingestion.landing import (
@@ -274,3 +275,30 @@ def test_names_that_could_leave_the_zone_are_refused_before_any_read(tmp_path, n
     ):
         pass
     assert unsafe_name_reason("synthetic_2024-01-01.csv") is None
+
+
+def test_landing_status_of_a_zone_that_does_not_exist_says_so(tmp_path, capsys):
+    # A mistyped path or an unmounted volume is not an empty zone.
+    missing = tmp_path / "not_mounted"
+    args = ["landing-status", "--dataset", "synthetic", "--landing-dir", str(missing)]
+    assert cli.main(args) == 2
+    assert f"error: the landing zone {missing} does not exist: create or mount it" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["materialize", "--start", "2024-01-01", "--days", "0"], "must be at least 1, not 0"),
+        (["land", "--start", "2024-01-01", "--days", "-2"], "must be at least 1, not -2"),
+        (["rejected", "--start", "2024-01-01", "--days", "two"], "not a whole number: 'two'"),
+        (["health", "--days", "-3"], "must be above 0, not -3"),
+    ],
+)
+def test_a_count_of_days_that_names_no_day_is_refused_before_anything_runs(command, said, capsys):
+    # A script's miscomputed count would otherwise run nothing and exit 0.
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(command)
+    assert stopped.value.code == 2
+    assert f"argument --days: {said}" in capsys.readouterr().err

@@ -35,6 +35,7 @@ from ml_platform.ingestion.landing import (
     LANDED_VERSION_TAG,
     LandingStore,
     LandingZone,
+    LandingZoneMissingError,
     RefusedLandingFileError,
 )
 from ml_platform.ingestion.s3_landing import S3LandingZone
@@ -243,6 +244,24 @@ def test_deleted_files_do_nothing(local):
     # Landing it again is a new delivery.
     write(directory, synthetic_name("2024-01-01"), b"a,b\n5,6\n")
     assert sensor.requested() == ["2024-01-01"]
+
+
+def test_a_zone_whose_directory_is_gone_fails_the_tick_and_forgets_nothing(local, tmp_path):
+    directory, sensor = local
+    for day in ["2024-01-01", "2024-01-02"]:
+        write(directory, synthetic_name(day))
+    assert sensor.requested() == ["2024-01-01", "2024-01-02"]
+    seen = sensor.cursor
+
+    # The volume is unmounted (the directory moved away): not an empty zone.
+    directory.rename(tmp_path / "unmounted")
+    with pytest.raises(LandingZoneMissingError, match=f"the landing zone {directory} does not"):
+        sensor.tick()
+    assert sensor.cursor == seen
+
+    # Mounted again: every file is one the sensor has seen, so no day runs again.
+    (tmp_path / "unmounted").rename(directory)
+    assert sensor.requested() == []
 
 
 def test_files_being_written_are_not_listed(local):

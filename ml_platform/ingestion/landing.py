@@ -41,6 +41,10 @@ class MissingLandingFileError(FileNotFoundError):
     """No file has landed for a partition day."""
 
 
+class LandingZoneMissingError(FileNotFoundError):
+    """The landing zone's directory does not exist: a path mistyped or a volume not mounted."""
+
+
 class RefusedLandingFileError(ValueError):
     """A landing zone entry that is not read: a link, not a regular file, or an unsafe name."""
 
@@ -238,11 +242,20 @@ class LandingZone(LandingStore):
             yield handle
 
     def _entry_names(self) -> list[str]:
-        """Names of every entry in the zone but dot-files (files still being written), sorted."""
-        if not os.path.isdir(self.base_dir):
-            return []
-        with os.scandir(self.base_dir) as entries:
-            return sorted(e.name for e in entries if not e.name.startswith("."))
+        """Names of every entry in the zone but dot-files (files still being written), sorted.
+
+        A zone whose directory is missing is an error, not an empty zone: read as empty, it
+        would make the landing sensor forget every file it had seen, and run them all again
+        once the volume is back.
+        """
+        try:
+            with os.scandir(self.base_dir) as entries:
+                return sorted(e.name for e in entries if not e.name.startswith("."))
+        except FileNotFoundError as exc:
+            raise LandingZoneMissingError(
+                f"the landing zone {self.base_dir} does not exist: create or mount it, or point "
+                "ML_PLATFORM_LANDING_DIR (or --landing-dir) at the directory files land in"
+            ) from exc
 
     def modified_slack_seconds(self) -> float:
         """One second: `modified` is the later of mtime and ctime, which a rename also sets."""

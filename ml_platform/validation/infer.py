@@ -95,6 +95,9 @@ def read_samples(paths: Sequence[Path]) -> tuple[str, list[Sample]]:
     """The file pattern and each sample, every column read as text."""
     if not paths:
         raise InferenceError("give at least one sample day file")
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        raise InferenceError(f"no such sample file: {', '.join(missing)}")
     pattern, days = file_pattern(paths)
     samples = []
     for path, day in zip(paths, days, strict=True):
