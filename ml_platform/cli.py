@@ -314,10 +314,35 @@ def follow(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str) 
             checked = now
             try:
                 webserver.check_queue()
-            except LaunchError:
-                webserver.terminate(run_id)
-                raise
+            except LaunchError as problem:
+                # The problem is what the user must fix; whether the run left the queue is
+                # said beside it, never in its place.
+                try:
+                    withdraw(instance, webserver, run_id)
+                except LaunchError as kept:
+                    raise LaunchError(f"{problem}. Run {run_id} is still queued: {kept}") from kept
+                raise LaunchError(f"{problem}. Run {run_id} was canceled") from problem
         time.sleep(POLL_SECONDS)
+
+
+def withdraw(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str) -> None:
+    """Terminate the command's run through the webserver, or cancel it from the queue.
+
+    A webserver that no longer answers cannot terminate anything; a run still queued is then
+    canceled by the instance's own run coordinator, as the webserver would have done. Raises
+    `LaunchError` if neither could.
+    """
+    import dagster as dg
+
+    from ml_platform.automation.launch import LaunchError
+
+    try:
+        webserver.terminate(run_id)
+    except LaunchError:
+        run = instance.get_run_by_id(run_id)
+        queued = run is not None and run.status == dg.DagsterRunStatus.QUEUED
+        if not (queued and instance.run_coordinator.cancel_run(run_id)):
+            raise
 
 
 def ready(webserver: "Webserver", wait: float) -> None:
@@ -344,7 +369,7 @@ def terminated(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: s
     from ml_platform.automation.launch import FINISHED, LaunchError
 
     try:
-        webserver.terminate(run_id)
+        withdraw(instance, webserver, run_id)
     except LaunchError as exc:
         return f"not terminated: {exc}"
     deadline = time.monotonic() + TERMINATE_SECONDS

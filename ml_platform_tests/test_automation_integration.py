@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import boto3
+import dagster as dg
 import pytest
 import yaml
 from moto.server import ThreadedMotoServer
@@ -26,7 +27,8 @@ from ml_platform.automation.alert_sensors import (
     RUN_FAILURE_ALERTS_SENSOR,
     RUN_SUCCESS_ALERTS_SENSOR,
 )
-from ml_platform.automation.launch import LAUNCH_BACKFILL
+from ml_platform.automation.launch import LAUNCH_BACKFILL, LaunchError, Webserver
+from ml_platform.cli import follow
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import source_day
 from ml_platform.ingestion.synthetic import file_bytes
@@ -362,7 +364,7 @@ class LocalZoneStack(Stack):
 
 
 def test_the_running_sensor_sees_files_moved_or_copied_in_with_an_old_mtime_not_links(
-    tmp_path, s3_endpoint
+    tmp_path, s3_endpoint, monkeypatch
 ):
     stack = LocalZoneStack(tmp_path, s3_endpoint)
     outbox = tmp_path / "outbox"
@@ -404,6 +406,21 @@ def test_the_running_sensor_sees_files_moved_or_copied_in_with_an_old_mtime_not_
         for run in runs:
             partition = run["tags"]["dagster/partition"]
             assert run["tags"]["ml_platform/landed_file"] == str(in_zone(partition))
+
+        # A run the queue holds, followed by a command whose webserver stopped answering (the
+        # UI shut down): the user reads that the webserver is gone, and the run leaves the
+        # queue through the instance's own run coordinator instead of waiting there unseen.
+        monkeypatch.setattr("ml_platform.cli.QUEUE_CHECK_SECONDS", 0.0)
+        gone = Webserver(url=f"http://127.0.0.1:{free_port()}")
+        queued = runs[0]["runId"]
+        with dg.DagsterInstance.from_config(str(stack.home)) as instance:
+            with pytest.raises(LaunchError) as raised:
+                follow(instance, gone, queued)
+            canceled = instance.get_run_by_id(queued)
+        message = str(raised.value)
+        assert message.startswith(f"no Dagster webserver answers at {gone.url}"), message
+        assert message.endswith(f"Run {queued} was canceled"), message
+        assert canceled is not None and canceled.status == dg.DagsterRunStatus.CANCELED
     finally:
         stack.stop()
     first_line = Path("/etc/os-release").read_text().splitlines()[0]

@@ -72,6 +72,12 @@ class LaunchError(Exception):
     """
 
 
+def client_failure(exc: Exception) -> str:
+    """What the GraphQL client's error was caused by, without the query it puts in its text."""
+    cause = exc.__cause__
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+
+
 @dataclasses.dataclass(frozen=True)
 class Webserver:
     """The Dagster webserver at `url`, through which runs are launched and terminated."""
@@ -129,8 +135,8 @@ class Webserver:
             return self._client().submit_job_execution(job, tags=tags)
         except DagsterGraphQLClientError as exc:
             raise LaunchError(
-                f"the webserver at {self.url} did not launch {job}: {exc}; is it serving this "
-                "code location (workspace.yaml) with the same contracts?"
+                f"the webserver at {self.url} did not launch {job}: {client_failure(exc)}; is it "
+                "serving this code location (workspace.yaml) with the same contracts?"
             ) from exc
 
     def terminate(self, run_id: str) -> None:
@@ -141,8 +147,8 @@ class Webserver:
             self._client().terminate_run(run_id)
         except DagsterGraphQLClientError as exc:
             raise LaunchError(
-                f"the webserver at {self.url} did not terminate run {run_id}: {exc}; terminate "
-                "it in the UI (Runs) or leave it to end"
+                f"the webserver at {self.url} did not terminate run {run_id}: "
+                f"{client_failure(exc)}; terminate it in the UI (Runs) or leave it to end"
             ) from exc
 
     def reload_workspace(self) -> None:
