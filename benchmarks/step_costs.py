@@ -143,6 +143,7 @@ def steps(root: Path, start: dt.date, days: int, instance_dir: Path | None) -> d
         # A day's champion is scored on the next day's rows: the last day has none yet.
         last = dates[-2] if name == "champion_performance" else dates[-1]
         events_before, event_seconds_before = timer.totals()
+        kinds_before = timer.count.copy()
         queries_before, query_seconds_before = queries.count, queries.seconds
         wall, cpu = time.perf_counter(), cpu_seconds()
         result = dg.materialize(
@@ -159,11 +160,13 @@ def steps(root: Path, start: dt.date, days: int, instance_dir: Path | None) -> d
         if not result.success:
             raise RuntimeError(f"{name} over {dates[0]}..{last} failed: no figure to report")
         events, event_seconds = timer.totals()
+        kinds = timer.count - kinds_before
         per_asset[name] = {
             "wall_s": round(time.perf_counter() - wall, 2),
             "cpu_s": round(cpu_seconds() - cpu, 2),
             "events": events - events_before,
             "event_s": round(event_seconds - event_seconds_before, 2),
+            "events_by_kind": dict(kinds.most_common()),
             "record_queries": queries.count - queries_before,
             "record_query_s": round(queries.seconds - query_seconds_before, 2),
         }
