@@ -810,6 +810,34 @@ def test_every_alert_names_the_owners_of_the_dataset_it_is_about(tmp_path):
     )
 
 
+def test_a_replays_failed_runs_are_the_replays_and_page_no_one():
+    # A replay's dataset name extends its live dataset's, and so do its step keys.
+    replay = "flights__replay_hgb"
+    notifier = Notifier(
+        owners={"flights": ["team:flight-analytics"], replay: ["team:flight-analytics"]},
+        silent=[replay],
+        failure_streak=1,
+    )
+    outcome = RunOutcome(
+        run_id="run-2",
+        root_run_id="run-2",
+        job_name=f"{replay}_daily_pipeline_job",
+        partition="2013-02-01",
+        succeeded=False,
+        step_failures=[StepFailure(f"{replay}__model", "ValueError", "bad", user_failure=False)],
+        succeeded_steps=[f"{replay}__raw_data"],
+        failed_checks=[],
+        run_message="",
+    )
+
+    alerts = evaluate_run(outcome, {f"job {replay}_daily_pipeline_job": 1}, notifier, 0.0)
+
+    assert {a.rule for a in alerts} == {"run_failed", "failure_streak"}
+    assert {a.dataset for a in alerts} == {replay}
+    # Delivery routes them by their dataset: a replay's are logged, never paged.
+    assert [a.rule for a in map(notifier.routed, alerts) if a.page] == []
+
+
 def test_a_worker_killed_mid_step_is_alerted_with_the_step_and_how_it_ended():
     outcome = RunOutcome(
         run_id="run-oom",

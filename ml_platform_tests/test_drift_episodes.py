@@ -22,7 +22,7 @@ from ml_platform.drift.episodes import (
 from ml_platform.drift.report import DriftReport
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.synthetic import POPULATION_SD, generate_day
-from ml_platform.platform.run_events import EpisodeNews, RunOutcome
+from ml_platform.platform.run_events import EpisodeNews, FailedCheck, RunOutcome
 
 SPEC = DriftEpisodeSpec()
 START = dt.date(2024, 1, 1)
@@ -257,3 +257,32 @@ def test_an_episode_is_told_once_when_it_opens_and_once_when_it_closes():
 
     # A backfill replays the past: its episodes are in the checks, not told.
     assert evaluate_run(outcome_with(opened), {}, notifier, now=0.0, in_backfill=True) == []
+
+
+def test_paging_drift_episode_pages_the_opening_not_each_day_the_episode_stays_open():
+    series = synthetic_series({i: 4.0 for i in range(10)})
+    [episode] = replay(series, SPEC)
+    unused = dataclasses.replace(episode, closed=None, leaned_on=False, importance=0.01)
+    asset = "synthetic/champion_performance"
+    # A team that wants every episode paged, whatever the champion leans on.
+    notifier = Notifier(paging={"synthetic": {"drift_episode": True}})
+    opened = EpisodeNews(asset, "drift_episode", episode.opened, [unused.to_json()], [])
+    still_open = RunOutcome(
+        run_id="r2",
+        root_run_id="r2",
+        job_name="synthetic_daily_pipeline_job",
+        partition="2024-01-09",
+        succeeded=True,
+        step_failures=[],
+        succeeded_steps=["synthetic__champion_performance"],
+        failed_checks=[FailedCheck(asset, "drift_episode", "WARN", "temperature open since")],
+        run_message="",
+    )
+
+    told = [
+        notifier.routed(alert)
+        for outcome in (outcome_with(opened), still_open)
+        for alert in evaluate_run(outcome, {}, notifier, now=0.0)
+    ]
+
+    assert [(a.rule, a.page) for a in told] == [("drift_episode", True), ("check_failed", False)]

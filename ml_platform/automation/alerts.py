@@ -98,6 +98,25 @@ python_logger = logging.getLogger("ml_platform.alerts")
 # A day's drift and an open episode are the weather of the day: the episode's opening and
 # closing are what is told.
 LOGGED_ONLY_CHECKS = frozenset({"promotion_verdict", "features_drift", "drift_episode"})
+# Every alert's rule. A contract's `alerts.page` key that is a rule routes that rule's alerts
+# only, even where a check has the same name: `drift_episode` is the episode's opening, told
+# once, and the check of that name fails every day the episode stays open.
+RULES = frozenset(
+    {
+        "failure_streak",
+        "recovered",
+        "run_failed",
+        "check_failed",
+        "day_rejected",
+        "rejected_streak",
+        "drift_episode",
+        "drift_episode_closed",
+        "backfill_summary",
+        "landing_misfit",
+        "data_late",
+        "data_arrived",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +124,7 @@ class Alert:
     """One alert: what happened, why, where to look and what to do."""
 
     severity: str  # CRITICAL | ERROR | WARNING | RESOLVED | INFO
-    # failure_streak | recovered | run_failed | check_failed | day_rejected | rejected_streak |
-    # drift_episode | drift_episode_closed | backfill_summary | landing_misfit | data_late |
-    # data_arrived
-    rule: str
+    rule: str  # one of RULES
     title: str  # what happened, one line
     cause: str  # why, one line
     subject: str  # what failed: a job, an asset, a check or a file
@@ -208,13 +224,16 @@ class Notifier(dg.ConfigurableResource):
     def routed(self, alert: Alert) -> Alert:
         """The alert as its dataset's contract routes it: paged or only logged, by kind.
 
-        A failed check's own name wins over its rule (`check_failed`). A replay's alerts are
-        only logged: it runs the past, nobody has to act now.
+        A failed check's own name wins over its rule (`check_failed`), unless the name is also
+        a rule's (RULES), which routes that rule only. A replay's alerts are only logged: it
+        runs the past, nobody has to act now.
         """
         if alert.dataset in self.silent:
             return dataclasses.replace(alert, page=False)
         routes = self.paging.get(alert.dataset or "", {})
         check = alert.subject.rsplit(":", 1)[-1] if alert.rule == "check_failed" else None
+        if check in RULES:
+            check = None
         for kind in (check, alert.rule):
             if kind in routes:
                 return dataclasses.replace(alert, page=routes[kind])
@@ -399,18 +418,23 @@ def dataset_of_asset(asset: str) -> str:
 def run_datasets(outcome: RunOutcome, datasets: Iterable[str]) -> list[str]:
     """Those of `datasets` a run worked on: by its steps (`flights__raw_data`) and checks.
 
-    A run that failed before any step names its dataset in its job only
-    (`flights_daily_pipeline_job`); of the datasets whose prefix it starts with, the longest.
+    A replay's name extends its live dataset's (`flights__replay_hgb`, its steps
+    `flights__replay_hgb__model`): each name is matched to the longest dataset it starts with,
+    so a replay's failure is the replay's, never the live dataset's. A run that failed before
+    any step names its dataset in its job only (`flights_daily_pipeline_job`).
     """
     known = set(datasets)
-    found = {step.split("__", 1)[0] for step in outcome.succeeded_steps}
-    found |= {failure.step.split("__", 1)[0] for failure in outcome.step_failures}
-    found |= {dataset_of_asset(check.asset) for check in outcome.failed_checks}
-    found &= known
-    if not found:
-        by_job = [d for d in known if outcome.job_name.startswith(f"{d}_")]
-        found = {max(by_job, key=len)} if by_job else set()
-    return sorted(found)
+
+    def longest(name: str, separator: str) -> str | None:
+        matches = [d for d in known if name.startswith(f"{d}{separator}")]
+        return max(matches, key=len) if matches else None
+
+    steps = [*outcome.succeeded_steps, *(failure.step for failure in outcome.step_failures)]
+    named = [longest(step, "__") for step in steps]
+    named += [dataset_of_asset(check.asset) for check in outcome.failed_checks]
+    found = {d for d in named if d in known}
+    by_job = longest(outcome.job_name, "_")
+    return sorted(found or ({by_job} if by_job else set()))
 
 
 def episode_alerts(news: EpisodeNews, notifier: Notifier, alert: Any) -> list[Alert]:
