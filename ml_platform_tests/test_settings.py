@@ -5,7 +5,7 @@ import re
 import dagster as dg
 import pytest
 
-from ml_platform.platform.settings import Location, Settings
+from ml_platform.platform.settings import Location, Settings, parse_s3_url
 from ml_platform_tests.conftest import REPO
 
 ENV_READ = re.compile(r"os\.environ|os\.getenv|getenv\(")
@@ -40,6 +40,27 @@ def test_an_s3_url_selects_s3_for_that_location_only():
     # Resources see the variable, not its value.
     assert settings.landing.config() == dg.EnvVar("ML_PLATFORM_LANDING_URL")
     assert Location.directory("/tmp/x").config() == "/tmp/x"
+
+
+@pytest.mark.parametrize(
+    ("url", "bucket", "prefix"),
+    [
+        ("s3://lake", "lake", ""),
+        ("s3://lake/", "lake", ""),
+        ("s3://lake/team/daily", "lake", "team/daily/"),
+        # Ordinary characters of an S3 key: the prefix is the whole path, not a web URL's.
+        ("s3://lake/runs#2/", "lake", "runs#2/"),
+        ("s3://lake/team?a/lake", "lake", "team?a/lake/"),
+    ],
+)
+def test_an_s3_url_is_its_bucket_and_whole_prefix(url, bucket, prefix):
+    assert parse_s3_url(url) == (bucket, prefix)
+
+
+@pytest.mark.parametrize("url", ["s3:/lake/x", "s3:///x", "/lake/x", "https://lake/x"])
+def test_what_is_not_an_s3_url_is_refused(url):
+    with pytest.raises(ValueError, match="not an S3 URL of the form s3://bucket/prefix"):
+        parse_s3_url(url)
 
 
 def test_a_local_command_on_an_s3_location_says_what_to_do():

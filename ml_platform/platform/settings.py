@@ -87,12 +87,17 @@ MLFLOW_UI_ENV = "ML_PLATFORM_MLFLOW_UI_URL"
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'."""
-    parsed = urlparse(url)
-    if parsed.scheme != "s3" or not parsed.netloc:
+    """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'.
+
+    Split by hand, not as a web URL: `#` and `?` are ordinary characters of an S3 key, and a
+    URL parser would cut the prefix at them and point the zone or the lake at another one.
+    """
+    scheme, _, rest = url.partition("://")
+    bucket, _, path = rest.partition("/")
+    if scheme != "s3" or not bucket:
         raise ValueError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
-    prefix = parsed.path.strip("/")
-    return parsed.netloc, f"{prefix}/" if prefix else ""
+    prefix = path.strip("/")
+    return bucket, f"{prefix}/" if prefix else ""
 
 
 @dataclasses.dataclass(frozen=True)
