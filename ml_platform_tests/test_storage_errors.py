@@ -19,6 +19,7 @@ from ml_platform.ingestion.s3_landing import S3LandingZone
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.failures import (
     CONFIGURATION,
+    DATA,
     RESOURCE_EXHAUSTION,
     StepFailure,
     classify_failure,
@@ -103,6 +104,49 @@ def test_a_lake_that_fills_during_a_day_fails_it_once_naming_where_and_leaves_no
         # day's whole one, which no materialisation records.
         assert files_in(lake) == {filler.name}
         assert platform.materialized("raw_data") == set()
+
+
+def test_a_damaged_lake_file_fails_the_day_reading_it_once_naming_file_and_day(platform_for):
+    platform = platform_for("synthetic")
+    platform.land(DAY, 1)
+    selection = {
+        "raw_data": [platform.key("raw_data")],
+        "validated": [platform.key("validated_data")],
+    }
+
+    def run(name: str) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            list(platform.defs.assets or []),
+            resources=platform.defs.resources,
+            instance=platform.instance,
+            selection=selection[name],
+            partition_key=DAY,
+            raise_on_error=False,
+        )
+
+    assert run("raw_data").success
+    # A partial restore of the lake: the day's file cut in half.
+    [stored] = (Path(platform.lake_dir) / "synthetic" / "raw_data" / DAY).iterdir()
+    stored.write_bytes(stored.read_bytes()[: stored.stat().st_size // 2])
+
+    result = run("validated")
+
+    assert not result.success
+    kinds = [
+        e.dagster_event.event_type
+        for e in platform.instance.all_logs(result.run_id)
+        if e.dagster_event
+    ]
+    assert dg.DagsterEventType.STEP_UP_FOR_RETRY not in kinds
+    diagnosis = diagnose_run(platform.instance, result.run_id)
+    (failure,) = diagnosis.failed_steps
+    assert (
+        f"synthetic/raw_data partition {DAY} cannot be read: {stored.resolve()} is not a whole "
+        "parquet file"
+    ) in failure.message
+    assert "materialise the day again" in failure.message
+    assert diagnosis.classification is not None
+    assert diagnosis.classification.failure_class == DATA
 
 
 def test_a_read_only_lake_fails_at_once_classed_configuration(tmp_path):

@@ -59,6 +59,7 @@ DATA_ERROR_CLASSES = frozenset(
         "TrainingDataError",
         "WindowCoverageError",
         "MissingPartitionError",
+        "CorruptLakeFileError",
     }
 )
 RESOURCE_ERROR_CLASSES = frozenset({"MemoryError", "OutOfMemoryError"})

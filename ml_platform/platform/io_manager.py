@@ -19,7 +19,11 @@ from ml_platform.platform.inputs import WINDOW_KEY, DailyInput
 from ml_platform.platform.observability import record_bytes_read
 from ml_platform.platform.records import LAKE_KEY, DayRecord, day_records, recorded_lake_keys
 from ml_platform.platform.storage import LakeStorage
-from ml_platform.platform.storage_errors import MissingPartitionError, partition_errors
+from ml_platform.platform.storage_errors import (
+    CorruptLakeFileError,
+    MissingPartitionError,
+    partition_errors,
+)
 
 
 class LakeIOManager(dg.ConfigurableIOManager):
@@ -167,7 +171,7 @@ class LakeIOManager(dg.ConfigurableIOManager):
         with partition_errors(asset_key, day):
             if key is None or not self.storage.exists(key):
                 return None
-            return self.load_key(key, fmt)
+            return self.load_key(key, fmt, what=f"{asset_key.to_user_string()} partition {day}")
 
     def load_input(self, context: dg.InputContext) -> Any:
         """An upstream partition or window of partitions as a `DailyInput`, read on access.
@@ -220,7 +224,20 @@ class LakeIOManager(dg.ConfigurableIOManager):
         with self.storage.open_read(key) as handle:
             size = handle.seek(0, io.SEEK_END)
             handle.seek(0)
-            value = deserialise_from(handle, fmt)
+            try:
+                value = deserialise_from(handle, fmt)
+            except (OSError, MemoryError):
+                raise  # reading failed, not the bytes: storage errors keep their classes
+            except Exception as exc:
+                # Each format's reader raises its own error for bytes it cannot decode
+                # (ArrowInvalid, JSONDecodeError, EOFError, UnpicklingError, ...).
+                raise CorruptLakeFileError(
+                    f"{what or key} cannot be read: {self.storage.uri(key)} is not a whole "
+                    f"{fmt} file ({type(exc).__name__}: {exc}). It was damaged after the run "
+                    "that wrote it (a partial copy or restore, a disk or bucket fault); "
+                    "retrying reads the same bytes: materialise the day again, which rewrites "
+                    "it, or restore the file"
+                ) from exc
         if reader is not None:
             record_bytes_read(reader, size)
         return value

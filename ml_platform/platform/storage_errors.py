@@ -136,3 +136,15 @@ class MissingPartitionError(dg.Failure, FileNotFoundError):
 
     def __init__(self, message: str):
         super().__init__(description=message, allow_retries=False)
+
+
+class CorruptLakeFileError(dg.Failure, ValueError):
+    """A stored day's file that its format cannot read: damaged after the run that wrote it.
+
+    Files are written whole (a temporary name, then a rename), so a truncated or garbled one
+    was damaged since: a partial copy or restore, a disk or bucket fault. Retrying reads the
+    same bytes; materialising the day again rewrites the file.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(description=message, allow_retries=False)
