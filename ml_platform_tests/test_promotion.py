@@ -477,6 +477,38 @@ def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
     assert chain.before(DAYS[0])["champion"] is None
 
 
+def test_a_rejected_re_delivery_of_a_promoted_day_keeps_its_promotion(tmp_path):
+    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
+    platform = Platform(tolerant, tmp_path / "root")
+    platform.land(DAYS[0], 3)
+    for day in DAYS[:2]:
+        assert platform.materialize(day).success
+    registry = lake_registry(platform.lake_dir, "synthetic")
+    promoted = f"daily-{DAYS[1]}"
+    assert registry.alias("champion") == promoted
+    number = registry.client.get_registered_model("synthetic").aliases["champion"]
+
+    # The second day delivered again, without its last column: the gate rejects it and every
+    # asset after it records the day unchanged.
+    landed = platform.landing_dir / f"synthetic_{DAYS[1]}.csv"
+    lines = landed.read_text().splitlines()
+    landed.write_text("".join(line.rsplit(",", 1)[0] + "\n" for line in lines))
+    result = platform.materialize(DAYS[1])
+
+    assert result.success
+    record = result.asset_materializations_for_node(platform.node("registered_model"))[0]
+    assert record.metadata["verdict"].value == "unchanged"
+    # The day's promotion stands: in MLflow, in the record, and for the day after it.
+    assert registry.alias("champion") == promoted
+    assert registry.client.get_registered_model("synthetic").aliases["champion"] == number
+    assert record.metadata["champion"].value == promoted
+    chain = RecordedChain(platform.instance, platform.key("registered_model"), DAYS[0])
+    assert chain.before(DAYS[2])["champion"] == promoted
+    assert platform.materialize(DAYS[2]).success
+    met = json.loads(platform.stored("registered_model", DAYS[2], "json").read_text())
+    assert met["champion_met"] == promoted
+
+
 class FlakyRegistry(ModelRegistryResource):
     """The registry, whose registration of one version, or the move of the aliases to it, fails
     once, as a dropped write does (the move after the champion moved, before the challenger).

@@ -70,7 +70,7 @@ How a day ends (docs/verdicts.md has the table):
 import dataclasses
 import enum
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dagster as dg
@@ -264,6 +264,8 @@ def each_day(
     compute: Callable[..., Iterator],
     verdict_check: str | None = None,
     before_recording: Callable[[], None] | None = None,
+    carried: Sequence[str] = (),
+    on_unchanged: Callable[[str, DayRecord], None] | None = None,
     **inputs: Any,
 ) -> Iterator:
     """Run `compute(day, **inputs)` for each day of the step and report each day's results.
@@ -273,6 +275,11 @@ def each_day(
     the verdict's reason otherwise. `before_recording`, when given, runs once every day of the
     step succeeded, before any is recorded: what the step commits outside the lake (the
     registry's aliases) once, and never for an attempt that fails.
+
+    A day recorded unchanged keeps its earlier outcome: its record repeats the earlier record's
+    `carried` metadata (what readers of the latest record rely on, such as the aliases a
+    registry day left), and `on_unchanged(day, earlier_record)`, when given, tells `compute`'s
+    later days of the step that it was not computed again.
     """
     op_name = context.op_def.name
     asset_key = context.asset_key
@@ -366,14 +373,18 @@ def each_day(
     def compute_day(day: str) -> DayOutcome:
         because = unchanged_because(day)
         if because is not None:
+            earlier = previous[day]
+            if on_unchanged is not None:
+                on_unchanged(day, earlier)
             return DayOutcome(
                 day,
                 [],
                 metadata={
+                    **{k: earlier.metadata[k] for k in carried if k in earlier.metadata},
                     "verdict": UNCHANGED,
                     "reason": because,
                     "accepted": True,
-                    "accepted_rows": previous[day].accepted_rows or 0,
+                    "accepted_rows": earlier.accepted_rows or 0,
                     LAKE_KEY: kept_key(day),
                 },
             )

@@ -58,8 +58,9 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
-from ml_platform.registry.chain import RecordedChain, aliases_of
+from ml_platform.registry.chain import RecordedChain, aliases_of, says_aliases
 from ml_platform.registry.store import (
+    ALIASES,
     ModelRegistryResource,
     RegistryError,
     environment_manifest,
@@ -315,11 +316,23 @@ def build_registered_model(
         # The aliases each day this step judged left: what its next day meets.
         judged_after: dict[str, dict[str, str | None]] = {}
 
+        def kept(day: str, earlier: DayRecord) -> None:
+            """A day recorded unchanged (its re-delivery rejected upstream) keeps its decision.
+
+            The aliases its earlier record says it left are what its next day meets and, unless
+            the step reruns the past, where the step leaves them.
+            """
+            if not says_aliases(earlier):
+                return  # an earlier record that says nothing leaves nothing
+            judged_after[day] = aliases_of(earlier)
+            if past is None:
+                current.update(judged_after[day])
+
         def aliases_met(day: str) -> dict[str, str | None]:
             """The aliases the days before `day` left: this step's, else Dagster's record.
 
             A day of the step it did not judge (rejected upstream in this run) leaves nothing,
-            whatever an earlier run recorded for it.
+            whatever an earlier run recorded for it; one recorded unchanged leaves what it did.
             """
             earlier = [d for d in judged_after if d < day]
             return dict(judged_after[max(earlier)] if earlier else chain.before(days[0]))
@@ -575,6 +588,8 @@ def build_registered_model(
             context,
             day_of_registered_model,
             before_recording=move_aliases,
+            carried=ALIASES,
+            on_unchanged=kept,
             model=model,
             evaluation=evaluation,
             features=features,

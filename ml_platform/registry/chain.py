@@ -23,8 +23,8 @@ LOOKBACK_DAYS = 31
 def says_aliases(record: DayRecord | None) -> bool:
     """Whether a record says where the aliases were after its day: an accepted, judged day.
 
-    A tombstone judged nothing, and a day recorded unchanged (its inputs' re-deliveries were
-    rejected) kept an earlier record, which Dagster's latest record no longer carries.
+    A tombstone judged nothing. A day recorded unchanged (its inputs' re-deliveries were
+    rejected) repeats the aliases of the record it kept (`each_day`'s `carried`).
     """
     return record is not None and record.accepted and ALIASES[0] in record.metadata
 
