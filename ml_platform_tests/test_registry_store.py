@@ -165,6 +165,34 @@ def test_the_aliases_move_only_to_whole_versions_and_no_alias_file_is_written(se
     assert version_day("full-2024-01-02") == "2024-01-02"
 
 
+def test_an_alias_follows_a_day_registered_again_to_its_new_version(served, tmp_path):
+    platform, _, features = served
+    model = platform.registry().load(f"daily-{FIRST}")
+    registry = lake_registry(tmp_path, "synthetic")
+    registry.upsert(NEW, model, {"partition": SECOND}, features.head(5))
+    registry.set_aliases({"champion": NEW})
+    first = registry.model_version(NEW).version
+
+    # The day registered again by a later step (a retry after the aliases moved, a corrected
+    # day rerun), which then sets the aliases to what its days left.
+    again = lake_registry(tmp_path, "synthetic")
+    number = again.upsert(NEW, model, {"partition": SECOND}, features.head(5))
+    again.set_aliases({"champion": NEW})
+
+    def aliased() -> dict[str, str]:
+        aliases = again.client.get_registered_model("synthetic").aliases
+        return {alias: str(number) for alias, number in aliases.items()}
+
+    assert str(number) != str(first)
+    # MLflow's alias is on the version the name now loads, as `models:/synthetic@champion`
+    # serves it and the platform's own loading of the champion reads it.
+    assert aliased() == {"champion": str(number)}
+    assert str(again.model_version(NEW).version) == str(number)
+    # Where it is already, nothing moves.
+    again.set_aliases({"champion": NEW, "challenger": None})
+    assert aliased() == {"champion": str(number)}
+
+
 def test_each_training_is_an_mlflow_run_that_the_registered_version_comes_from(served):
     platform, _, _ = served
     model_event = platform.instance.get_latest_materialization_event(platform.key("model"))

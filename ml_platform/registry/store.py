@@ -346,19 +346,24 @@ class ModelRegistry:
         """The platform name of the version an alias points to now, if any."""
         return self.aliases().get(name)
 
-    def aliases(self) -> dict[str, str | None]:
-        """Where each alias points now (platform names; None: nowhere)."""
+    def _alias_numbers(self) -> dict[str, str]:
+        """The MLflow version number each alias points at now (none: not set)."""
         from mlflow.exceptions import MlflowException
 
         try:
-            numbers = dict(self.client.get_registered_model(self.name).aliases)
+            numbers = self.client.get_registered_model(self.name).aliases
         except MlflowException as exc:
             if exc.error_code != NOT_FOUND:
                 raise
-            numbers = {}  # nothing registered yet
+            return {}  # nothing registered yet
+        return {alias: str(number) for alias, number in numbers.items()}
+
+    def aliases(self) -> dict[str, str | None]:
+        """Where each alias points now (platform names; None: nowhere)."""
+        numbers = self._alias_numbers()
         return {
             alias: (
-                self.client.get_model_version(self.name, str(numbers[alias])).tags[VERSION_TAG]
+                self.client.get_model_version(self.name, numbers[alias]).tags[VERSION_TAG]
                 if alias in numbers
                 else None
             )
@@ -372,28 +377,34 @@ class ModelRegistry:
     def set_aliases(self, aliases: dict[str, str | None]) -> None:
         """Point every alias as given (None: at nothing); a no-op where they do already.
 
-        Each version named must be whole: RegistryError names the alias and why otherwise.
+        Compared by MLflow version number, not by platform name: a day registered again (a
+        retry after the aliases moved, a corrected day rerun) has a newer version of the same
+        name, which the name now loads, and the alias must follow it. Each version named must
+        be whole: RegistryError names the alias and why otherwise.
         """
         unknown = set(aliases) - set(ALIASES)
         if unknown:
             raise ValueError(f"unknown alias(es) {sorted(unknown)}; aliases are {ALIASES}")
-        current = self.aliases()
+        current = self._alias_numbers()
         targets: dict[str, str | None] = {}
         for name, version in aliases.items():
-            if current.get(name) == version:
-                continue
             if version is None:
-                targets[name] = None
+                if name in current:
+                    targets[name] = None
                 continue
             if version in self._created:
                 targets[name] = self._created[version]
                 continue
             try:
+                latest = self.model_version(version)
+                if current.get(name) == str(latest.version):
+                    continue  # already there: the version was whole when the alias moved
                 with tempfile.TemporaryDirectory(prefix="ml_platform-alias-") as scratch:
                     _, found = self._download(version, scratch)
             except RegistryError as exc:
                 raise RegistryError(f"cannot point '{name}' at version '{version}': {exc}") from exc
             targets[name] = str(found.version)
+        targets = {name: n for name, n in targets.items() if n is None or current.get(name) != n}
         for name, number in targets.items():
             if number is None:
                 self.client.delete_registered_model_alias(self.name, name)
