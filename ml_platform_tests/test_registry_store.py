@@ -193,6 +193,26 @@ def test_an_alias_follows_a_day_registered_again_to_its_new_version(served, tmp_
     assert aliased() == {"champion": str(number)}
 
 
+def test_an_alias_a_person_put_on_a_version_of_their_own_is_named_and_moved_back(served, tmp_path):
+    platform, _, features = served
+    model = platform.registry().load(f"daily-{FIRST}")
+    registry = lake_registry(tmp_path, "synthetic")
+    registry.upsert(NEW, model, {"partition": SECOND}, features.head(5))
+    registry.set_aliases({"champion": NEW})
+    # In MLflow's UI: a version registered by hand, and the challenger alias put on it.
+    client = registry.client
+    own = client.create_model_version("synthetic", registry.model_version(NEW).source)
+    client.set_registered_model_alias("synthetic", "challenger", own.version)
+
+    assert registry.aliases() == {
+        "champion": NEW,
+        "challenger": f"model version {own.version} (registered outside the platform)",
+    }
+    # What a recorded day says wins: the alias leaves the person's version.
+    registry.set_aliases({"champion": NEW, "challenger": None})
+    assert registry.aliases() == {"champion": NEW, "challenger": None}
+
+
 def test_each_training_is_an_mlflow_run_that_the_registered_version_comes_from(served):
     platform, _, _ = served
     model_event = platform.instance.get_latest_materialization_event(platform.key("model"))

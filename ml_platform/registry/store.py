@@ -359,16 +359,20 @@ class ModelRegistry:
         return {alias: str(number) for alias, number in numbers.items()}
 
     def aliases(self) -> dict[str, str | None]:
-        """Where each alias points now (platform names; None: nowhere)."""
+        """Where each alias points now (platform names; None: nowhere).
+
+        An alias a person pointed at a version registered outside the platform (no platform
+        name) is described as such: the registry step then warns and moves it back.
+        """
         numbers = self._alias_numbers()
-        return {
-            alias: (
-                self.client.get_model_version(self.name, numbers[alias]).tags[VERSION_TAG]
-                if alias in numbers
-                else None
-            )
-            for alias in ALIASES
-        }
+        found: dict[str, str | None] = dict.fromkeys(ALIASES)
+        for alias in ALIASES:
+            if alias in numbers:
+                tags = self.client.get_model_version(self.name, numbers[alias]).tags
+                found[alias] = tags.get(
+                    VERSION_TAG, f"model version {numbers[alias]} (registered outside the platform)"
+                )
+        return found
 
     def set_alias(self, name: str, version: str) -> None:
         """Point an alias at a whole version; RegistryError if the version is not whole."""
