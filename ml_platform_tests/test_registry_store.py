@@ -18,6 +18,7 @@ from mlflow.exceptions import MlflowException
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
 from ml_platform.platform.failures import (
+    CONFIGURATION,
     TRANSIENT_INFRASTRUCTURE,
     StepFailure,
     classify_failure,
@@ -25,7 +26,7 @@ from ml_platform.platform.failures import (
 )
 from ml_platform.platform.s3 import S3Storage
 from ml_platform.platform.storage import LocalStorage
-from ml_platform.platform.tracking import MlflowStores
+from ml_platform.platform.tracking import DeletedInMlflowError, MlflowStores
 from ml_platform.registry.store import MODEL_FILE, ModelRegistry, RegistryError, version_day
 from ml_platform_tests.conftest import (
     Platform,
@@ -211,6 +212,35 @@ def test_an_alias_a_person_put_on_a_version_of_their_own_is_named_and_moved_back
     # What a recorded day says wins: the alias leaves the person's version.
     registry.set_aliases({"champion": NEW, "challenger": None})
     assert registry.aliases() == {"champion": NEW, "challenger": None}
+
+
+def test_what_a_person_deleted_in_mlflow_is_worked_around_or_named_not_retried(served, tmp_path):
+    platform, _, features = served
+    model = platform.registry().load(f"daily-{FIRST}")
+    registry = lake_registry(tmp_path / "runs", "synthetic")
+    # The training's run deleted in MLflow's UI: the registration takes a run of its own.
+    experiment = registry.stores.experiment_id("synthetic")
+    training = registry.client.create_run(experiment, run_name="training")
+    registry.client.delete_run(training.info.run_id)
+    registry.upsert(NEW, model, {"partition": SECOND}, features.head(5), training.info.run_id)
+    registered = registry.model_version(NEW)
+    assert registered.run_id != training.info.run_id
+    assert registry.client.get_run(registered.run_id).info.lifecycle_stage == "active"
+
+    # The dataset's experiment deleted: nothing can be logged until a person restores it.
+    gone = lake_registry(tmp_path / "experiment", "synthetic")
+    deleted = gone.client.create_experiment("synthetic")
+    gone.client.delete_experiment(deleted)
+    with pytest.raises(DeletedInMlflowError) as raised:
+        gone.upsert(NEW, model, {"partition": SECOND}, features.head(5))
+    stop = raised.value
+    assert not stop.allow_retries
+    assert f"MLflow's experiment 'synthetic' (id {deleted}) was deleted" in stop.description
+    assert f"mlflow experiments restore --experiment-id {deleted}" in stop.description
+    failure = StepFailure(
+        "synthetic__registered_model", "DeletedInMlflowError", stop.description, True
+    )
+    assert classify_failure([failure], []).failure_class == CONFIGURATION
 
 
 def test_each_training_is_an_mlflow_run_that_the_registered_version_comes_from(served):

@@ -74,7 +74,7 @@ RESOURCE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 # A read-only file system (errno 30) or a permission refused (errno 13, 1; S3's codes).
-CONFIGURATION_ERROR_CLASSES = frozenset({"PermissionError"})
+CONFIGURATION_ERROR_CLASSES = frozenset({"PermissionError", "DeletedInMlflowError"})
 CONFIGURATION_PATTERN = re.compile(
     r"\[Errno (?:1|13|30)\]|Read-only file system|Permission denied|Operation not permitted"
     r"|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch",

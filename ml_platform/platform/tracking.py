@@ -108,6 +108,16 @@ class MlflowStores(dg.ConfigurableResource):
         )
 
 
+class DeletedInMlflowError(dg.Failure):
+    """What the platform writes to was deleted in MLflow (its UI or API): waiting cannot help.
+
+    A configuration failure, not retried: a person restores it, or removes it for good.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(description=message, allow_retries=False)
+
+
 @functools.cache
 def _client(tracking: str, registry: str) -> "MlflowClient":
     from mlflow import MlflowClient
@@ -122,6 +132,15 @@ def _experiment_id(tracking: str, registry: str, dataset: str, artifacts: str) -
     client = _client(tracking, registry)
     with _create_lock:
         found = client.get_experiment_by_name(dataset)
+        if found is not None and found.lifecycle_stage == "deleted":
+            # MLflow keeps a deleted experiment's name until it is purged: no new one can
+            # take it, and nothing can be logged to the deleted one.
+            raise DeletedInMlflowError(
+                f"MLflow's experiment '{dataset}' (id {found.experiment_id}) was deleted, so no "
+                "training or registration can be recorded: restore it (`mlflow experiments "
+                f"restore --experiment-id {found.experiment_id}`, or in MLflow's UI), or purge "
+                "it (`mlflow gc`) for the platform to create a new one, then rerun the day"
+            )
         if found is not None:
             return str(found.experiment_id)
         try:

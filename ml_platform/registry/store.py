@@ -257,15 +257,19 @@ class ModelRegistry:
         return str(created.version)
 
     def _run(self, run_id: str) -> Any:
-        """The MLflow run `run_id` of the store, or None if it has none of that id."""
+        """The MLflow run `run_id` of the store, or None if it has none of that id.
+
+        A run a person deleted (MLflow's UI) takes no more artifacts: as good as none.
+        """
         from mlflow.exceptions import MlflowException
 
         try:
-            return self.client.get_run(run_id)
+            run = self.client.get_run(run_id)
         except MlflowException as exc:
             if exc.error_code != NOT_FOUND:
                 raise
             return None
+        return None if run.info.lifecycle_stage == "deleted" else run
 
     def _ensure_registered_model(self) -> None:
         from mlflow.exceptions import MlflowException
