@@ -3,6 +3,7 @@ model version behind; `versions()`, `load`, the aliases and `score --version` re
 whole or is damaged; the previous champion keeps serving, and the error says why."""
 
 import errno
+import json
 import shutil
 from importlib.metadata import version
 from pathlib import Path
@@ -192,6 +193,28 @@ def test_an_alias_follows_a_day_registered_again_to_its_new_version(served, tmp_
     # Where it is already, nothing moves.
     again.set_aliases({"champion": NEW, "challenger": None})
     assert aliased() == {"champion": str(number)}
+
+
+def test_the_same_model_registered_again_never_rewrites_an_earlier_versions_files(served, tmp_path):
+    platform, _, features = served
+    model = platform.registry().load(f"daily-{FIRST}")
+    registry = lake_registry(tmp_path, "synthetic")
+    training = registry.client.create_run(registry.stores.experiment_id("synthetic")).info.run_id
+    # A re-execution of the registry step: the same training run, the same model.
+    for attempt in ("first", "second"):
+        registry.upsert(
+            NEW, model, {"partition": SECOND, "run_id": attempt}, features.head(5), training
+        )
+    first, second = (registry.client.get_model_version("synthetic", n) for n in ("1", "2"))
+
+    assert first.source != second.source
+    files = download_artifacts(
+        artifact_uri=first.source,
+        dst_path=str(tmp_path / "first"),
+        tracking_uri=registry.stores.tracking(),
+    )
+    manifest = json.loads((Path(files) / "ml_platform_manifest.json").read_text())
+    assert manifest["run_id"] == "first"
 
 
 def test_an_alias_a_person_put_on_a_version_of_their_own_is_named_and_moved_back(served, tmp_path):

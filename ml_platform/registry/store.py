@@ -29,6 +29,7 @@ import platform
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -209,7 +210,9 @@ class ModelRegistry:
             }
             (folder / MODEL_FIELDS).write_bytes(_json(fields))
             (folder / MANIFEST_FILE).write_bytes(_json(record))
-            path = f"model-{digest[:16]}"
+            # A folder of its own: the same model registered again (a retry, a rerun) under
+            # the same training run never rewrites the files an earlier version points to.
+            path = f"model-{digest[:16]}-{uuid.uuid4().hex[:8]}"
             client.log_artifacts(run_id, str(folder), path)
         # The evaluation's metrics of the candidate, beside the training's losses.
         metrics = {
