@@ -498,6 +498,9 @@ def test_a_rejected_re_delivery_of_a_promoted_day_keeps_its_promotion(tmp_path):
     assert result.success
     record = result.asset_materializations_for_node(platform.node("registered_model"))[0]
     assert record.metadata["verdict"].value == "unchanged"
+    # The aliases are what the latest recorded day (this one) left: nothing to warn about.
+    messages = [e.user_message for e in platform.instance.all_logs(result.run_id)]
+    assert not [m for m in messages if "which no recorded day left" in m]
     # The day's promotion stands: in MLflow, in the record, and for the day after it.
     assert registry.alias("champion") == promoted
     assert registry.client.get_registered_model("synthetic").aliases["champion"] == number
@@ -601,6 +604,11 @@ def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrup
     retried = [e for e in result.all_events if e.event_type == retry]
     assert len(retried) == 1, "the storage fault should have failed the first attempt"
     assert "Input/output error" in str(retried[0].event_specific_data.error)
+    # An attempt that failed after moving the aliases is told by the retry, which moves them
+    # back to what the records say.
+    told = [e.user_message for e in faulty.instance.all_logs(result.run_id)]
+    moved = [m for m in told if "which no recorded day left" in m]
+    assert bool(moved) == (at == "alias move"), moved
     assert registrations_of(faulty) == uninterrupted
     promoted = [row[3] for row in uninterrupted[0]]
     assert promoted == ["champion"] * len(DAYS)
