@@ -28,6 +28,7 @@ from ml_platform.automation.freshness import (
     REFUSED,
     REJECTED,
     build_freshness_sensors,
+    deadlines,
     freshness_policy,
     judge_days,
     status_line,
@@ -129,16 +130,39 @@ def test_a_file_awaiting_its_verdict_is_late_only_when_it_came_after_the_deadlin
 
 
 def test_dagsters_freshness_policy_on_raw_data_has_the_contracts_deadline_and_timezone():
-    policy = freshness_policy(FLIGHTS)
+    # While the flights days are still delivered (they end 2013-12-31).
+    in_2013 = dt.date(2013, 3, 5)
+    policy = freshness_policy(FLIGHTS, in_2013)
     assert isinstance(policy, dg.FreshnessPolicy)
     # 06:00 + 60 min of grace; the delivery window opens when the day is over, at midnight.
     assert (policy.deadline_cron, policy.timezone) == ("0 7 * * *", "America/New_York")
     assert policy.lower_bound_delta == dt.timedelta(hours=7)
     # A grace past midnight: Dagster's window is at most the cron's day.
-    late_night = freshness_policy(flights(expected_by="23:30", grace_minutes=60))
+    late_night = freshness_policy(flights(expected_by="23:30", grace_minutes=60), in_2013)
     assert late_night is not None and late_night.deadline_cron == "30 0 * * *"
     assert late_night.lower_bound_delta == dt.timedelta(days=1)
     assert freshness_policy(load_contract("synthetic")) is None
+    # The last day's file is due the day after it; from the day after that, none is expected:
+    # no policy that would fail raw_data every day of the years after.
+    assert freshness_policy(FLIGHTS, dt.date(2014, 1, 1)) is not None
+    assert freshness_policy(FLIGHTS, dt.date(2014, 1, 2)) is None
+    assert freshness_policy(FLIGHTS) is None
+
+
+def test_the_grace_is_time_that_passes_on_the_night_the_clocks_go_back():
+    # New York leaves summer time at 02:00 on 2013-11-03: 01:00 to 02:00 happens twice.
+    contract = flights(expected_by="01:00", grace_minutes=60)
+    due, late_at = deadlines(contract, contract.freshness, "2013-11-02")
+    assert due.isoformat() == "2013-11-03T01:00:00-04:00"
+    assert late_at.timestamp() - due.timestamp() == 3600
+    assert late_at.isoformat() == "2013-11-03T01:00:00-05:00"
+    # A file landed in the repeated hour, 30 minutes of real time after the deadline, is in
+    # time; one landed 90 minutes after is not.
+    for minutes, late in ((30, False), (90, True)):
+        when = dt.datetime.fromtimestamp(due.timestamp() + 60 * minutes, dt.UTC)
+        files = {"2013-11-02": landed("2013-11-02", when)}
+        status = by_day(contract, when + dt.timedelta(hours=2), files)["2013-11-02"]
+        assert (status.state, status.late) == (AWAITING, late), minutes
 
 
 def freshness_seen(instance: dg.DagsterInstance, dataset: str) -> list[tuple[str, str]]:

@@ -76,8 +76,12 @@ def timezone_of(contract: Contract) -> zoneinfo.ZoneInfo:
 def deadlines(contract: Contract, spec: FreshnessSpec, day: str) -> tuple[dt.datetime, dt.datetime]:
     """When the file of `day` is due, and when it is late: expected_by on the next day, + grace."""
     next_day = dt.date.fromisoformat(day) + dt.timedelta(days=1)
-    due = dt.datetime.combine(next_day, spec.expected_time, tzinfo=timezone_of(contract))
-    return due, due + dt.timedelta(minutes=spec.grace_minutes)
+    zone = timezone_of(contract)
+    due = dt.datetime.combine(next_day, spec.expected_time, tzinfo=zone)
+    # The grace is time that passes, added in UTC: added to the wall clock, it would be an hour
+    # longer (or shorter) on the night the clocks change.
+    grace = dt.timedelta(minutes=spec.grace_minutes)
+    return due, (due.astimezone(dt.UTC) + grace).astimezone(zone)
 
 
 def watched_days(contract: Contract, now: dt.datetime) -> list[str]:
@@ -134,8 +138,11 @@ def judge_days(
             state = AWAITING
         else:
             state = MISSING
+        # Compared as instants: two times of one zone compare by their wall clocks.
         late = state != FRESH and not (
-            state == AWAITING and landed_at is not None and landed_at <= late_at
+            state == AWAITING
+            and landed_at is not None
+            and landed_at.timestamp() <= late_at.timestamp()
         )
         judged.append(
             DayFreshness(
@@ -287,14 +294,21 @@ def freshness_observation(
     )
 
 
-def freshness_policy(contract: Contract) -> dg.FreshnessPolicy | None:
+def freshness_policy(contract: Contract, today: dt.date | None = None) -> dg.FreshnessPolicy | None:
     """Dagster's cron policy for raw_data: materialised between midnight and the deadline.
 
     The deadline is expected_by + grace each day, in the dataset's timezone; a delivery for day
     D can come once D is over, so the window opens at midnight (Dagster allows 1 minute to 24 h).
+    A dataset whose last partition (`partitions.end_date`) was due before `today` (the day the
+    definitions load, in its timezone) expects no more files: it has no policy, which would
+    otherwise show raw_data failing its freshness every day from then on.
     """
     spec = contract.freshness
     if spec is None:
+        return None
+    last = contract.partitions.end_date
+    today = today or dt.datetime.now(timezone_of(contract)).date()
+    if last is not None and last + dt.timedelta(days=1) < today:
         return None
     start = dt.datetime.combine(dt.date(2000, 1, 1), spec.expected_time)
     deadline = start + dt.timedelta(minutes=spec.grace_minutes)
