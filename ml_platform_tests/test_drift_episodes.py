@@ -77,6 +77,37 @@ def test_a_day_that_drifts_where_the_reference_never_was_opens_at_once():
     assert replay(series, SPEC) == []
 
 
+def test_an_episode_of_a_feature_the_contract_stops_testing_ends_saying_so():
+    series = days("DDD")
+    before: dict = {}
+    for day, verdicts in series:
+        before = advance(day, verdicts, before, SPEC, monitored={"f", "g"}).states
+    assert before["f"].episode is not None
+    # The team excludes the feature from drift (or drops it): only g is judged from now on.
+    next_day = (JUDGED_FROM + dt.timedelta(days=3)).isoformat()
+    quiet_g = {"g": FeatureDay(drifted=False, effect=0.01)}
+
+    after = advance(next_day, quiet_g, before, SPEC, monitored={"g"})
+
+    assert after.open == [] and "f" not in after.states
+    [ended] = after.closed
+    assert (ended.feature, ended.closed) == ("f", next_day)
+    assert ended.describe().endswith(
+        f"ended {next_day}: the contract no longer tests the feature for drift"
+    )
+    # Told as such, not as a feature that settled back.
+    news = EpisodeNews(
+        "synthetic/champion_performance", "drift_episode", next_day, [], [ended.to_json()]
+    )
+    [alert] = evaluate_run(outcome_with(news), {}, Notifier(), now=0.0)
+    assert alert.title == (
+        f"synthetic: f no longer tested for drift (drifting since {JUDGED_FROM.isoformat()})"
+    )
+    # A day that merely could not judge a monitored feature keeps its episode, as before.
+    kept = advance(next_day, quiet_g, before, SPEC, monitored={"f", "g"})
+    assert [e.feature for e in kept.open] == ["f"] and kept.closed == []
+
+
 def test_the_state_a_day_stores_gives_the_next_day_the_same_verdict():
     series = days("..DDDDD...")
     states: dict = {}

@@ -456,11 +456,12 @@ def episode_alerts(news: EpisodeNews, notifier: Notifier, alert: Any) -> list[Al
             continue
         features = ", ".join(e.feature for e in episodes)
         since = min(e.since for e in episodes)
-        title = (
-            f"{dataset}: {features} drifting since {since}"
-            if rule == "drift_episode"
-            else f"{dataset}: {features} back since {news.partition} (drifting since {since})"
-        )
+        if rule == "drift_episode":
+            title = f"{dataset}: {features} drifting since {since}"
+        elif all(e.stopped for e in episodes):
+            title = f"{dataset}: {features} no longer tested for drift (drifting since {since})"
+        else:
+            title = f"{dataset}: {features} back since {news.partition} (drifting since {since})"
         told.append(
             alert(
                 severity=severity,

@@ -19,7 +19,7 @@ a one-day run and in any split of a backfill.
 """
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from ml_platform.contracts.model import DriftEpisodeSpec
@@ -58,6 +58,8 @@ class Episode:
     usual: float | None  # the feature's usual day-to-day distance on that day
     effect_name: str
     closed: str | None = None
+    # Why it ended, when not because the feature settled back: the contract stopped judging it.
+    stopped: str | None = None
     # Whether the serving champion leans on the feature (pages); None: not known.
     leaned_on: bool | None = None
     importance: float | None = None
@@ -69,6 +71,8 @@ class Episode:
             f"{self.feature} since {self.since} ({self.drift_days} drifted day(s)): "
             f"{self.effect_name} up to {self.largest:.3f} on {self.largest_day}{usual}"
         )
+        if self.closed and self.stopped:
+            return f"{text}, ended {self.closed}: {self.stopped}"
         return text + (f", back since {self.closed}" if self.closed else "")
 
     def leaning(self) -> str:
@@ -142,19 +146,30 @@ def states_from_json(data: Mapping[str, Any] | None) -> dict[str, FeatureState]:
     return {feature: FeatureState.from_json(v) for feature, v in (data or {}).items()}
 
 
+NOT_MONITORED = "the contract no longer tests the feature for drift"
+
+
 def advance(
     day: str,
     verdicts: Mapping[str, FeatureDay],
     before: Mapping[str, FeatureState],
     spec: DriftEpisodeSpec,
+    monitored: Collection[str] | None = None,
 ) -> DayEpisodes:
     """The state of every feature after `day`, from the state before it and the day's verdicts.
 
-    A feature without a verdict on `day` keeps its state: the day is not judged for it.
+    A feature without a verdict on `day` keeps its state: the day is not judged for it. A
+    feature no longer among `monitored` (removed from the contract, or excluded from drift)
+    will never be judged again: its open episode ends on `day`, saying so, and its state goes.
     """
     states = dict(before)
     opened: list[Episode] = []
     closed: list[Episode] = []
+    if monitored is not None:
+        for feature in sorted(set(states) - set(monitored)):
+            episode = states.pop(feature).episode
+            if episode is not None:
+                closed.append(dataclasses.replace(episode, closed=day, stopped=NOT_MONITORED))
     for feature, today in verdicts.items():
         state = states.get(feature, FeatureState())
         recent = (*state.recent, (day, today.drifted, today.effect))[-spec.window :]

@@ -34,6 +34,7 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
+from ml_platform.drift.detect import tested_features
 from ml_platform.drift.episodes import DayEpisodes, advance, feature_days, states_from_json
 from ml_platform.evaluation.assets import non_finite_predictions
 from ml_platform.evaluation.metrics import (
@@ -442,6 +443,9 @@ def build_champion_performance(
                     allow_retries=False,
                 ) from exc
 
+        # The features the contract tests for drift: an episode of any other one has ended.
+        monitored = {feature.name for feature in tested_features(contract)}
+
         def episodes_before(day: str) -> dict[str, Any] | None:
             # The state the latest stored day before left (one query, one read).
             versions = io_manager.recorded_versions(
@@ -458,7 +462,7 @@ def build_champion_performance(
             record = champion_record(contract, day, version, features, load)
             judged = feature_days(drift_report)
             spec = contract.drift.episodes
-            episodes = advance(day, judged, states_from_json(episodes_before(day)), spec)
+            episodes = advance(day, judged, states_from_json(episodes_before(day)), spec, monitored)
             rows = labelled(features, contract)
             shares = (
                 importance_shares(
