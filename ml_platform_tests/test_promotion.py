@@ -4,6 +4,7 @@ candidate as the day's outcome: the run succeeds, the champion stays, rejections
 import datetime as dt
 import errno
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -510,6 +511,28 @@ def test_a_rejected_re_delivery_of_a_promoted_day_keeps_its_promotion(tmp_path):
     assert platform.materialize(DAYS[2]).success
     met = json.loads(platform.stored("registered_model", DAYS[2], "json").read_text())
     assert met["champion_met"] == promoted
+
+
+def test_a_day_judged_while_the_day_before_never_ran_is_said_to_be_out_of_order(tmp_path):
+    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
+    platform = Platform(tolerant, tmp_path / "root")
+    platform.land(DAYS[0], 3)
+    assert platform.materialize(DAYS[0]).success
+    # The second day's run never happened (or failed); the third day's runs as scheduled.
+    result = platform.materialize(DAYS[2])
+
+    assert result.success
+    warned = [
+        e.user_message
+        for e in platform.instance.all_logs(result.run_id)
+        if e.step_key and e.step_key.endswith("registered_model") and e.level >= logging.WARNING
+    ]
+    assert [m for m in warned if m.startswith(f"registered_model: {DAYS[1]} has no record")], warned
+    assert f"To judge the days in order, run {DAYS[1]} first" in "".join(warned)
+    # The first day's own run says nothing of the kind: nothing comes before it.
+    first = platform.instance.get_runs()[-1]
+    told = [e.user_message for e in platform.instance.all_logs(first.run_id)]
+    assert not [m for m in told if "has no record" in m]
 
 
 class FlakyRegistry(ModelRegistryResource):

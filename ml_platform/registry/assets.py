@@ -296,6 +296,16 @@ def build_registered_model(
         # the step reruns the past, and the live aliases are that day's, which it never moves.
         past = chain.latest_after(days[-1], partitions.get_last_partition_key() or days[-1])
         live = aliases_of(past[1]) if past is not None else chain.before(days[0])
+        # The chain is judged in day order: a day judged while the day before it never ran (or
+        # its run failed) meets an older champion than it would in order. Said, not hidden.
+        gap = day_before(days[0])
+        if gap >= chain.first_day and chain.unrecorded(gap):
+            context.log.warning(
+                f"registered_model: {gap} has no record (it never ran, or its run failed), so "
+                f"{days[0]} is judged against the champion the latest recorded day before it "
+                f"left ({live['champion'] or 'none'}); a decision of {gap} recorded later is a "
+                f"rerun of the past. To judge the days in order, run {gap} first"
+            )
         # Each day meets the aliases the record says, never what MLflow's say now: an attempt
         # that moved them and then failed to record its days left moves no record shows (the
         # step sets them all once its days are judged, `move_aliases`).

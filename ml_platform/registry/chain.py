@@ -51,6 +51,8 @@ class RecordedChain:
         self.first_day = first_day
         # Each day asked for so far: its accepted record, or None.
         self._known: dict[str, DayRecord | None] = {}
+        # The days asked for that Dagster records nothing of (not even a tombstone).
+        self._absent: set[str] = set()
 
     def _fetch(self, days: list[str]) -> None:
         wanted = [d for d in days if d not in self._known]
@@ -59,6 +61,13 @@ class RecordedChain:
             for day in wanted:
                 record = found.get(day)
                 self._known[day] = record if says_aliases(record) else None
+                if record is None:
+                    self._absent.add(day)
+
+    def unrecorded(self, day: str) -> bool:
+        """Whether Dagster records nothing of the day: it never ran, or its runs failed."""
+        self._fetch([day])
+        return day in self._absent
 
     def prefetch(self, first: str, last: str) -> None:
         """Ask Dagster once for the days a step will look up (the look-back before `first` too)."""
