@@ -36,7 +36,7 @@ from ml_platform.registry.assets import outcome_line, rejected_in_a_row
 from ml_platform.registry.chain import RecordedChain
 from ml_platform.registry.store import ModelRegistry, ModelRegistryResource
 from ml_platform.training.model import TrainedModel, train_model
-from ml_platform_tests.conftest import Platform, days_from, lake_registry
+from ml_platform_tests.conftest import DAILY_ASSETS, Platform, days_from, lake_registry
 from ml_platform_tests.test_backfill_range import evaluations, materialize_range
 from ml_platform_tests.test_training import features_of
 
@@ -518,10 +518,15 @@ def test_a_day_judged_while_the_day_before_never_ran_is_said_to_be_out_of_order(
     platform = Platform(tolerant, tmp_path / "root")
     platform.land(DAYS[0], 3)
     assert platform.materialize(DAYS[0]).success
-    # The second day's run never happened (or failed); the third day's runs as scheduled.
+    # The second day's registry step failed (its data and model are there); the third day
+    # runs as scheduled.
+    upstream = [a for a in DAILY_ASSETS if a not in ("registered_model", "champion_performance")]
+    assert platform.materialize(DAYS[1], selection=upstream).success
     result = platform.materialize(DAYS[2])
 
     assert result.success
+    third = json.loads(platform.stored("registered_model", DAYS[2], "json").read_text())
+    assert third["champion_met"] == f"daily-{DAYS[0]}"
     warned = [
         e.user_message
         for e in platform.instance.all_logs(result.run_id)
