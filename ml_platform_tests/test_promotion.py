@@ -440,10 +440,13 @@ def test_each_days_line_says_what_it_did_to_the_registry(tmp_path):
     assert re.fullmatch(r"rejected: r2 0\.\d{4} misses the bound \(at least 0\.9999\)", outcome)
 
 
+def promoting(tmp_path: Path) -> Platform:
+    """A synthetic platform on which each day promotes (see TOLERANT)."""
+    return Platform(synthetic_contract(tmp_path, "tolerant", **TOLERANT), tmp_path / "root")
+
+
 def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
-    # Any eligible candidate clears a change threshold this tolerant: each day promotes.
-    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
-    platform = Platform(tolerant, tmp_path / "root")
+    platform = promoting(tmp_path)
     platform.land(DAYS[0], 2)
     for day in DAYS[:2]:
         assert platform.materialize(day).success
@@ -479,8 +482,7 @@ def test_an_alias_never_moves_back_to_an_older_days_model(tmp_path):
 
 
 def test_a_rejected_re_delivery_of_a_promoted_day_keeps_its_promotion(tmp_path):
-    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
-    platform = Platform(tolerant, tmp_path / "root")
+    platform = promoting(tmp_path)
     platform.land(DAYS[0], 3)
     for day in DAYS[:2]:
         assert platform.materialize(day).success
@@ -514,8 +516,7 @@ def test_a_rejected_re_delivery_of_a_promoted_day_keeps_its_promotion(tmp_path):
 
 
 def test_a_day_judged_while_the_day_before_never_ran_is_said_to_be_out_of_order(tmp_path):
-    tolerant = synthetic_contract(tmp_path, "tolerant", change_thresholds={"rmse": -10.0})
-    platform = Platform(tolerant, tmp_path / "root")
+    platform = promoting(tmp_path)
     platform.land(DAYS[0], 3)
     assert platform.materialize(DAYS[0]).success
     # The second day's registry step failed (its data and model are there); the third day

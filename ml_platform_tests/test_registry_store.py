@@ -29,6 +29,7 @@ from ml_platform.platform.s3 import S3Storage
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.platform.tracking import DeletedInMlflowError, MlflowStores
 from ml_platform.registry.store import MODEL_FILE, ModelRegistry, RegistryError, version_day
+from ml_platform.training.model import TrainedModel
 from ml_platform_tests.conftest import (
     Platform,
     empty_mlflow_store,
@@ -167,12 +168,18 @@ def test_the_aliases_move_only_to_whole_versions_and_no_alias_file_is_written(se
     assert version_day("full-2024-01-02") == "2024-01-02"
 
 
-def test_an_alias_follows_a_day_registered_again_to_its_new_version(served, tmp_path):
+def champion_registered(served, tmp_path) -> tuple[ModelRegistry, TrainedModel, pd.DataFrame]:
+    """A registry of its own whose champion is the served day's model registered as NEW."""
     platform, _, features = served
     model = platform.registry().load(f"daily-{FIRST}")
     registry = lake_registry(tmp_path, "synthetic")
     registry.upsert(NEW, model, {"partition": SECOND}, features.head(5))
     registry.set_aliases({"champion": NEW})
+    return registry, model, features
+
+
+def test_an_alias_follows_a_day_registered_again_to_its_new_version(served, tmp_path):
+    registry, model, features = champion_registered(served, tmp_path)
     first = registry.model_version(NEW).version
 
     # The day registered again by a later step (a retry after the aliases moved, a corrected
@@ -218,11 +225,7 @@ def test_the_same_model_registered_again_never_rewrites_an_earlier_versions_file
 
 
 def test_an_alias_a_person_put_on_a_version_of_their_own_is_named_and_moved_back(served, tmp_path):
-    platform, _, features = served
-    model = platform.registry().load(f"daily-{FIRST}")
-    registry = lake_registry(tmp_path, "synthetic")
-    registry.upsert(NEW, model, {"partition": SECOND}, features.head(5))
-    registry.set_aliases({"champion": NEW})
+    registry, model, features = champion_registered(served, tmp_path)
     # In MLflow's UI: a version registered by hand, and the challenger alias put on it.
     client = registry.client
     own = client.create_model_version("synthetic", registry.model_version(NEW).source)
