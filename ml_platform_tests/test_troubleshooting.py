@@ -18,6 +18,8 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,8 +50,10 @@ from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.logs import LOG_FILE_NAME
 from ml_platform.platform.steps import each_day
 from ml_platform.platform.storage import LocalStorage
+from ml_platform.registry.monitoring import CHAMPION_PERFORMANCE, EPISODES_KEY, OPEN_EPISODES_KEY
 from ml_platform.troubleshooting.reproduce import (
     InputsChangedError,
+    NothingToReproduceError,
     not_reproduced_advice,
     reproduce,
     scaled_contract,
@@ -97,6 +101,23 @@ def cancellation_delay(context: dg.AssetExecutionContext, flights: Any) -> dict:
     day: pd.DataFrame = flights.for_day(context.partition_key)
     cancelled = day[day["status"] == "cancelled"]
     return {"mean_delay": sum(cancelled["delay"].tolist()) / len(cancelled)}
+
+
+def delays_of_each_day(context: dg.AssetExecutionContext, flights: Any) -> Iterator:
+    """cancellation_delay a day at a time, for each day of its step (of a range: several)."""
+
+    def day_of_delays(day: str, flights: pd.DataFrame) -> Iterator:
+        cancelled = flights[flights["status"] == "cancelled"]
+        yield dg.MaterializeResult(
+            value={"mean_delay": sum(cancelled["delay"].tolist()) / len(cancelled)}
+        )
+
+    yield from each_day(context, day_of_delays, flights=flights)
+
+
+cancellation_delays = dg.asset(
+    name="cancellation_delays", partitions_def=DAILY, metadata={FORMAT_KEY: "json"}
+)(delays_of_each_day)
 
 
 @dg.asset(partitions_def=DAILY, metadata={FORMAT_KEY: "json"})
@@ -335,6 +356,77 @@ def test_diagnose_refuses_an_ambiguous_or_unknown_run_id_prefix(tmp_path, monkey
     assert f"no run 0badc0de-3 in the Dagster instance at {tmp_path}" in capsys.readouterr().err
 
 
+# Lets the run of the diagnose test end once the test has diagnosed it while it ran.
+RELEASE = threading.Event()
+
+
+# Priority: the in-process executor runs it first, so the run has failed a step while the step
+# below still waits.
+@dg.asset(op_tags={"dagster/priority": "1"})
+def fails_first() -> None:
+    """Fails at once, while the run goes on."""
+    raise ZeroDivisionError("division by zero")
+
+
+@dg.asset
+def waits_for_the_test() -> None:
+    """Keeps its run going until the test releases it."""
+    RELEASE.wait(60)
+
+
+def test_diagnose_a_run_still_going_or_canceled_with_a_failed_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    RELEASE.clear()
+    with dg.DagsterInstance.get() as instance:
+        run = threading.Thread(
+            target=dg.materialize,
+            args=([fails_first, waits_for_the_test],),
+            kwargs={"instance": instance, "raise_on_error": False},
+        )
+        run.start()
+        try:
+            deadline = time.monotonic() + 60
+            while (
+                not instance.get_runs()
+                or not instance.get_records_for_run(
+                    instance.get_runs()[0].run_id, of_type=dg.DagsterEventType.STEP_FAILURE
+                ).records
+            ):
+                assert time.monotonic() < deadline, "the step never failed"
+                time.sleep(0.05)
+            [going] = instance.get_runs()
+
+            # What the command prints; its exit code for a run not ended is the CLI's choice.
+            cli.main(["diagnose", going.run_id])
+
+            out = capsys.readouterr().out
+            assert f"run {going.run_id}: STARTED" in out
+            assert "the run is still running (STARTED): 1 step(s) failed so far" in out
+            assert "failed step: fails_first" in out and "ZeroDivisionError" in out
+            assert f"failure class: {CODE_BUG} (" in out
+            assert "did not fail" not in out
+            # A run still going is no failed run (yet): the failure alerts sensor tags it once
+            # it has ended.
+            tags = instance.get_run_by_id(going.run_id).tags
+            assert FAILURE_CLASS_TAG not in tags
+
+            # Asked to stop as the UI's Terminate asks (the default run launcher's request).
+            instance.report_run_canceling(going)
+        finally:
+            RELEASE.set()
+            run.join()
+        assert instance.get_run_by_id(going.run_id).status == dg.DagsterRunStatus.CANCELED
+
+        cli.main(["diagnose", going.run_id[:8]])
+
+    out = capsys.readouterr().out
+    assert f"run {going.run_id}: CANCELED" in out
+    assert "the run was canceled: 1 step(s) failed before it ended" in out
+    assert "  cancel requested: Sending run termination request." in out
+    assert "failed step: fails_first" in out and f"failure class: {CODE_BUG} (" in out
+    assert "did not fail" not in out
+
+
 def test_every_line_of_the_json_log_is_json_with_run_step_and_partition(incidents):
     path = Path(incidents["home"]) / "logs" / LOG_FILE_NAME
     lines = path.read_text().splitlines()
@@ -405,6 +497,47 @@ def test_health_summarises_rates_durations_checks_and_memory(incidents, capsys):
     peak = float(flights_line.split("peak ")[1].split(" MiB")[0])
     request = int(flights_line.split("request ")[1].split(" MiB")[0])
     assert request % 64 == 0 and request >= peak * 1.25
+
+
+def test_health_lists_the_drift_episodes_of_the_latest_day_that_records_them(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    open_two = {
+        "verdict": "accepted",
+        "accepted": True,
+        OPEN_EPISODES_KEY: 2,
+        EPISODES_KEY: "dep_delay since 2024-01-03\narr_delay since 2024-01-04",
+    }
+    # What each_day records of a day whose features were rejected: no monitoring, no episodes.
+    tombstone = {"verdict": "no_accepted_input", "accepted": False, "accepted_rows": 0}
+    # A day recorded again as it was (its inputs kept their accepted version).
+    unchanged = {"verdict": "unchanged", "accepted": True, "accepted_rows": 10}
+    recorded = {
+        "flights": [("2024-01-05", open_two), ("2024-01-06", tombstone)],
+        "trains": [("2024-01-06", open_two), ("2024-01-06", unchanged)],
+        "buses": [("2024-01-06", tombstone)],
+    }
+    with dg.DagsterInstance.get() as instance:
+        for dataset, days in recorded.items():
+            for day, metadata in days:
+                instance.report_runless_asset_event(
+                    dg.AssetMaterialization(
+                        asset_key=dg.AssetKey([dataset, CHAMPION_PERFORMANCE]),
+                        partition=day,
+                        metadata=metadata,
+                    )
+                )
+
+    assert cli.main(["health", "--days", "1"]) == 0
+
+    out = capsys.readouterr().out
+    episodes = "    dep_delay since 2024-01-03\n    arr_delay since 2024-01-04"
+    assert f"  flights (2024-01-05): 2\n{episodes}" in out
+    assert f"  trains (2024-01-06): 2\n{episodes}" in out
+    # No record says which episodes are open: that is not "none open".
+    assert "  buses (2024-01-06): unknown (" in out
+    assert ": none" not in out
 
 
 def test_reproduce_raises_the_same_exception_on_a_100_row_sample(incidents, tmp_path, caplog):
@@ -550,6 +683,94 @@ def test_reproduce_after_the_lake_moved_on_uses_what_the_run_read_or_refuses(tmp
     )
     assert "materialised by run" in message and "would say nothing about that failure" in message
     assert f"ml-platform materialize --start {DAY} --force" in message
+
+
+# The tags of a backfill's run of several days (a backfill policy's multi-day run).
+RANGE_TAGS = {
+    "dagster/asset_partition_range_start": "2024-01-01",
+    "dagster/asset_partition_range_end": "2024-01-03",
+}
+
+
+def lake_defs(root: Path, assets: list[dg.AssetsDefinition]) -> dg.Definitions:
+    """The assets over a lake under `root`, with the resources reproduce needs."""
+    lake = LocalStorage(base_dir=str(root / "lake"))
+    return dg.Definitions(
+        assets=assets, resources={"lake": lake, "io_manager": LakeIOManager(storage=lake)}
+    )
+
+
+def run_of(
+    defs: dg.Definitions, instance: dg.DagsterInstance, asset: dg.AssetsDefinition, **kwargs: Any
+) -> dg.ExecuteInProcessResult:
+    """A run of `asset` (a day: partition_key=, or a range: tags=RANGE_TAGS)."""
+    return dg.materialize(
+        list(defs.assets or []),
+        selection=[asset],
+        resources=defs.resources,
+        instance=instance,
+        raise_on_error=False,
+        **kwargs,
+    )
+
+
+def test_reproduce_of_a_range_run_reruns_its_first_failed_day_on_that_days_inputs(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    caplog.set_level("INFO", logger="ml_platform.troubleshooting.reproduce")
+    defs = lake_defs(tmp_path, [flights, cancellation_delays])
+    with dg.DagsterInstance.get() as instance:
+        monkeypatch.setitem(CANCELLED, "rows", 10)
+        assert run_of(defs, instance, flights, partition_key="2024-01-01").success
+        # The range's first day computes; its other days' flights were never stored, each a
+        # failed day that each_day names in its failure.
+        failed = run_id_of(run_of(defs, instance, cancellation_delays, tags=RANGE_TAGS))
+
+        with pytest.raises(dg.Failure, match="flights partition 2024-01-02 is not in storage"):
+            reproduce(instance, failed, defs, tmp_path / "scratch1")
+        assert "reproducing 2024-01-02, the first (the others that failed: 2024-01-03)" in (
+            caplog.text
+        )
+        assert "cancellation_delays partition 2024-01-02 on 100 rows" in caplog.text
+
+        # The inputs are checked for that day: its flights are stored since.
+        assert run_of(defs, instance, flights, partition_key="2024-01-02").success
+        with pytest.raises(InputsChangedError) as refused:
+            reproduce(instance, failed, defs, tmp_path / "scratch2")
+    assert (
+        f"cannot reproduce run {failed}: flights partition 2024-01-02 was not stored when the "
+        "run read it; it is now" in str(refused.value)
+    )
+    assert "ml-platform materialize --start 2024-01-02 --force" in str(refused.value)
+
+
+def test_reproduce_of_a_range_run_whose_failure_names_no_day(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    caplog.set_level("INFO", logger="ml_platform.troubleshooting.reproduce")
+    defs = lake_defs(tmp_path, [flights, cancellation_delays])
+    with dg.DagsterInstance.get() as instance:
+        assert run_of(defs, instance, flights, tags=RANGE_TAGS).success
+        # A ZeroDivisionError leaves each_day on the first day that raises, naming no day.
+        failed = run_id_of(run_of(defs, instance, cancellation_delays, tags=RANGE_TAGS))
+
+        with pytest.raises(ZeroDivisionError):
+            reproduce(instance, failed, defs, tmp_path / "scratch1")
+        assert "names no day" in caplog.text
+        assert "reproducing 2024-01-01, the range's first, where the step began" in caplog.text
+        assert "one of 2024-01-02, 2024-01-03 did" in caplog.text
+
+        # The dataset's first day moved since: the range is no days of the asset any more.
+        moved = dg.asset(
+            name="cancellation_delays",
+            partitions_def=dg.DailyPartitionsDefinition(start_date="2024-02-01"),
+            metadata={FORMAT_KEY: "json"},
+        )(delays_of_each_day)
+        with pytest.raises(NothingToReproduceError) as refused:
+            reproduce(instance, failed, lake_defs(tmp_path, [flights, moved]), tmp_path / "s2")
+    message = str(refused.value)
+    assert "for the partition range 2024-01-01...2024-01-03" in message
+    assert "ml-platform materialize --start 2024-01-01 --days 3 --force" in message
 
 
 def test_reproduce_command_on_a_failed_data_step_after_the_lake_moved_on(

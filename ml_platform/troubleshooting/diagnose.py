@@ -1,7 +1,9 @@
 """What went wrong in a run: the failed step, the log lines before it, and the failure class.
 
 Everything is read from the instance's event log (the run's `DAGSTER_HOME`), so it works for
-any run, whoever launched it, long after the run process is gone.
+any run, whoever launched it, long after the run process is gone. A run still going is
+diagnosed as far as it got (the steps failed so far), and a canceled run is said to be one,
+with what canceled it, as the event log recorded it.
 """
 
 import dataclasses
@@ -25,6 +27,13 @@ from ml_platform.platform.run_events import RunOutcome, classify_outcome, run_ou
 from ml_platform.troubleshooting.sizing import memory_advice
 
 FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
+# A run in any other status has not ended (queued, starting, started, being canceled, ...).
+FINISHED = frozenset(
+    {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+)
+# What a cancellation records: the request (its message says who or what asked: the UI's or
+# the API's termination, the queue, run monitoring's time limit) and the run's end.
+CANCEL_EVENTS = (dg.DagsterEventType.RUN_CANCELING, dg.DagsterEventType.RUN_CANCELED)
 
 
 class RunNotFoundError(LookupError):
@@ -67,15 +76,43 @@ class Diagnosis:
     run_id: str
     status: str
     outcome: RunOutcome
-    classification: Classification | None  # None when the run did not fail
+    # None when nothing failed: a run that succeeded, or one still going or canceled without
+    # a failed step. A run still going or canceled is classed by the steps failed so far.
+    classification: Classification | None
     last_lines: list[str]  # log lines up to and including the first failure
     # Out of memory: each step's request, last recorded peak and the command that sizes it.
     sizes: list[str] = dataclasses.field(default_factory=list)
+    # The messages of the run's cancellation events: what asked to cancel it, and its end.
+    canceled_by: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def failed_steps(self) -> list[StepFailure]:
         """The steps that failed, in the order they failed."""
         return self.outcome.step_failures
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended: only then is the diagnosis final."""
+        return dg.DagsterRunStatus(self.status) in FINISHED
+
+    def state(self) -> list[str]:
+        """What the run's status means for the diagnosis, when it did not simply fail."""
+        failed = len(self.failed_steps)
+        so_far = f"{failed} step(s) failed so far" if failed else "no step has failed so far"
+        lines = []
+        if not self.finished:
+            lines.append(
+                f"the run is still running ({self.status}): {so_far}; other steps may still "
+                "fail, so diagnose it again once it has ended"
+            )
+        elif self.status == dg.DagsterRunStatus.CANCELED.value:
+            before = f"{failed} step(s) failed" if failed else "no step failed"
+            lines.append(f"the run was canceled: {before} before it ended")
+        elif self.canceled_by:
+            # Run monitoring asks a run over its time limit to stop, then records it failed.
+            lines.append(f"the run was asked to stop before it ended ({self.status}):")
+        lines += [f"  {message}" for message in self.canceled_by]
+        return lines
 
     def render(self) -> str:
         """The diagnosis as text for a terminal."""
@@ -83,9 +120,12 @@ class Diagnosis:
         lines = [
             f"run {self.run_id}: {self.status}",
             f"job: {outcome.job_name}   partition: {outcome.partition or '-'}",
+            *self.state(),
         ]
         if self.classification is None:
-            return "\n".join([*lines, "the run did not fail: nothing to diagnose"])
+            if self.status == dg.DagsterRunStatus.SUCCESS.value:
+                lines.append("the run did not fail: nothing to diagnose")
+            return "\n".join(lines)
         for failure in self.failed_steps:
             retried = f" (after {failure.attempts} attempts)" if failure.attempts > 1 else ""
             lines.append(f"failed step: {failure.step}{retried}")
@@ -130,6 +170,19 @@ def last_lines_before_failure(entries: list[dg.EventLogEntry], count: int) -> li
     return [log_line(entry) for entry in entries[max(0, end - count) : end]]
 
 
+def cancellations(entries: list[dg.EventLogEntry]) -> list[str]:
+    """The run's cancellation events, in order: who or what asked, and how the run ended."""
+    found = []
+    for entry in entries:
+        event = entry.dagster_event
+        message = (entry.message or "").strip().splitlines()
+        if event is None or event.event_type not in CANCEL_EVENTS or not message:
+            continue
+        asked = event.event_type == dg.DagsterEventType.RUN_CANCELING
+        found.append(f"{'cancel requested' if asked else 'canceled'}: {message[0]}")
+    return found
+
+
 def diagnose_run(
     instance: dg.DagsterInstance,
     run_id: str,
@@ -140,7 +193,8 @@ def diagnose_run(
 
     `run_id` may be any prefix of one run's id; RunNotFoundError if no run has it,
     AmbiguousRunIdError if several do. With the served `contracts`, a step out of memory is
-    shown with its request and its last recorded peak.
+    shown with its request and its last recorded peak. A run still going, or canceled, is
+    classed by the steps that failed so far, if any did.
     """
     run_id = resolve_run_id(instance, run_id)
     run = instance.get_run_by_id(run_id)
@@ -148,27 +202,38 @@ def diagnose_run(
     failed = run.status == dg.DagsterRunStatus.FAILURE
     outcome = run_outcome(instance, run_id, succeeded=not failed)
     assert outcome is not None  # the run exists: checked above
-    classification = classify_outcome(outcome) if failed else None
+    # A step fails for good (its retries spent) before its run ends: a run still going or
+    # canceled that has one is explained by it, never as a run that "did not fail".
+    classification = classify_outcome(outcome) if failed or outcome.step_failures else None
     memory = (
         classification is not None
         and classification.failure_class == RESOURCE_EXHAUSTION
         and not out_of_disk(classification.reason)
     )
+    entries = list(instance.all_logs(run_id))
     return Diagnosis(
         run_id=run_id,
         status=run.status.value,
         outcome=outcome,
         classification=classification,
-        last_lines=last_lines_before_failure(list(instance.all_logs(run_id)), lines),
+        last_lines=last_lines_before_failure(entries, lines),
         sizes=memory_advice(instance, contracts or [], classification.steps)
         if memory and classification is not None
         else [],
+        canceled_by=cancellations(entries),
     )
 
 
 def tag_failure_class(instance: dg.DagsterInstance, diagnosis: Diagnosis) -> None:
-    """Write the failure class as the run tag the UI and the alerts use."""
-    if diagnosis.classification is not None:
+    """Write the failure class as the run tag the UI and the alerts use.
+
+    Only on a failed run: the tag classes runs that failed, and the failure alerts sensor
+    writes it once a run still going has ended (a canceled run is no failure).
+    """
+    if (
+        diagnosis.classification is not None
+        and diagnosis.status == dg.DagsterRunStatus.FAILURE.value
+    ):
         instance.add_run_tags(
             diagnosis.run_id, {FAILURE_CLASS_TAG: diagnosis.classification.failure_class}
         )

@@ -11,14 +11,21 @@ import collections
 import dataclasses
 import datetime as dt
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
 import numpy as np
 
 from ml_platform.platform.observability import STEP_PREFIX
+from ml_platform.platform.records import DayRecord
 from ml_platform.platform.sizes import MEMORY_HEADROOM, memory_request_mb
-from ml_platform.registry.monitoring import CHAMPION_PERFORMANCE, EPISODES_KEY, OPEN_EPISODES_KEY
+from ml_platform.registry.monitoring import (
+    CHAMPION_PERFORMANCE,
+    EPISODE_LOOKBACK,
+    EPISODES_KEY,
+    OPEN_EPISODES_KEY,
+)
 
 PEAK_KEY = f"{STEP_PREFIX}peak_rss_mb"
 EVENTS = {
@@ -67,8 +74,9 @@ class HealthReport:
     step_retries: dict[str, int]
     checks: dict[str, Tally]
     peak_rss_mb: dict[str, float]
-    # Per dataset: its latest monitored day and the drift episodes open at its end.
-    open_episodes: dict[str, tuple[str, list[str]]] = dataclasses.field(default_factory=dict)
+    # Per dataset: its latest monitored day and the drift episodes open at its end (None when
+    # no recent day records them: unknown, not none).
+    open_episodes: dict[str, tuple[str, list[str] | None]] = dataclasses.field(default_factory=dict)
 
     def memory_request_mb(self, asset: str) -> int:
         """Peak memory plus headroom, rounded up to a multiple of MEMORY_STEP_MB."""
@@ -101,6 +109,12 @@ class HealthReport:
         lines += [f"  {check}: {tally.text()}" for check, tally in sorted(self.checks.items())]
         lines.append("open drift episodes (at each dataset's latest monitored day):")
         for dataset, (day, episodes) in sorted(self.open_episodes.items()):
+            if episodes is None:
+                lines.append(
+                    f"  {dataset} ({day}): unknown (neither this day nor the {EPISODE_LOOKBACK} "
+                    "days before it record them)"
+                )
+                continue
             lines.append(f"  {dataset} ({day}): {len(episodes) or 'none'}")
             lines += [f"    {episode}" for episode in episodes]
         lines.append(f"memory requests (peak RSS x {MEMORY_HEADROOM}, rounded up):")
@@ -181,9 +195,15 @@ def pipeline_health(
     )
 
 
-def open_episodes(instance: dg.DagsterInstance) -> dict[str, tuple[str, list[str]]]:
-    """Each dataset's drift episodes open at its latest day of champion_performance."""
-    found = {}
+def open_episodes(instance: dg.DagsterInstance) -> dict[str, tuple[str, list[str] | None]]:
+    """Each dataset's drift episodes open at its latest monitored day of champion_performance.
+
+    A day whose features were rejected (a tombstone) or that kept its earlier version
+    (`unchanged`) records no episodes: the day shown is the latest whose record does, at most
+    EPISODE_LOOKBACK days back, as monitoring carries the episodes from it. Episodes None (and
+    the latest day) when no record of those days has them: unknown, which is not "none open".
+    """
+    found: dict[str, tuple[str, list[str] | None]] = {}
     for key in instance.get_asset_keys():
         if key.path[-1] != CHAMPION_PERFORMANCE:
             continue
@@ -191,13 +211,57 @@ def open_episodes(instance: dg.DagsterInstance) -> dict[str, tuple[str, list[str
         if not days:
             continue
         latest = max(days)
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[latest]), limit=1
-        ).records
-        materialization = records[0].asset_materialization if records else None
-        metadata = materialization.metadata if materialization else {}
-        text = metadata.get(EPISODES_KEY)
-        count = metadata.get(OPEN_EPISODES_KEY)
-        episodes = str(text.value).splitlines() if text and count and count.value else []
-        found[key.path[0]] = (latest, episodes)
+        # Monitoring carries a feature's episode from a stored day at most EPISODE_LOOKBACK
+        # days back: a record older than that says nothing of the episodes open now.
+        back = dt.timedelta(days=EPISODE_LOOKBACK)
+        try:
+            first = (dt.date.fromisoformat(latest) - back).isoformat()
+        except ValueError:
+            first = latest  # not a day: its own record only
+        recent = sorted((day for day in days if day >= first), reverse=True)
+        found[key.path[0]] = next(
+            (
+                (day, episodes)
+                for day, episodes in recorded_episodes(instance, key, recent)
+                if episodes is not None
+            ),
+            (latest, None),
+        )
     return found
+
+
+def recorded_episodes(
+    instance: dg.DagsterInstance, key: dg.AssetKey, days: list[str]
+) -> Iterator[tuple[str, list[str] | None]]:
+    """Each of `days` in turn, with the open episodes its records say, or None if none does.
+
+    A day recorded again unchanged, or whose re-delivery was rejected while it kept its earlier
+    version, carries no episodes in its latest record: those of the version it kept are in an
+    earlier record of the day, the latest one that has them. A day whose data was rejected
+    outright has no monitoring of its own.
+    """
+    by_day: dict[str, list[DayRecord]] = {day: [] for day in days}
+    cursor = None
+    while days:
+        result = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=days),
+            limit=100,
+            cursor=cursor,
+        )
+        for record in result.records:  # newest first
+            if record.partition_key in by_day:
+                by_day[record.partition_key].append(DayRecord.of(record))
+        if not result.has_more:
+            break
+        cursor = result.cursor
+    for day in days:
+        records = by_day[day]
+        if not records or not records[0].accepted:
+            yield day, None
+            continue
+        carrying = next((r.metadata for r in records if EPISODES_KEY in r.metadata), None)
+        if carrying is None:
+            yield day, None
+            continue
+        text, count = carrying[EPISODES_KEY], carrying.get(OPEN_EPISODES_KEY)
+        yield day, str(text).splitlines() if count else []

@@ -9,6 +9,11 @@ now, and the landed file a raw-data step reads with the file the run read. If an
 InputsChangedError naming what changed instead of rerunning on other data: a rerun on today's
 lake says nothing about the run's failure.
 
+A run of a partition range (a backfill's run of several days) is reproduced for one day: the
+first of the days its step recorded as failed (`each_day`'s `failed_partitions`), or, when the
+failure names none (an error raised out of the step), the range's first day, where the step
+began; the log names the range's other days.
+
 The exception the asset raises propagates out of `reproduce` unchanged, with its traceback
 ending in the asset's own code, so `pdb.post_mortem` (`ml-platform reproduce --pdb`) stops
 where it broke. The step runs once: its retry policy is left out (retries would only repeat
@@ -45,6 +50,7 @@ from ml_platform.platform.failures import (
 from ml_platform.platform.inputs import DailyInput
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.observability import row_count
+from ml_platform.platform.partitions import run_days
 from ml_platform.platform.records import ACCEPTED, DayRecord, day_records
 from ml_platform.platform.storage import LakeStorage, LocalStorage
 from ml_platform.platform.tracking import MlflowStores
@@ -56,6 +62,11 @@ DEFAULT_SAMPLE_ROWS = 100
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 # History statistics that count rows or values: a sample's counts are not the day's.
 COUNT_STATISTICS = ("row_count", "distinct_count")
+# The tags of a run of a partition range, and the metadata in which `each_day`'s dg.Failure
+# names the range's days that failed.
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+FAILED_PARTITIONS = "failed_partitions"
 python_logger = logging.getLogger("ml_platform.troubleshooting.reproduce")
 
 
@@ -159,7 +170,7 @@ class Target:
 
     run_id: str
     asset: dg.AssetsDefinition
-    partition: str | None
+    partition: str | None  # one day, also of a run of a partition range
     step_started: float = 0.0  # when the failed step's last attempt started (epoch seconds)
     diagnosis: Diagnosis | None = None
     tags: dict[str, str] = dataclasses.field(default_factory=dict)  # the run's tags
@@ -174,8 +185,102 @@ def step_started(instance: dg.DagsterInstance, run_id: str, step: str) -> float:
     return max(starts)
 
 
+def failed_partitions(instance: dg.DagsterInstance, run_id: str, step: str) -> list[str]:
+    """The days the step's last failure names as failed (`each_day`'s dg.Failure), if any."""
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    failures = [r for r in records.records if r.event_log_entry.step_key == step]
+    if not failures:
+        return []
+    event = failures[-1].event_log_entry.dagster_event
+    data: Any = event.event_specific_data if event is not None else None
+    user = getattr(data, "user_failure_data", None)
+    entry = (user.metadata or {}).get(FAILED_PARTITIONS) if user is not None else None
+    value = entry.value if entry is not None else None
+    return [str(day) for day in value] if isinstance(value, list) else []
+
+
+def range_days(asset: dg.AssetsDefinition, start: str, end: str) -> list[str]:
+    """The asset's partitions from `start` to `end`; none if either end is no partition of it."""
+    partitions = asset.partitions_def
+    if partitions is None or not all(partitions.has_partition_key(k) for k in (start, end)):
+        return []
+    return list(partitions.get_partition_keys_in_range(dg.PartitionKeyRange(start, end)))
+
+
+def dataset_option(asset: dg.AssetsDefinition) -> str:
+    """` --dataset NAME` for a command that reruns the asset's days, or "" for a bare key.
+
+    The platform's asset keys start with their dataset, which the commands need when several
+    are served.
+    """
+    path = asset.key.path
+    return f" --dataset {path[0]}" if len(path) > 1 else ""
+
+
+def failed_day(
+    instance: dg.DagsterInstance, run_id: str, step: str, asset: dg.AssetsDefinition
+) -> str | None:
+    """The one partition to rerun the failed step for: the run's, or a day of its range.
+
+    A run of a range (a backfill's) failed on some of its days: the first the step's failure
+    names, or, when it names none (an error raised out of `each_day` stops the step at the
+    first day that raised, which the event log does not say), the range's first day, where the
+    step began. The range itself is no partition: Dagster knows no such key, and no input was
+    ever stored for it. NothingToReproduceError if the range is no days of the asset's.
+    """
+    run = instance.get_run_by_id(run_id)
+    tags = run.tags if run is not None else {}
+    if "dagster/partition" in tags:
+        return tags["dagster/partition"]
+    start, end = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
+    if not (start and end):
+        return None  # an unpartitioned run
+    span = f"{start}...{end}"
+    days = range_days(asset, start, end)
+    if not days:
+        try:
+            count = str(len(run_days(tags)))
+        except ValueError:
+            count = "N"  # not days: the user counts them
+        raise NothingToReproduceError(
+            f"run {run_id} ran {asset.key.to_user_string()} for the partition range {span}, "
+            "which is no days of the asset's partitions in these definitions, so no single day "
+            "of it can be reproduced. Rerun the days, each in a run of its own (`ml-platform "
+            f"materialize{dataset_option(asset)} --start {start} --days {count} --force`), "
+            "then reproduce the run of a day that fails."
+        )
+    if len(days) == 1:
+        return days[0]
+    failed = [day for day in failed_partitions(instance, run_id, step) if day in days]
+    if failed:
+        day, others = failed[0], failed[1:]
+        python_logger.info(
+            f"run {run_id} covered the days {span}; step {step} failed on {len(failed)} of "
+            f"them: reproducing {day}, the first"
+            + (f" (the others that failed: {', '.join(others)})" if others else "")
+        )
+        return day
+    day, others = days[0], days[1:]
+    python_logger.info(
+        f"run {run_id} covered the days {span}; the failure of step {step} names no day (an "
+        f"error raised out of the step, which stops at the first day that raises): reproducing "
+        f"{day}, the range's first, where the step began"
+        + (
+            f". Should it not fail, one of {', '.join(others)} did: rerun each in a run of its "
+            f"own (`ml-platform materialize{dataset_option(asset)} --start DAY --force`) and "
+            "reproduce the run that fails"
+            if others
+            else ""
+        )
+    )
+    return day
+
+
 def failed_target(instance: dg.DagsterInstance, run_id: str, defs: dg.Definitions) -> Target:
-    """The first failed asset step of the run, as an asset of `defs`."""
+    """The first failed asset step of the run, as an asset of `defs`, for one partition.
+
+    A run of a partition range is reproduced for one of its days (`failed_day`).
+    """
     diagnosis = diagnose_run(instance, run_id)
     if not diagnosis.failed_steps:
         raise NothingToReproduceError(
@@ -188,7 +293,7 @@ def failed_target(instance: dg.DagsterInstance, run_id: str, defs: dg.Definition
             return Target(
                 run_id=diagnosis.run_id,
                 asset=asset,
-                partition=diagnosis.outcome.partition,
+                partition=failed_day(instance, diagnosis.run_id, step, asset),
                 step_started=step_started(instance, diagnosis.run_id, step),
                 diagnosis=diagnosis,
                 tags=dict(run.tags) if run else {},
@@ -387,10 +492,7 @@ def check_inputs_unchanged(
         shown = "; ".join(changes[:3]) + (
             f"; and {len(changes) - 3} more" if len(changes) > 3 else ""
         )
-        # The platform's asset keys start with their dataset, which the command needs when
-        # several are served.
-        path = target.asset.key.path
-        dataset = f" --dataset {path[0]}" if len(path) > 1 else ""
+        dataset = dataset_option(target.asset)
         rerun = (
             f"Rerun the day (`ml-platform materialize{dataset} --start {target.partition} --force`)"
             if target.partition
