@@ -8,6 +8,8 @@ code location's own graph, the replay served as `defs()` serves it. The integrat
 import datetime as dt
 import hashlib
 import json
+import logging
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -17,14 +19,23 @@ import yaml
 from ml_platform.automation.alerts import Alert
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
+from ml_platform.contracts.reference import reference_days
 from ml_platform.definitions import build_definitions
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.rejected import DAY_ASSETS
+from ml_platform.platform.tracking import MLFLOW_PREFIX
 from ml_platform.registry.assets import PROMOTE
 from ml_platform.replay.assets import REPLAY_COMPARISON
+from ml_platform.replay.comparison import (
+    MIN_PAIRED_DAYS,
+    ChainDay,
+    paired_difference,
+    render_summary,
+    verdict,
+)
 from ml_platform.replay.lifecycle import promote_replay, remove_replay
 from ml_platform.replay.replays import ReplayError, create_replay, load_replays
-from ml_platform_tests.conftest import Platform, days_from, lake_registry
+from ml_platform_tests.conftest import Platform, days_from, empty_mlflow_store, lake_registry
 
 pytestmark = pytest.mark.slow
 
@@ -179,6 +190,8 @@ def test_the_comparison_shows_both_chains_day_by_day(replayed):
     difference = stored["difference"]
     assert difference["days"] == len(DAYS) - 1
     assert difference["low"] <= difference["mean"] <= difference["high"]
+    # Three paired days are too few for the interval to say which did better.
+    assert stored["verdict"].startswith("too few days scored to tell: 3 day(s)")
     assert metadata["live_promotions"].value == stored["summary"]["live"]["promotions"] >= 1
     markdown = str(metadata["comparison"].value)
     assert "synthetic__replay_sgd against synthetic" in markdown
@@ -285,3 +298,207 @@ def test_a_replay_computes_the_days_its_first_days_look_back_on(tmp_path):
     first = create_replay(tmp_path / "r", changed, flights, "first", dt.date(2013, 1, 1), 3)
     assert first.warm_up_keys == []
     assert set(first.backfill_ranges().values()) == {("2013-01-01", "2013-01-03")}
+
+
+def test_a_replay_warms_up_the_baseline_days_its_days_are_compared_with(tmp_path):
+    synthetic = load_contract("synthetic")
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    # Both references fixed, apart from each other and long before the replayed days.
+    document["drift"]["reference"] = {"mode": "baseline", "start": "2024-01-01", "days": 14}
+    document["quality"]["history"] = {
+        "reference": {"mode": "baseline", "start": "2024-01-20", "days": 5}
+    }
+    changed = tmp_path / "synthetic_baselines.yaml"
+    changed.write_text(yaml.safe_dump(document))
+    replay = create_replay(tmp_path / "r", changed, synthetic, "base", dt.date(2024, 3, 1), 5)
+    computed = {*replay.warm_up_keys, *replay.day_keys}
+    c = replay.contract
+    for day in replay.day_keys:
+        for reference in (c.drift.reference, c.history_reference):
+            wanted = reference_days(reference, dt.date.fromisoformat(day), c.partitions.start_date)
+            assert wanted and {d.isoformat() for d in wanted} <= computed, (day, reference)
+    # Each baseline is a range of its own; the training window's days lead up to the first day.
+    assert replay.backfill_partition_ranges()["features"] == [
+        ("2024-01-01", "2024-01-14"),
+        ("2024-01-20", "2024-01-24"),
+        ("2024-02-03", "2024-03-05"),
+    ]
+    # In one range an asset, the data assets run from the first baseline day.
+    ranges = replay.backfill_ranges()
+    assert ranges["features"] == ranges["validated_data"] == ("2024-01-01", "2024-03-05")
+    assert ranges["model"] == ("2024-03-01", "2024-03-05")
+
+
+def test_a_replay_of_days_outside_either_contracts_partitions_is_not_kept(tmp_path):
+    flights = load_contract("flights")
+    text = bundled_contracts()["flights"].read_text()
+    changed = tmp_path / "flights_week.yaml"
+    changed.write_text(text.replace("  window_days: 28\n", "  window_days: 7\n"))
+    replays = tmp_path / "replays"
+    # Past the dataset's last day (2013-12-31).
+    with pytest.raises(ReplayError) as past:
+        create_replay(replays, changed, flights, "week", dt.date(2013, 12, 30), 5)
+    said = str(past.value)
+    assert "3 of the 5 day(s) are outside the partitions" in said
+    assert "the first 2014-01-01 and the last 2014-01-03" in said
+    assert "live contract's partitions are 2013-01-01 to 2013-12-31" in said
+    # Before the first day of the changed contract, which moved it.
+    moved = tmp_path / "flights_march.yaml"
+    moved.write_text(
+        changed.read_text().replace("start_date: 2013-01-01", "start_date: 2013-03-01")
+    )
+    with pytest.raises(ReplayError) as before:
+        create_replay(replays, moved, flights, "week", dt.date(2013, 2, 27), 4)
+    said = str(before.value)
+    assert "the first 2013-02-27 and the last 2013-02-28" in said
+    assert "the changed contract's 2013-03-01 to 2013-12-31" in said
+    # Nothing was kept: the same name takes days that fit.
+    assert not replays.exists()
+    kept = create_replay(replays, changed, flights, "week", dt.date(2013, 12, 27), 5)
+    assert kept.day_keys[-1] == "2013-12-31"
+
+
+def _day(day: str, metric: float | None) -> ChainDay:
+    return ChainDay(day, None, PROMOTE, "v1", metric, False, 1.0, 100.0)
+
+
+def test_the_comparison_needs_a_week_of_paired_days_for_a_verdict():
+    days = days_from("2024-03-01", MIN_PAIRED_DAYS + 1)
+    live = {d: _day(d, 0.90) for d in days}
+    # The replay's first day has no champion yet; each later day a hair better (lower rmse).
+    replay = {d: _day(d, None if i == 0 else 0.8999 - i / 1e5) for i, d in enumerate(days)}
+    for scored in (2, 3):
+        few = dict(list(replay.items())[:scored])
+        difference = paired_difference(live, few, 200)
+        assert difference.days == scored - 1
+        said = verdict(difference, "rmse")
+        assert said == (
+            f"too few days scored to tell: {scored - 1} day(s) have both champions' rmse, a "
+            f"verdict needs {MIN_PAIRED_DAYS}"
+        )
+        summary = render_summary("synthetic", "synthetic__replay_x", live, few, "rmse", difference)
+        assert said in summary and "better" not in summary
+    difference = paired_difference(live, replay, 200)
+    assert difference.days == MIN_PAIRED_DAYS
+    assert verdict(difference, "rmse").startswith("the replay's serving champion did better")
+
+
+def test_a_replay_that_changes_the_label_gives_no_verdict(tmp_path):
+    flights = load_contract("flights")
+    changed = tmp_path / "flights_late30.yaml"
+    changed.write_text(
+        bundled_contracts()["flights"]
+        .read_text()
+        .replace('rule: {op: ">", value: 15}', 'rule: {op: ">", value: 30}')
+    )
+    days = days_from("2013-03-01", 10)
+    replay = create_replay(tmp_path / "r", changed, flights, "late30", dt.date(2013, 3, 1), 10)
+    defs = build_definitions(
+        flights,
+        landing_dir=str(tmp_path / "landing"),
+        lake_dir=str(tmp_path / "lake"),
+        replays=[replay],
+    )
+    instance = dg.DagsterInstance.ephemeral()
+    # Every day, the replay's champion scores far higher on its own (rarer) positives.
+    for dataset, score in (("flights", 0.60), (replay.dataset, 0.80)):
+        for day in days:
+            event = dg.AssetMaterialization(
+                asset_key(dataset, "champion_performance"),
+                partition=day,
+                metadata={"champion_roc_auc": score},
+            )
+            instance.report_runless_asset_event(event)
+    result = dg.materialize(
+        [*(defs.assets or [])],
+        resources=defs.resources,
+        instance=instance,
+        selection=[asset_key(replay.dataset, REPLAY_COMPARISON)],
+    )
+    [event] = result.get_asset_materialization_events()
+    metadata = event.materialization.metadata
+    said = str(metadata["verdict"].value)
+    assert said == (
+        "the two chains are measured on different targets (label rule > 15 -> > 30): their "
+        "roc_auc cannot be compared, no verdict"
+    )
+    summary = str(metadata["summary"].value)
+    assert said in summary and "better" not in summary and "interval" not in summary
+    assert "difference_roc_auc" not in metadata
+    stored = json.loads(Path(str(metadata["path"].value)).read_text())
+    assert stored["difference"] is None
+    # Each chain's own figures are still there.
+    assert stored["summary"]["replay"]["mean_metric"] == pytest.approx(0.80)
+
+
+def test_a_replay_that_cannot_be_read_is_not_served_says_so_and_can_be_removed(
+    tmp_path, monkeypatch, caplog, capsys
+):
+    from ml_platform.cli import main
+    from ml_platform.definitions import defs
+
+    text = bundled_contracts()["synthetic"].read_text()
+    synthetic = load_contract("synthetic")
+    replays, contracts, lake = tmp_path / "replays", tmp_path / "contracts", tmp_path / "lake"
+    changed = tmp_path / "synthetic_sgd.yaml"
+    changed.write_text(text.replace("  estimator: linear\n", "  estimator: sgd\n"))
+    start = dt.date(2024, 1, 5)
+    # Made against the live contract as it was; its landing changes afterwards.
+    create_replay(replays, changed, synthetic, "stale", start, 3)
+    # Its replay.yaml written only in part; a copy under a name no replay may have.
+    half = create_replay(replays, changed, synthetic, "half", start, 3)
+    (half.folder / "replay.yaml").write_text("of: synthetic\nstart: 2024-01-05\n")
+    shutil.copytree(half.folder, replays / "Bad-Name")
+    new_landing = text.replace('"synthetic_{date}.csv"', '"synthetic-v2_{date}.csv"')
+    contracts.mkdir()
+    (contracts / "synthetic.yaml").write_text(new_landing)
+    live = load_contract(contracts / "synthetic.yaml")
+    changed.write_text(new_landing.replace("  estimator: linear\n", "  estimator: sgd\n"))
+    create_replay(replays, changed, live, "sgd", start, 3)
+
+    with caplog.at_level(logging.ERROR, logger="ml_platform.replay.replays"):
+        served = load_replays(replays, [live])
+    assert [r.name for r in served] == ["sgd"]
+    said = {r.getMessage().split("'")[1]: r.getMessage() for r in caplog.records}
+    assert set(said) == {"Bad-Name", "half", "stale"}
+    for name, message in said.items():
+        assert f"in {replays / name} is not served" in message
+        assert f"run `ml-platform replay remove {name}` or delete the folder" in message
+    assert "lower-case letters, digits and _" in said["Bad-Name"]
+    assert "replay.yaml lacks days" in said["half"]
+    assert "changes `landing`" in said["stale"]
+
+    # The code location serves the live dataset and the readable replay.
+    for variable in ("ML_PLATFORM_DATASET", "ML_PLATFORM_LAKE_URL", "ML_PLATFORM_LANDING_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("ML_PLATFORM_CONTRACTS", str(contracts))
+    monkeypatch.setenv("ML_PLATFORM_REPLAYS_DIR", str(replays))
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(lake))
+    monkeypatch.setenv("ML_PLATFORM_LANDING_DIR", str(tmp_path / "landing"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text("")
+    monkeypatch.setenv("ML_PLATFORM_DAGSTER_URL", "http://127.0.0.1:9")
+    datasets = {k.path[0] for k in defs().resolve_asset_graph().get_all_asset_keys()}
+    assert datasets == {"synthetic", "synthetic__replay_sgd"}
+
+    # What the stale replay recorded and stored while it was served goes with its folder.
+    (lake / MLFLOW_PREFIX).mkdir(parents=True)
+    shutil.copyfile(empty_mlflow_store(), lake / MLFLOW_PREFIX / "mlflow.db")
+    (lake / "synthetic__replay_stale" / "model" / start.isoformat()).mkdir(parents=True)
+    (lake / "synthetic__replay_stale" / "model" / start.isoformat() / "v.joblib").write_text("")
+    stale_model = asset_key("synthetic__replay_stale", "model")
+    with dg.DagsterInstance.get() as instance:
+        event = dg.AssetMaterialization(stale_model, partition=start.isoformat())
+        instance.report_runless_asset_event(event)
+    capsys.readouterr()
+    assert main(["replay", "promote", "stale"]) == 2
+    assert "replay 'stale' cannot be read" in capsys.readouterr().err
+    assert main(["replay", "remove", "stale"]) == 0
+    assert "removed replay 'stale': records of 1 asset(s), 1 lake object(s)" in (
+        capsys.readouterr().out
+    )
+    assert main(["replay", "remove", "Bad-Name"]) == 0
+    assert sorted(p.name for p in replays.iterdir()) == ["half", "sgd"]
+    assert not [p for p in (lake / "synthetic__replay_stale").rglob("*") if p.is_file()]
+    with dg.DagsterInstance.get() as instance:
+        assert instance.fetch_materializations(stale_model, limit=1).records == []

@@ -17,6 +17,7 @@ from ml_platform.replay.comparison import (
     read_chain,
     render_days,
     render_summary,
+    target_change,
     verdict,
 )
 from ml_platform.replay.replays import Replay
@@ -47,6 +48,8 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
     dataset, live_dataset = replay.dataset, replay.live
     metric = primary_metric(replay.contract)
     samples = replay.contract.evaluation.bootstrap_samples
+    # A changed label or task: both chains' figures stand, but side by side, not paired.
+    changed_target = target_change(replay.live_label, replay.contract.label)
 
     @dg.asset(
         name=REPLAY_COMPARISON,
@@ -69,9 +72,11 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
         live = read_chain(context.instance, live_dataset, days, metric)
         ran = read_chain(context.instance, dataset, days, metric)
         difference = paired_difference(live, ran, samples)
-        headline = render_summary(live_dataset, dataset, live, ran, metric, difference)
+        headline = render_summary(
+            live_dataset, dataset, live, ran, metric, difference, changed_target
+        )
         live_summary, replay_summary = ChainSummary.of(live), ChainSummary.of(ran)
-        said = verdict(difference, metric)
+        said = verdict(difference, metric, changed_target)
         context.log.info(f"{dataset} against {live_dataset}: {said}")
         figures: dict[str, float | int] = {}
         for side, summary in (("live", live_summary), ("replay", replay_summary)):
@@ -83,7 +88,7 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
             }
             if summary.mean_metric is not None:
                 figures[f"{side}_mean_{metric}"] = summary.mean_metric
-        if difference.mean is not None:
+        if difference.mean is not None and not changed_target:
             figures[f"difference_{metric}"] = difference.mean
         return dg.MaterializeResult(
             value={
@@ -91,7 +96,9 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
                 "live": live_dataset,
                 "metric": metric,
                 "verdict": said,
-                "difference": dataclasses.asdict(difference),
+                "changed_target": changed_target,
+                # Replay minus live means nothing across two targets.
+                "difference": None if changed_target else dataclasses.asdict(difference),
                 "summary": {
                     "live": dataclasses.asdict(live_summary),
                     "replay": dataclasses.asdict(replay_summary),

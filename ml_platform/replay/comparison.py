@@ -6,7 +6,9 @@ day's labelled rows (champion_performance: the champion chosen up to the day bef
 the day it served, i.e. its next-day metric), whether drift was found, and what training cost.
 The summary sets the two chains' next-day metric against each other on the days both scored,
 with a paired bootstrap interval over those days (the promotion rule's kind of interval, over
-days instead of rows).
+days instead of rows). It says which chain did better only from `MIN_PAIRED_DAYS` paired days
+on, and never when the replay changed the label or the task: the two metrics are then measured
+on different targets.
 """
 
 import dataclasses
@@ -16,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import dagster as dg
 import numpy as np
 
+from ml_platform.contracts.model import LabelRule, LabelSpec
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.observability import STEP_PREFIX
@@ -26,6 +29,12 @@ from ml_platform.registry.assets import PROMOTE
 # The assets whose records the comparison reads, of both chains.
 COMPARED = DAY_ASSETS
 INTERVAL_SEED = 0
+# The fewest days both champions were scored on that the interval may judge. A bootstrap over
+# one day has a zero-width interval and one over two has at most three means, so any difference
+# of a day or two's noise would look "clear of 0"; about a week of days, each a day of rows, is
+# the least the day-to-day spread of a next-day metric shows itself over (and a week has each
+# weekday once).
+MIN_PAIRED_DAYS = 7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,10 +149,46 @@ def paired_difference(
     return PairedDifference(len(differences), float(differences.mean()), float(low), float(high))
 
 
-def verdict(difference: PairedDifference, metric: str) -> str:
-    """What the interval says, in words."""
+def _rule(rule: LabelRule | None) -> str:
+    return "none" if rule is None else f"{rule.op} {rule.value:g}"
+
+
+def target_change(live: LabelSpec, replay: LabelSpec) -> str | None:
+    """How the replay's target differs from the live chain's, in words; None: the same target.
+
+    The task, the label's source column and its rule make the target; its name and description
+    do not.
+    """
+    changes = [
+        f"{what} {was} -> {now}"
+        for what, was, now in (
+            ("task", live.task, replay.task),
+            ("label source", live.source, replay.source),
+            ("label rule", _rule(live.rule), _rule(replay.rule)),
+        )
+        if was != now
+    ]
+    return ", ".join(changes) or None
+
+
+def verdict(difference: PairedDifference, metric: str, changed_target: str | None = None) -> str:
+    """What the interval says, in words.
+
+    No verdict when the chains' targets differ (`changed_target`, from `target_change`) or when
+    fewer than `MIN_PAIRED_DAYS` days were scored by both: each says so instead.
+    """
+    if changed_target:
+        return (
+            f"the two chains are measured on different targets ({changed_target}): their "
+            f"{metric} cannot be compared, no verdict"
+        )
     if difference.mean is None or difference.low is None or difference.high is None:
         return f"no day has both champions' {metric}: nothing to compare yet"
+    if difference.days < MIN_PAIRED_DAYS:
+        return (
+            f"too few days scored to tell: {difference.days} day(s) have both champions' "
+            f"{metric}, a verdict needs {MIN_PAIRED_DAYS}"
+        )
     better = "lower" if metric in LOWER_IS_BETTER else "higher"
     if difference.low > 0 or difference.high < 0:
         side = "higher" if difference.low > 0 else "lower"
@@ -179,14 +224,25 @@ def render_summary(
     replay: Mapping[str, ChainDay],
     metric: str,
     difference: PairedDifference,
+    changed_target: str | None = None,
 ) -> str:
-    """The comparison's summary as markdown: what the interval says, then a table of both."""
+    """The comparison's summary as markdown: what the interval says, then a table of both.
+
+    With `changed_target` (see `target_change`) no difference is shown: each chain's figures
+    are on its own target.
+    """
+    said = f"**{verdict(difference, metric, changed_target)}**"
+    if changed_target:
+        headline = f"{said}: each chain's {metric} below is on its own target."
+    else:
+        headline = (
+            f"{said}: replay minus live, mean {_value(difference.mean)} over {difference.days} "
+            f"day(s), 95% interval {_value(difference.low)} to {_value(difference.high)}."
+        )
     lines = [
         f"# {replay_name} against {live_name}",
         "",
-        f"**{verdict(difference, metric)}**: replay minus live, mean {_value(difference.mean)} "
-        f"over {difference.days} day(s), 95% interval {_value(difference.low)} to "
-        f"{_value(difference.high)}.",
+        headline,
         "",
         f"| | {live_name} (live) | {replay_name} (replay) |",
         "|---|---:|---:|",

@@ -10,15 +10,21 @@ import dagster as dg
 from ml_platform.contracts.editing import editable_contract
 from ml_platform.platform.storage import LakeStorage
 from ml_platform.platform.tracking import MLFLOW_PREFIX, MlflowStores
-from ml_platform.replay.replays import Replay
+from ml_platform.replay.replays import BrokenReplay, Replay, ReplayError
 
 
-def promote_replay(replay: Replay, live_file: Path) -> Path:
+def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
     """Make the replay's contract the live dataset's: `live_file` becomes its bytes.
 
     Only the file changes, a change a person reviews (and commits); the live chain runs it from
-    its next day on, through its ordinary rules. The replay itself stays until removed.
+    its next day on, through its ordinary rules. The replay itself stays until removed. A
+    replay that cannot be read is not promoted: what it ran is no longer what its folder says.
     """
+    if isinstance(replay, BrokenReplay):
+        raise ReplayError(
+            f"replay '{replay.name}' cannot be read ({replay.reason}): it is not served and not "
+            f"promoted; run `ml-platform replay remove {replay.name}`"
+        )
     target = editable_contract(live_file)
     shutil.copyfile(replay.contract_file, target)
     return target
@@ -35,7 +41,7 @@ class Removed:
 
 
 def remove_replay(
-    replay: Replay,
+    replay: Replay | BrokenReplay,
     instance: dg.DagsterInstance,
     asset_keys: list[dg.AssetKey],
     lake: LakeStorage,
@@ -44,24 +50,44 @@ def remove_replay(
     """Remove the replay's records, lake files, MLflow entries and folder.
 
     Everything of the replay carries its own dataset name, so no live record, file or entry is
-    touched.
+    touched. The records are those of `asset_keys` and of every key of the replay's dataset the
+    instance holds: a replay that cannot be read is not served, so the code location's asset
+    graph no longer names the assets it recorded while it was. `lake` and `stores` may be the
+    code location's own resources, whose settings stay `EnvVar`s until a run resolves them:
+    removing is no run (`ml-platform replay remove`), so they are resolved here.
     """
+    recorded = instance.get_asset_keys(prefix=[replay.dataset])
+    asset_keys = [
+        *asset_keys,
+        *(k for k in recorded if k.path[0] == replay.dataset and k not in asset_keys),
+    ]
     instance.wipe_assets(asset_keys)
-    prefixes = (f"{replay.dataset}/", f"{MLFLOW_PREFIX}/artifacts/{replay.dataset}/")
+    with dg.build_resources({"lake": lake, "mlflow": stores}) as resolved:
+        objects = _remove_stored(replay.dataset, resolved.lake, resolved.mlflow)
+    shutil.rmtree(replay.folder)
+    return Removed(len(asset_keys), *objects)
+
+
+def _remove_stored(dataset: str, lake: LakeStorage, stores: MlflowStores) -> tuple[int, bool, bool]:
+    """Remove `dataset`'s lake files and MLflow entries.
+
+    The number of lake objects removed, and whether its registered model and experiment were
+    there.
+    """
+    prefixes = (f"{dataset}/", f"{MLFLOW_PREFIX}/artifacts/{dataset}/")
     keys = [key for prefix in prefixes for key in lake.list_keys(prefix)]
     for key in keys:
         lake.delete(key)
     client = stores.client()
-    registered = client.search_registered_models(f"name = '{replay.dataset}'")
+    registered = client.search_registered_models(f"name = '{dataset}'")
     if registered:
-        client.delete_registered_model(replay.dataset)
-    experiment = client.get_experiment_by_name(replay.dataset)
+        client.delete_registered_model(dataset)
+    experiment = client.get_experiment_by_name(dataset)
     if experiment is not None:
         # MLflow keeps a deleted experiment's name taken: renamed first, a replay of the same
         # name can be made again.
         client.rename_experiment(
-            experiment.experiment_id, f"{replay.dataset} (removed {time.strftime('%Y%m%dT%H%M%S')})"
+            experiment.experiment_id, f"{dataset} (removed {time.strftime('%Y%m%dT%H%M%S')})"
         )
         client.delete_experiment(experiment.experiment_id)
-    shutil.rmtree(replay.folder)
-    return Removed(len(asset_keys), len(keys), bool(registered), experiment is not None)
+    return len(keys), bool(registered), experiment is not None

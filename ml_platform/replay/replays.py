@@ -11,19 +11,30 @@ pool, lake folder, MLflow experiment and registered model carries that name, so 
 dataset owns is written. It reads the live dataset's landed files (the same `landing`, which a
 replay may not change), read-only as every dataset reads them. It has no sensor, schedule or
 freshness policy (it runs only when launched) and its alerts page no one.
+
+A replay folder that cannot be read as a replay of the live contract (its replay.yaml
+half-written, a folder name the name pattern refuses, or a live contract whose `landing` changed
+since) is not served: the code location logs why and serves the live datasets and the other
+replays, and `ml-platform replay remove NAME` still removes it from its folder alone.
 """
 
 import dataclasses
 import datetime as dt
+import logging
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import yaml
 
 from ml_platform.contracts import Contract, ContractError, load_contract
+from ml_platform.contracts.model import LabelSpec
+from ml_platform.contracts.reference import reference_days
+from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.rejected import DAY_ASSETS
+
+logger = logging.getLogger(__name__)
 
 # The dataset name of a replay: `<live>__replay_<name>`.
 MARK = "__replay_"
@@ -32,10 +43,22 @@ REPLAY_FILE = "replay.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # The assets a replay computes over the days before it, which its first days look back on.
 WARM_UP_ASSETS = ("raw_data", "validated_data", "features", "drift_report")
+ONE_DAY = dt.timedelta(days=1)
 
 
 def _day_keys(first: dt.date, count: int) -> list[str]:
     return [(first + dt.timedelta(days=i)).isoformat() for i in range(count)]
+
+
+def _runs(keys: Sequence[str]) -> list[tuple[str, str]]:
+    """Sorted day keys as (first, last) runs of consecutive days."""
+    runs: list[tuple[str, str]] = []
+    for key in keys:
+        if runs and dt.date.fromisoformat(key) - dt.date.fromisoformat(runs[-1][1]) == ONE_DAY:
+            runs[-1] = (runs[-1][0], key)
+        else:
+            runs.append((key, key))
+    return runs
 
 
 class ReplayError(ValueError):
@@ -58,6 +81,8 @@ class Replay:
     # The changed contract, named `<live>__replay_<name>`.
     contract: Contract
     folder: Path
+    # The live contract's label: the comparison gives no verdict when the replay's differs.
+    live_label: LabelSpec
 
     @property
     def dataset(self) -> str:
@@ -71,33 +96,55 @@ class Replay:
 
     @property
     def warm_up_keys(self) -> list[str]:
-        """The days before the replay its first days look back on, as partition keys.
+        """The days before the replay its days look back on, as partition keys, in order.
 
         The first day's model trains on the window ending that day, its gate and drift check
-        compare it with the days before: those days' data, computed under the replay's
-        contract, make its first days judged as the live chain's were. Never before the
-        dataset's first day.
+        compare it with their reference days: those days' data, computed under the replay's
+        contract, make its days judged as the live chain's were. A `previous_days` reference
+        looks back from each day; a `baseline` one reads its fixed days, which may lie long
+        before the replayed ones (the days between are not needed). Never before the dataset's
+        first day.
         """
         c = self.contract
         back = [c.training.window_days - 1]
+        needed: set[dt.date] = set()
         for reference in (c.history_reference, c.drift.reference):
             if reference.mode == "previous_days":
                 back.append(reference.days)
+            else:
+                for i in range(self.days):
+                    day = self.start + dt.timedelta(days=i)
+                    needed.update(reference_days(reference, day, c.partitions.start_date))
         first = max(c.partitions.start_date, self.start - dt.timedelta(days=max(back)))
-        return _day_keys(first, (self.start - first).days)
+        needed.update(first + dt.timedelta(days=i) for i in range((self.start - first).days))
+        return sorted(day.isoformat() for day in needed if day < self.start)
 
-    def backfill_ranges(self) -> dict[str, tuple[str, str]]:
-        """The days of each day asset the replay's backfill computes, by asset name.
+    def backfill_partition_ranges(self) -> dict[str, list[tuple[str, str]]]:
+        """The days of each day asset the replay's backfill computes, by asset name, as runs.
 
         Every day asset over the replayed days; the data assets (up to the drift report, which
-        a model reads for a blocking feature) over the warm-up days too.
+        a model reads for a blocking feature) over the warm-up days too, a baseline reference
+        apart from the replayed days a (first, last) range of its own.
         """
-        days, warm_up = self.day_keys, self.warm_up_keys
-        ranges = dict.fromkeys(DAY_ASSETS, (days[0], days[-1]))
-        if warm_up:
-            for name in WARM_UP_ASSETS:
-                ranges[name] = (warm_up[0], days[-1])
+        days = self.day_keys
+        ranges = {name: [(days[0], days[-1])] for name in DAY_ASSETS}
+        # The warm-up days are all before the replayed ones: together, in order.
+        with_warm_up = _runs([*self.warm_up_keys, *days])
+        for name in WARM_UP_ASSETS:
+            ranges[name] = with_warm_up
         return ranges
+
+    def backfill_ranges(self) -> dict[str, tuple[str, str]]:
+        """The days of each day asset the replay's backfill computes, one range an asset.
+
+        `backfill_partition_ranges` spanned: a launch that takes one range an asset computes
+        the data assets of the days between a baseline and the replayed days too, and misses
+        none of the days the replay looks back on.
+        """
+        return {
+            name: (runs[0][0], runs[-1][1])
+            for name, runs in self.backfill_partition_ranges().items()
+        }
 
     @property
     def contract_file(self) -> Path:
@@ -121,6 +168,38 @@ def _renamed(changed: Contract, live: Contract, name: str, where: str) -> Contra
     return changed.model_copy(update={"name": replay_dataset(live.name, name)})
 
 
+def _bounds(contract: Contract) -> str:
+    """The days of `contract`'s partitions, first to last (the last ended day if it has no end)."""
+    partitions = daily_partitions(contract)
+    first, last = partitions.get_first_partition_key(), partitions.get_last_partition_key()
+    if first is None or last is None:
+        return f"none yet (the first, {contract.partitions.start_date}, has not ended)"
+    return f"{first} to {last}"
+
+
+def _days_outside(start: dt.date, days: int, live: Contract, changed: Contract) -> str | None:
+    """What of the replayed days is not a day of both contracts' partitions; None: nothing.
+
+    The replay's backfill runs them under the changed contract and the comparison reads the live
+    chain's records of them: a day either contract does not have (past an `end_date`, before a
+    `start_date` the change moved, not ended yet) fails the backfill's launch after the replay
+    is kept.
+    """
+    both = [daily_partitions(live), daily_partitions(changed)]
+    outside = [
+        key
+        for key in _day_keys(start, days)
+        if not all(partitions.has_partition_key(key) for partitions in both)
+    ]
+    if not outside:
+        return None
+    return (
+        f"{len(outside)} of the {days} day(s) are outside the partitions, the first "
+        f"{outside[0]} and the last {outside[-1]}: the live contract's partitions are "
+        f"{_bounds(live)}, the changed contract's {_bounds(changed)}"
+    )
+
+
 def create_replay(
     root: str | Path,
     changed_file: str | Path,
@@ -132,21 +211,22 @@ def create_replay(
     """Keep `changed_file` as replay `name` of `live` over `days` days from `start`.
 
     A replay of that name already there is an error: each replay's records belong to the
-    contract it ran (`ml-platform replay remove NAME` first).
+    contract it ran (`ml-platform replay remove NAME` first). Every day is checked first, against
+    both contracts' partitions: nothing is kept for a replay that cannot run.
     """
     if not NAME.match(name):
         raise ReplayError(f"replay name {name!r}: use lower-case letters, digits and _")
     if days < 1:
         raise ReplayError(f"--days {days}: a replay runs at least one day")
-    first = live.partitions.start_date
-    if start < first:
-        raise ReplayError(f"--start {start}: the dataset's days begin on {first}")
     changed_file = Path(changed_file)
     try:
         changed = load_contract(changed_file)
     except ContractError as exc:
         raise ReplayError(str(exc)) from exc
     contract = _renamed(changed, live, name, str(changed_file))
+    outside = _days_outside(start, days, live, changed)
+    if outside:
+        raise ReplayError(f"--start {start} --days {days}: {outside}; replay days within both")
     folder = Path(root) / name
     if folder.exists():
         raise ReplayError(
@@ -157,43 +237,147 @@ def create_replay(
     shutil.copyfile(changed_file, folder / CONTRACT_FILE)
     plan = {"of": live.name, "start": start.isoformat(), "days": days}
     (folder / REPLAY_FILE).write_text(yaml.safe_dump(plan, sort_keys=False))
-    return Replay(name, live.name, start, days, contract, folder)
+    return Replay(name, live.name, start, days, contract, folder, live.label)
+
+
+def _plan(folder: Path) -> dict:
+    """The replay.yaml of `folder` (of, start, days); a ReplayError says what is wrong with it."""
+    path = folder / REPLAY_FILE
+    try:
+        plan = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ReplayError(f"{path} cannot be read: {exc}") from exc
+    missing = [k for k in ("of", "start", "days") if not isinstance(plan, dict) or k not in plan]
+    if missing:
+        raise ReplayError(f"{path} lacks {', '.join(missing)} (written only in part?)")
+    return plan
 
 
 def read_replay(folder: Path, live: Contract) -> Replay:
-    """The replay kept in `folder`, a replay of `live`."""
-    plan = yaml.safe_load((folder / REPLAY_FILE).read_text())
-    contract = _renamed(load_contract(folder / CONTRACT_FILE), live, folder.name, str(folder))
-    return Replay(
-        folder.name,
-        live.name,
-        dt.date.fromisoformat(str(plan["start"])),
-        int(plan["days"]),
-        contract,
-        folder,
-    )
+    """The replay kept in `folder`, a replay of `live`; a ReplayError says why it is not one."""
+    if not NAME.match(folder.name):
+        raise ReplayError(
+            f"replay name {folder.name!r} (its folder's): use lower-case letters, digits and _"
+        )
+    plan = _plan(folder)
+    if str(plan["of"]) != live.name:
+        raise ReplayError(f"{folder / REPLAY_FILE} replays '{plan['of']}', not '{live.name}'")
+    try:
+        start, days = dt.date.fromisoformat(str(plan["start"])), int(plan["days"])
+    except (TypeError, ValueError) as exc:
+        raise ReplayError(
+            f"{folder / REPLAY_FILE}: start must be a day (YYYY-MM-DD) and days a number ({exc})"
+        ) from exc
+    if days < 1:
+        raise ReplayError(f"{folder / REPLAY_FILE}: days {days}; a replay runs at least one day")
+    try:
+        changed = load_contract(folder / CONTRACT_FILE)
+    except (ContractError, OSError) as exc:
+        raise ReplayError(str(exc)) from exc
+    contract = _renamed(changed, live, folder.name, str(folder))
+    return Replay(folder.name, live.name, start, days, contract, folder, live.label)
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokenReplay:
+    """A replay folder of a served dataset that cannot be read as its replay: it is not served.
+
+    What `find_replay` gives for it, so that `ml-platform replay remove NAME` removes it, and
+    what it wrote while it was served, from its folder alone.
+    """
+
+    name: str
+    live: str
+    folder: Path
+    # Why it cannot be read.
+    reason: str
+
+    @property
+    def dataset(self) -> str:
+        """The dataset name it was (or would have been) served as."""
+        return replay_dataset(self.live, self.name)
+
+    @property
+    def contract_file(self) -> Path:
+        """The changed contract as its author wrote it, if it is there."""
+        return self.folder / CONTRACT_FILE
+
+
+def _replayed(folder: Path) -> str | None:
+    """The dataset the replay in `folder` replays, from what can be read of it; None: unknown.
+
+    Its replay.yaml says; else its contract, which keeps the live dataset's name.
+    """
+    for file, field in ((REPLAY_FILE, "of"), (CONTRACT_FILE, "name")):
+        try:
+            document = yaml.safe_load((folder / file).read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(document, dict) and isinstance(document.get(field), str):
+            return str(document[field])
+    return None
+
+
+def _kept(
+    root: str | Path | None, served: Sequence[Contract]
+) -> Iterable[tuple[Path, str | None, Replay | ReplayError]]:
+    """Each replay folder in `root` of a dataset `served` (or of one it cannot tell), read.
+
+    A folder holding a replay.yaml or a contract.yaml is a replay's, whole or in part; each
+    comes with the dataset it replays and its replay, or the error that says why it is not one.
+    """
+    if root is None or not Path(root).is_dir():
+        return
+    live = {c.name: c for c in served}
+    for folder in sorted(Path(root).iterdir()):
+        if not folder.is_dir() or not any(
+            (folder / file).exists() for file in (REPLAY_FILE, CONTRACT_FILE)
+        ):
+            continue
+        of = _replayed(folder)
+        if of is None:
+            yield folder, None, ReplayError("it names no dataset that it replays")
+        elif of in live:
+            try:
+                yield folder, of, read_replay(folder, live[of])
+            except ReplayError as exc:
+                yield folder, of, exc
 
 
 def load_replays(root: str | Path | None, served: Sequence[Contract]) -> list[Replay]:
     """The replays in `root` of the datasets `served`, by name; none without a directory.
 
     A replay of a dataset the code location does not serve is left out: its comparison would
-    have no live chain to read.
+    have no live chain to read. A folder that cannot be read as a replay (see `read_replay`) is
+    left out too, with an error in the log that says why and how to remove it: one stale replay
+    must not take the live datasets' assets, sensors and schedules down with it.
     """
-    if root is None or not Path(root).is_dir():
-        return []
-    live = {c.name: c for c in served}
     replays = []
-    for folder in sorted(p for p in Path(root).iterdir() if (p / REPLAY_FILE).is_file()):
-        of = str(yaml.safe_load((folder / REPLAY_FILE).read_text())["of"])
-        if of in live:
-            replays.append(read_replay(folder, live[of]))
+    for folder, of, read in _kept(root, served):
+        if isinstance(read, Replay):
+            replays.append(read)
+            continue
+        logger.error(
+            f"replay '{folder.name}'{f' of {of}' if of else ''} in {folder} is not served, it "
+            f"cannot be read: {read}. The live datasets and the other replays are served; run "
+            f"`ml-platform replay remove {folder.name}` or delete the folder."
+        )
     return replays
 
 
-def find_replay(root: str | Path | None, name: str, served: Sequence[Contract]) -> Replay:
-    """Replay `name` of one of the datasets `served`."""
-    for replay in load_replays(root, served):
-        if replay.name == name:
-            return replay
+def find_replay(
+    root: str | Path | None, name: str, served: Sequence[Contract]
+) -> Replay | BrokenReplay:
+    """Replay `name` of one of the datasets `served`; a `BrokenReplay` when it cannot be read."""
+    for folder, of, read in _kept(root, served):
+        if folder.name != name:
+            continue
+        if isinstance(read, Replay):
+            return read
+        if of is None:
+            raise ReplayError(
+                f"replay '{name}' cannot be read ({read}), so what it wrote cannot be told: "
+                f"delete its folder {folder}"
+            )
+        return BrokenReplay(name, of, folder, str(read))
     raise ReplayError(f"no replay named '{name}' in {root}: `ml-platform replay list` lists them")
