@@ -68,7 +68,7 @@ def main() -> None:
         stack.wait(lambda: stack.graphql("{ version }", {}), 180, "the webserver")
         webserver = Webserver(env["ML_PLATFORM_DAGSTER_URL"])
         started = time.monotonic()
-        days = (args.start.isoformat(), last)
+        days = [(args.start.isoformat(), last)]
         backfill_id = webserver.backfill({dg.AssetKey(["flights", n]): days for n in DAY_ASSETS})
 
         def live_done() -> str | None:

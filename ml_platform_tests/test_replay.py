@@ -292,12 +292,12 @@ def test_a_replay_computes_the_days_its_first_days_look_back_on(tmp_path):
     assert later.warm_up_keys[0] == (dt.date(2013, 3, 1) - dt.timedelta(days=look_back)).isoformat()
     assert later.warm_up_keys[-1] == "2013-02-28"
     ranges = later.backfill_ranges()
-    assert ranges["features"] == (later.warm_up_keys[0], "2013-03-10")
-    assert ranges["model"] == ranges["registered_model"] == ("2013-03-01", "2013-03-10")
+    assert ranges["features"] == [(later.warm_up_keys[0], "2013-03-10")]
+    assert ranges["model"] == ranges["registered_model"] == [("2013-03-01", "2013-03-10")]
     # From the dataset's first day there is nothing before to compute.
     first = create_replay(tmp_path / "r", changed, flights, "first", dt.date(2013, 1, 1), 3)
     assert first.warm_up_keys == []
-    assert set(first.backfill_ranges().values()) == {("2013-01-01", "2013-01-03")}
+    assert all(r == [("2013-01-01", "2013-01-03")] for r in first.backfill_ranges().values())
 
 
 def test_a_replay_warms_up_the_baseline_days_its_days_are_compared_with(tmp_path):
@@ -317,16 +317,19 @@ def test_a_replay_warms_up_the_baseline_days_its_days_are_compared_with(tmp_path
         for reference in (c.drift.reference, c.history_reference):
             wanted = reference_days(reference, dt.date.fromisoformat(day), c.partitions.start_date)
             assert wanted and {d.isoformat() for d in wanted} <= computed, (day, reference)
-    # Each baseline is a range of its own; the training window's days lead up to the first day.
-    assert replay.backfill_partition_ranges()["features"] == [
-        ("2024-01-01", "2024-01-14"),
-        ("2024-01-20", "2024-01-24"),
-        ("2024-02-03", "2024-03-05"),
-    ]
-    # In one range an asset, the data assets run from the first baseline day.
+    # Each baseline is a range of its own, the days between them not computed; the training
+    # window's days lead up to the first day.
     ranges = replay.backfill_ranges()
-    assert ranges["features"] == ranges["validated_data"] == ("2024-01-01", "2024-03-05")
-    assert ranges["model"] == ("2024-03-01", "2024-03-05")
+    assert (
+        ranges["features"]
+        == ranges["validated_data"]
+        == [
+            ("2024-01-01", "2024-01-14"),
+            ("2024-01-20", "2024-01-24"),
+            ("2024-02-03", "2024-03-05"),
+        ]
+    )
+    assert ranges["model"] == [("2024-03-01", "2024-03-05")]
 
 
 def test_a_replay_of_days_outside_either_contracts_partitions_is_not_kept(tmp_path):

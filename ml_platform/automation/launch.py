@@ -14,7 +14,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -164,18 +164,20 @@ class Webserver:
         if failed:
             raise LaunchError(f"the webserver at {self.url} could not load {'; '.join(failed)}")
 
-    def backfill(self, ranges: Mapping[dg.AssetKey, tuple[str, str]]) -> str:
-        """Launch a backfill of each asset over its days (first, last); the backfill's id.
+    def backfill(self, ranges: Mapping[dg.AssetKey, Sequence[tuple[str, str]]]) -> str:
+        """Launch a backfill of each asset over its ranges of days (first, last); its id.
 
-        Sent as the UI's Materialize of a partition range; the daemon splits it into runs.
+        Sent as the UI's Materialize of partition ranges; the daemon splits it into runs.
         """
         params = {
             "partitionsByAssets": [
                 {
                     "assetKey": {"path": key.path},
-                    "partitions": {"range": {"start": first, "end": last}},
+                    "partitions": {
+                        "ranges": [{"start": first, "end": last} for first, last in runs]
+                    },
                 }
-                for key, (first, last) in ranges.items()
+                for key, runs in ranges.items()
             ]
         }
         data = self._query(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]

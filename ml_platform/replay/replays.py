@@ -119,12 +119,13 @@ class Replay:
         needed.update(first + dt.timedelta(days=i) for i in range((self.start - first).days))
         return sorted(day.isoformat() for day in needed if day < self.start)
 
-    def backfill_partition_ranges(self) -> dict[str, list[tuple[str, str]]]:
+    def backfill_ranges(self) -> dict[str, list[tuple[str, str]]]:
         """The days of each day asset the replay's backfill computes, by asset name, as runs.
 
         Every day asset over the replayed days; the data assets (up to the drift report, which
         a model reads for a blocking feature) over the warm-up days too, a baseline reference
-        apart from the replayed days a (first, last) range of its own.
+        apart from the replayed days a (first, last) range of its own: the days between are
+        not computed.
         """
         days = self.day_keys
         ranges = {name: [(days[0], days[-1])] for name in DAY_ASSETS}
@@ -133,18 +134,6 @@ class Replay:
         for name in WARM_UP_ASSETS:
             ranges[name] = with_warm_up
         return ranges
-
-    def backfill_ranges(self) -> dict[str, tuple[str, str]]:
-        """The days of each day asset the replay's backfill computes, one range an asset.
-
-        `backfill_partition_ranges` spanned: a launch that takes one range an asset computes
-        the data assets of the days between a baseline and the replayed days too, and misses
-        none of the days the replay looks back on.
-        """
-        return {
-            name: (runs[0][0], runs[-1][1])
-            for name, runs in self.backfill_partition_ranges().items()
-        }
 
     @property
     def contract_file(self) -> Path:
