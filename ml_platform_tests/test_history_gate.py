@@ -11,14 +11,17 @@ import yaml
 
 from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
+from ml_platform.contracts.schema import type_rows
+from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.platform.records import day_records
 from ml_platform.registry.store import MODEL_FILE
-from ml_platform.validation.expectations import HISTORY
+from ml_platform.validation.expectations import HISTORY, quality_gate
 from ml_platform.validation.history import (
     PROFILE_KEY,
     Bound,
     bounds_of,
     count_bound,
+    day_profile,
     gated_statistics,
     history_parameters,
     judge,
@@ -112,6 +115,54 @@ def test_a_short_history_is_unbounded_in_the_suite_parameters(tmp_path):
     assert judge({"null_share(tailnum)": 0.5, "row_count": 1000.0}, window.bounds) == [
         "null_share(tailnum)"
     ]
+
+
+ACCENTED = """
+name: shop
+description: a shop's sales, priced per unit
+owners: ["team:x"]
+source: {kind: external}
+partitions: {start_date: 2024-01-01}
+landing: {file_pattern: "shop_{date}.csv", format: csv}
+event_time: {column: ts, timezone: UTC}
+columns:
+  - {name: ts, dtype: datetime}
+  - {name: "prix_unité", dtype: float, nullable: true}
+  - {name: y, dtype: int}
+label: {name: y_label, task: classification, source: y, rule: {op: "==", value: 1}}
+leakage_columns: []
+features:
+  - {name: prix, kind: numeric, source: "prix_unité"}
+quality:
+  row_count: {min: 1}
+  history: {reference: {mode: previous_days, days: 7}, min_days: 3}
+"""
+
+
+def test_a_column_named_beyond_ascii_is_gated_on_its_own_day(tmp_path):
+    path = tmp_path / "shop.yaml"
+    path.write_text(ACCENTED)
+    contract = load_contract(path)
+    day = "2024-01-04"
+    landed = pd.DataFrame(
+        {
+            "ts": [f"{day}T{h:02d}:00:00" for h in range(20)],
+            "prix_unité": [1.0 + h for h in range(20)],
+            "y": [h % 2 for h in range(20)],
+        }
+    ).to_csv(index=False)
+    name = f"shop_{day}.csv"
+    rows = type_rows(read_landed_file(landed.encode(), name, day, []), contract, where=name)
+    profile = day_profile(rows, contract)
+    history = {d: profile for d in ["2024-01-01", "2024-01-02", "2024-01-03"]}
+
+    report, _ = quality_gate(contract).validate(
+        rows, day, window_from_profiles(contract, day, history)
+    )
+
+    # Judged against its history like any column: bounds given to GE, the day within them.
+    assert report.of(HISTORY) == [] and report.failures == []
+    assert report.evaluated > 0
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,10 @@ import yaml
 
 from ml_platform import cli
 from ml_platform.contracts import load_contract
+from ml_platform.contracts.model import parse_contract
+from ml_platform.contracts.schema import type_rows
+from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.validation.expectations import quality_gate
 from ml_platform.validation.infer import InferenceError, draft_contract
 from ml_platform_tests.conftest import DAILY_ASSETS, Platform
 
@@ -184,6 +188,56 @@ def test_without_a_key_or_a_spread_the_draft_says_so(tmp_path):
     holiday = next(c for c in drafted(text)["columns"] if c["name"] == "holiday")
     assert holiday == {"name": "holiday", "dtype": "int"}
     assert "always 0 in the samples: no range guessed" in text
+
+
+def test_a_draft_holds_its_own_samples_tiny_floats_and_a_column_never_filled(tmp_path):
+    paths = []
+    for day in ["2024-01-01", "2024-01-02"]:
+        frame = pd.DataFrame(
+            {
+                "ts": [f"{day} {h:02d}:15:00" for h in range(20)],
+                "rate": [f"{(1 + h) * 1e-8:.3e}" for h in range(20)],  # a rare event's share
+                "score": [str(1.0 + h * 1e-8) for h in range(20)],
+                "coupon": [""] * 20,  # an optional field nobody used yet
+                "amount": [str(10 * h) for h in range(20)],
+            }
+        )
+        paths.append(tmp_path / f"shop_{day}.csv")
+        frame.to_csv(paths[-1], index=False)
+
+    text = draft_contract(paths, "shop")
+
+    columns = {c["name"]: c for c in drafted(text)["columns"]}
+    assert columns["rate"]["min"] <= 1e-8 and columns["rate"]["max"] >= 2e-7, columns["rate"]
+    assert columns["score"]["max"] >= 1.0 + 19e-8, columns["score"]
+    assert "allowed_values" not in columns["coupon"]
+    # The draft, its label chosen, accepts the days it was drawn from.
+    contract = parse_contract(
+        text.replace("# label: {name: amount_label", "label: {name: amount_label"), "draft"
+    )
+    gate = quality_gate(contract)
+    text_columns = [c.name for c in contract.columns if c.dtype == "str"]
+    for path in paths:
+        day = path.stem.split("_")[1]
+        raw = read_landed_file(path.read_bytes(), path.name, day, text_columns)
+        report, _ = gate.validate(type_rows(raw, contract, where=path.name), day)
+        assert [f.sentence for f in report.failures] == [], day
+
+
+def test_times_of_a_day_that_changes_to_summer_time_are_drafted_as_times(tmp_path):
+    paths = []
+    # Paris, 2024-03-31: from +01:00 to +02:00 at 02:00.
+    for day, offset in [
+        ("2024-03-30", lambda h: "+01:00"),
+        ("2024-03-31", lambda h: "+01:00" if h < 2 else "+02:00"),
+    ]:
+        times = [f"{day}T{h:02d}:30:00{offset(h)}" for h in range(0, 24, 2)]
+        paths.append(tmp_path / f"shop_{day}.csv")
+        pd.DataFrame({"when": times, "amount": range(len(times))}).to_csv(paths[-1], index=False)
+
+    columns = {c["name"]: c for c in drafted(draft_contract(paths, "shop"))["columns"]}
+
+    assert columns["when"]["dtype"] == "datetime"
 
 
 def test_sample_names_must_carry_their_day(tmp_path):

@@ -87,7 +87,7 @@ class SchemaReport:
         return "; ".join(parts) if parts else "columns and types match the contract"
 
 
-def _parse_times(series: pd.Series, errors: str) -> pd.Series:
+def parse_times(series: pd.Series, errors: str) -> pd.Series:
     """ISO 8601 text to datetimes, as `pd.to_datetime(series, errors=errors, format="ISO8601")`.
 
     Times with different UTC offsets (a day that changes to or from summer time), which pandas
@@ -159,7 +159,7 @@ def _bad_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
             return present.iloc[0:0]
         words = present.astype(str).str.strip().str.lower()
         return present[~words.isin(TRUE_WORDS | FALSE_WORDS)]
-    parsed = _parse_times(present, "coerce")
+    parsed = parse_times(present, "coerce")
     return present[parsed.isna()]
 
 
@@ -324,7 +324,7 @@ def _cast_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     if spec.dtype == "bool":
         words = series.astype("str").str.strip().str.lower()
         return words.isin(TRUE_WORDS).astype("boolean").mask(series.isna())
-    parsed = _parse_times(series, "raise")
+    parsed = parse_times(series, "raise")
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
     return parsed.astype("datetime64[ns]")
@@ -359,7 +359,7 @@ def local_event_times(raw: pd.DataFrame, typed: pd.DataFrame, contract: Contract
         dates = dates.where((dates >= pd.Timestamp.min) & (dates <= pd.Timestamp.max))
         return dates.astype("datetime64[ns]")
     assert spec.column is not None
-    source = _parse_times(raw[spec.column], "raise")
+    source = parse_times(raw[spec.column], "raise")
     if getattr(source.dt, "tz", None) is not None:
         source = source.dt.tz_convert(spec.timezone).dt.tz_localize(None)
     return source.astype("datetime64[ns]")
@@ -396,7 +396,7 @@ def zoned_event_times(
     assert spec.timezone_column is not None
     zones = typed[spec.timezone_column]
     if spec.column is not None and spec.hour is None:
-        source = _parse_times(raw[spec.column], "raise")
+        source = parse_times(raw[spec.column], "raise")
         if getattr(source.dt, "tz", None) is not None:
             # An instant already (its zone is in the text): the row's zone gives its local time.
             utc = source.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]")

@@ -84,8 +84,11 @@ class Statistic:
 
 
 def _identifier(column: str) -> str:
-    """A column name as letters, digits and underscores only, still telling columns apart."""
-    safe = "".join(ch if ch.isalnum() else "_" for ch in column)
+    """A column name as ASCII letters, digits and underscores only, still telling columns apart.
+
+    GE parses suite parameter names as ASCII identifiers: `prix_unité` must not reach it.
+    """
+    safe = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in column)
     return safe if safe == column else f"{safe}_{column.encode().hex()}"
 
 

@@ -27,6 +27,7 @@ from ml_platform.contracts.schema import (
     TRUE_WORDS,
     calendar_dates,
     known_zones,
+    parse_times,
     time_of_day,
 )
 from ml_platform.ingestion.assets import read_landed_file
@@ -127,7 +128,8 @@ def _dtype(values: pd.Series) -> tuple[str, pd.Series | None]:
     if numbers.notna().all():
         whole = pd.api.types.is_integer_dtype(numbers)
         return ("int" if whole else "float"), numbers
-    times = pd.to_datetime(values, errors="coerce", format="ISO8601")
+    # As the typing reads them: times of a day whose UTC offset changes (summer time) too.
+    times = parse_times(values, "coerce")
     # A column of midnights is a column of dates: text, read as the event time's date.
     if times.notna().all() and (times.dt.floor("D") != times).any():
         return "datetime", None
@@ -242,12 +244,16 @@ def _bounds(column: Column) -> tuple[float, float] | None:
         # Whole units only: a 0/1 flag keeps its range instead of growing to [0, 2].
         whole = math.floor(margin)
         return max(math.floor(low) - whole, math.floor(wide_low)), math.ceil(high) + whole
-    return round(wide_low, 6), round(wide_high, 6)
+    # Rounded outwards: to the nearest, tiny or close values would lose the samples' own range
+    # (1e-8 to 2e-7 became [0, 0]).
+    scale = 10**6
+    return math.floor(wide_low * scale) / scale, math.ceil(wide_high * scale) / scale
 
 
 def _low_cardinality(column: Column) -> bool:
+    """Whether a text column's few values are its allowed set (a column never filled has none)."""
     distinct = column.values.nunique()
-    return distinct <= MAX_ALLOWED_VALUES and len(column.values) >= 5 * distinct
+    return 1 <= distinct <= MAX_ALLOWED_VALUES and len(column.values) >= 5 * distinct
 
 
 def row_key(
