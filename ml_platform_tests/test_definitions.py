@@ -342,3 +342,8 @@ def test_the_pools_limits_are_stored_once_for_every_asset_an_operators_limit_kep
 def test_pools_on_an_instance_that_holds_no_limits_is_an_error_saying_what_to_run():
     with pytest.raises(PoolLimitError, match="run `dagster instance migrate` on it"):
         store_pool_limits(dg.DagsterInstance.ephemeral(), {"flights_model"})
+    # An instance whose dagster.yaml sets no default limit: nothing would be stored.
+    with dg.instance_for_test() as instance:
+        with pytest.raises(PoolLimitError, match="sets no `concurrency: pools: default_limit`"):
+            store_pool_limits(instance, {"flights_model"})
+        assert instance.event_log_storage.get_concurrency_keys() == set()

@@ -45,6 +45,15 @@ def store_pool_limits(instance: dg.DagsterInstance, pools: Iterable[str]) -> lis
         )
     limited = storage.get_concurrency_keys()
     new = sorted(set(pools) - limited)
+    if new and instance.global_op_concurrency_default_limit is None:
+        # Dagster would store no limit (or remove one): nothing would hold a pool to one run.
+        raise PoolLimitError(
+            "this instance's dagster.yaml sets no `concurrency: pools: default_limit`, so no "
+            f"limit can be stored for {len(new)} pool(s) ({', '.join(new[:3])}"
+            f"{', ...' if len(new) > 3 else ''}) and the "
+            "queue would start every run of a pool at once; set it (1 keeps one writer a day, "
+            "as the repository's dagster.yaml does), then run this again"
+        )
     for pool in new:
         storage.initialize_concurrency_limit_to_default(pool)
     return new
