@@ -22,7 +22,7 @@ from ml_platform.contracts import (
     load_contracts,
 )
 from ml_platform.ingestion.synthetic import BYTE_FAULTS, FAULTS, Drift
-from ml_platform.platform.settings import Location, Settings
+from ml_platform.platform.settings import Location, Settings, SettingsError
 
 if TYPE_CHECKING:
     import dagster as dg
@@ -1080,7 +1080,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ContractError, DatasetChoiceError) as exc:
+    except (ContractError, DatasetChoiceError, SettingsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -5,7 +5,7 @@ import re
 import dagster as dg
 import pytest
 
-from ml_platform.platform.settings import Location, Settings, parse_s3_url
+from ml_platform.platform.settings import Location, Settings, SettingsError, parse_s3_url
 from ml_platform_tests.conftest import REPO
 
 ENV_READ = re.compile(r"os\.environ|os\.getenv|getenv\(")
@@ -77,6 +77,28 @@ def test_a_bad_number_names_its_variable(value):
         _ = settings.sensor_interval_seconds
     # Only the setting asked for is parsed: a bad interval does not stop the backfill's runs.
     assert settings.backfill_days_per_run == 183
+
+
+@pytest.mark.parametrize(("value", "starttls"), [("on", True), ("Yes", True), ("0", False)])
+def test_a_yes_no_setting_takes_yes_or_no_words(value, starttls):
+    config = Settings({"ML_PLATFORM_SMTP_STARTTLS": value}).notifier_config
+    assert config["smtp_starttls"] is starttls
+
+
+def test_a_yes_no_setting_misspelt_is_an_error_not_a_no():
+    # A typo must not turn STARTTLS off, which would send the SMTP password in clear.
+    with pytest.raises(SettingsError, match="ML_PLATFORM_SMTP_STARTTLS='ture': use one of"):
+        _ = Settings({"ML_PLATFORM_SMTP_STARTTLS": "ture"}).notifier_config
+
+
+def test_a_command_with_a_bad_setting_names_it_without_a_traceback(monkeypatch, capsys):
+    from ml_platform.cli import main
+
+    monkeypatch.setenv("ML_PLATFORM_LANDING_URL", "https://bucket/incoming")
+    assert main(["landing-status", "--dataset", "synthetic"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "'https://bucket/incoming'" in err
+    assert "Traceback" not in err
 
 
 def test_the_s3_endpoint_and_region_are_env_vars_when_set():

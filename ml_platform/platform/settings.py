@@ -86,6 +86,15 @@ MLFLOW_URI_ENVS = {"tracking_uri": "MLFLOW_TRACKING_URI", "registry_uri": "MLFLO
 MLFLOW_UI_ENV = "ML_PLATFORM_MLFLOW_UI_URL"
 
 
+# The words a yes/no setting accepts.
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+class SettingsError(ValueError):
+    """A setting (an environment variable) whose value cannot be used; the message names it."""
+
+
 def parse_s3_url(url: str) -> tuple[str, str]:
     """(bucket, prefix) of `s3://bucket/prefix`; the prefix is empty or ends with '/'.
 
@@ -95,7 +104,7 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     scheme, _, rest = url.partition("://")
     bucket, _, path = rest.partition("/")
     if scheme != "s3" or not bucket:
-        raise ValueError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
+        raise SettingsError(f"not an S3 URL of the form s3://bucket/prefix: {url!r}")
     prefix = path.strip("/")
     return bucket, f"{prefix}/" if prefix else ""
 
@@ -128,12 +137,12 @@ class Location:
     def local_dir(self) -> str:
         """The directory; a clear error when the location is S3 or its variable is unset."""
         if self.kind == "s3":
-            raise ValueError(
+            raise SettingsError(
                 f"{self.variable}={self.value!r} is an S3 location; this command works on a "
                 "local directory: pass one (--landing-dir) or unset the URL"
             )
         if not self.value:
-            raise ValueError(f"set {self.variable} (see .env.example)")
+            raise SettingsError(f"set {self.variable} (see .env.example)")
         return self.value
 
 
@@ -185,7 +194,7 @@ class Settings:
         try:
             parse_s3_url(url)
         except ValueError as exc:
-            raise ValueError(
+            raise SettingsError(
                 f"{url_variable}={url!r} is not supported: use s3://bucket/prefix, or unset it "
                 f"and set {dir_variable} for a local directory"
             ) from exc
@@ -259,9 +268,9 @@ class Settings:
         try:
             value = int(configured)
         except ValueError:
-            raise ValueError(f"{name}={configured!r} is not a whole number") from None
+            raise SettingsError(f"{name}={configured!r} is not a whole number") from None
         if value < 1:
-            raise ValueError(f"{name}={configured!r}: at least 1")
+            raise SettingsError(f"{name}={configured!r}: at least 1")
         return value
 
     @property
@@ -272,9 +281,9 @@ class Settings:
         """
         value = (self._get(EXECUTOR_ENV) or "in_process").lower()
         if value not in EXECUTORS:
-            raise ValueError(f"{EXECUTOR_ENV}={value!r}: choose one of {', '.join(EXECUTORS)}")
+            raise SettingsError(f"{EXECUTOR_ENV}={value!r}: choose one of {', '.join(EXECUTORS)}")
         if value == "celery" and self._get(CELERY_BROKER_ENV) is None:
-            raise ValueError(
+            raise SettingsError(
                 f"{EXECUTOR_ENV}=celery needs {CELERY_BROKER_ENV}, the URL of the broker the "
                 "workers listen to (redis://host:6379/0)"
             )
@@ -294,7 +303,7 @@ class Settings:
                 continue
             name, _, memory = (part.strip() for part in item.partition("="))
             if not POOL_NAME.match(name) or not memory.isdigit() or int(memory) < 1:
-                raise ValueError(
+                raise SettingsError(
                     f"{WORKER_POOLS_ENV}={configured!r}: {item.strip()!r} is not name=MiB "
                     "(e.g. small=1024,large=4096)"
                 )
@@ -330,15 +339,15 @@ class Settings:
         url, branch = self._get(GIT_URL_ENV), self._get(GIT_BRANCH_ENV) or self.git_commit
         if url is None:
             if self._get(GIT_BRANCH_ENV):
-                raise ValueError(f"{GIT_BRANCH_ENV} is set: set {GIT_URL_ENV} to the repository")
+                raise SettingsError(f"{GIT_BRANCH_ENV} is set: set {GIT_URL_ENV} to the repository")
             return None
         if not any(host in url for host in ("github", "gitlab")):
-            raise ValueError(
+            raise SettingsError(
                 f"{GIT_URL_ENV}={url!r}: code references link to GitHub or GitLab repositories "
                 "only; unset it to link to local files"
             )
         if branch is None:
-            raise ValueError(
+            raise SettingsError(
                 f"{GIT_URL_ENV} is set: set {GIT_BRANCH_ENV} (or {GIT_COMMIT_ENV}) to the branch "
                 "or commit its links open"
             )
@@ -365,7 +374,15 @@ class Settings:
             value = self._get(var)
             if value:
                 # Not a secret, and EnvVar has no boolean form: read when the definitions load.
-                config[field] = value.lower() in {"1", "true", "yes", "on"}
+                # A word that is neither is an error: a typo must not turn STARTTLS off and
+                # send the SMTP password in clear.
+                word = value.strip().lower()
+                if word not in TRUE_WORDS | FALSE_WORDS:
+                    raise SettingsError(
+                        f"{var}={value!r}: use one of {', '.join(sorted(TRUE_WORDS))} or "
+                        f"{', '.join(sorted(FALSE_WORDS))}"
+                    )
+                config[field] = word in TRUE_WORDS
         return config
 
     @property
