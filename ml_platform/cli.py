@@ -720,6 +720,7 @@ def score(args: argparse.Namespace) -> int:
     from ml_platform.features.transforms import build_features
     from ml_platform.ingestion.assets import read_landed_file
     from ml_platform.platform.locations import lake_storage
+    from ml_platform.platform.storage import write_file_atomically
     from ml_platform.platform.tracking import MlflowStores
     from ml_platform.registry.store import ModelRegistry, RegistryError
 
@@ -747,7 +748,15 @@ def score(args: argparse.Namespace) -> int:
     if contract.task == "classification":
         scored["probability"] = model.score(features).to_numpy()
     output = args.output or args.file.with_name(f"{args.file.stem}.scored.csv")
-    scored.to_csv(output, index=False)
+    # Whole or not at all: a write cut short (a full disk) never leaves half a file, nor
+    # replaces an earlier good one.
+    try:
+        write_file_atomically(
+            Path(output), lambda handle: scored.to_csv(handle, index=False, encoding="utf-8")
+        )
+    except OSError as exc:
+        print(f"error: the scores could not be written to {output}: {exc}", file=sys.stderr)
+        return 1
     summary = scored["prediction"].describe().to_dict()
     print(
         f"{len(scored)} rows scored by {version} ({args.alias if not args.version else 'pinned'}"
@@ -1083,6 +1092,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ContractError, DatasetChoiceError, SettingsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except StopRequested as stop:
+        # A signal outside the part of a command that handles it (while the instance opens,
+        # or a second Ctrl-C while a run is being terminated): stopped, as shells expect.
+        print(f"stopped by {stop}", file=sys.stderr)
+        return 128 + stop.signum
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
-"""The command's own run when the webserver it launched through stops answering.
+"""The command's own run when the webserver it launched through stops answering, or a signal
+comes before the command has anything to stop.
 
 A real instance with Dagster's queued run coordinator holds the run; the webserver's address is
 one nothing listens on, as after the UI was stopped or crashed. (A queued run needs the code
 location's origin: its case runs against the daemon's queue in test_automation_integration.)
 """
 
+import os
+import signal
 import socket
 
 import dagster as dg
 import pytest
 
 from ml_platform.automation.launch import Webserver
-from ml_platform.cli import terminated
+from ml_platform.cli import main, terminated
 
 
 @pytest.fixture
@@ -51,3 +54,25 @@ def test_a_started_run_the_webserver_cannot_terminate_is_said_so_without_the_que
     assert "Connection refused" in status and "mutation" not in status, status
     recorded = instance.get_run_by_id(run.run_id)
     assert recorded is not None and recorded.status == dg.DagsterRunStatus.STARTED
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_instance_opens_stops_the_command_as_shells_expect(
+    signum, gone, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setenv("ML_PLATFORM_DAGSTER_URL", gone.url)
+    opens = dg.DagsterInstance.get
+
+    def interrupted_while_opening() -> dg.DagsterInstance:
+        # Ctrl-C (or a SIGTERM) as `make run` starts: the instance is still opening.
+        os.kill(os.getpid(), signum)
+        return opens()
+
+    monkeypatch.setattr(dg.DagsterInstance, "get", staticmethod(interrupted_while_opening))
+
+    code = main(["materialize", "--dataset", "synthetic", "--start", "2024-01-01"])
+
+    assert code == 128 + signum
+    err = capsys.readouterr().err
+    assert f"stopped by {signal.Signals(signum).name}" in err and "Traceback" not in err

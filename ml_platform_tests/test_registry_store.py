@@ -102,6 +102,33 @@ def test_a_registration_cut_short_by_a_full_disk_leaves_no_version(
         assert code == 0 and f"1000 rows scored by {champion} (champion, models:/synthetic/" in out
 
 
+def test_scores_that_do_not_fit_on_the_disk_leave_the_earlier_file_whole(
+    served, tmp_path, monkeypatch, capsys
+):
+    platform, landed, features = served
+    lake = tmp_path / "lake"
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(lake))
+    live = platform.registry()
+    champion = str(live.alias("champion"))
+    registry = lake_registry(lake, "synthetic")
+    registry.upsert(champion, live.load(champion), live.manifest(champion), features.head(5))
+    registry.set_alias("champion", champion)
+    with tmpfs(tmp_path / "out", "1m") as out:
+        # Room for a part of the next scores only, beside an earlier file's.
+        filler = fill(out, leave_pages=8)
+        earlier = b"x1,prediction\n0.1,0.5\n"
+        (out / "scored.csv").write_bytes(earlier)
+
+        code, _, err = score(landed, out, capsys)
+
+        assert code == 1 and "Traceback" not in err
+        told = f"error: the scores could not be written to {out / 'scored.csv'}: [Errno 28] No"
+        assert told in err
+        assert (out / "scored.csv").read_bytes() == earlier
+        assert {p.name for p in out.iterdir()} == {"scored.csv", filler.name}
+
+
 def test_a_damaged_model_file_is_refused_and_the_champion_keeps_serving(
     served, tmp_path, monkeypatch, capsys
 ):
