@@ -6,14 +6,16 @@ one nothing listens on, as after the UI was stopped or crashed. (A queued run ne
 location's origin: its case runs against the daemon's queue in test_automation_integration.)
 """
 
+import http.server
 import os
 import signal
 import socket
+import threading
 
 import dagster as dg
 import pytest
 
-from ml_platform.automation.launch import Webserver
+from ml_platform.automation.launch import LaunchError, Webserver
 from ml_platform.cli import main, terminated
 
 
@@ -76,3 +78,32 @@ def test_a_signal_while_the_instance_opens_stops_the_command_as_shells_expect(
     assert code == 128 + signum
     err = capsys.readouterr().err
     assert f"stopped by {signal.Signals(signum).name}" in err and "Traceback" not in err
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every request 404, keeping the paths asked for (a proxy with no Dagster)."""
+
+    paths: list[str] = []
+
+    def do_POST(self):
+        type(self).paths.append(self.path)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_webserver_served_under_a_path_is_asked_there_for_every_request():
+    Recorder.paths = []
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            webserver = Webserver(url=f"http://127.0.0.1:{server.server_address[1]}/dagster/")
+            for ask in (webserver.check_queue, lambda: webserver.launch("job", {})):
+                with pytest.raises(LaunchError):
+                    ask()
+        finally:
+            server.shutdown()
+
+    assert Recorder.paths and set(Recorder.paths) == {"/dagster/graphql"}, Recorder.paths

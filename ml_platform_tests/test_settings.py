@@ -101,6 +101,19 @@ def test_a_command_with_a_bad_setting_names_it_without_a_traceback(monkeypatch, 
     assert "Traceback" not in err
 
 
+def test_the_webserver_url_is_checked_and_its_credentials_never_repeated():
+    assert Settings({}).dagster_url == "http://127.0.0.1:3000"
+    served_under = "https://dagster.example.com/team-a"
+    assert Settings({"ML_PLATFORM_DAGSTER_URL": served_under}).dagster_url == served_under
+    with pytest.raises(SettingsError) as raised:
+        _ = Settings({"ML_PLATFORM_DAGSTER_URL": "https://ci:s3cretT0ken@host:3000"}).dagster_url
+    assert "holds a user or password" in str(raised.value)
+    assert "s3cretT0ken" not in str(raised.value)
+    for bad in ["127.0.0.1:3000", "http://127.0.0.1:30x0", "ftp://host"]:
+        with pytest.raises(SettingsError, match="give the webserver as http"):
+            _ = Settings({"ML_PLATFORM_DAGSTER_URL": bad}).dagster_url
+
+
 def test_the_s3_endpoint_and_region_are_env_vars_when_set():
     settings = Settings(
         {"ML_PLATFORM_S3_ENDPOINT_URL": "http://127.0.0.1:9000", "ML_PLATFORM_S3_REGION": "eu"}

@@ -90,8 +90,12 @@ class Webserver:
         parts = urllib.parse.urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise LaunchError(f"ML_PLATFORM_DAGSTER_URL={self.url!r} is not an http(s) URL")
+        # A webserver served under a path (`--path-prefix`) answers there, as `_query` asks.
         return DagsterGraphQLClient(
-            parts.hostname, port_number=parts.port, use_https=parts.scheme == "https"
+            parts.hostname,
+            port_number=parts.port,
+            use_https=parts.scheme == "https",
+            path_prefix=parts.path.rstrip("/"),
         )
 
     def _query(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:

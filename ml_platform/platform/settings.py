@@ -253,8 +253,28 @@ class Settings:
 
     @property
     def dagster_url(self) -> str:
-        """The Dagster webserver `ml-platform materialize` launches runs through."""
-        return self._get(DAGSTER_URL_ENV) or DEFAULT_DAGSTER_URL
+        """The Dagster webserver `ml-platform materialize` launches runs through.
+
+        An http(s) URL with a host, a numeric port if any, and a path if the webserver is
+        served under one (`--path-prefix`). A user or password in it is refused, unrepeated:
+        nothing sends them, and every message that names the webserver would print them.
+        """
+        url = self._get(DAGSTER_URL_ENV) or DEFAULT_DAGSTER_URL
+        parts = urlparse(url)
+        if parts.username is not None or parts.password is not None:
+            raise SettingsError(
+                f"{DAGSTER_URL_ENV} holds a user or password, which the commands never send to "
+                "the webserver: remove them from it"
+            )
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+            raise SettingsError(
+                f"{DAGSTER_URL_ENV}={url!r}: give the webserver as http(s)://HOST[:PORT][/PATH]"
+            )
+        return url
 
     @property
     def backfill_days_per_run(self) -> int:
