@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from ml_platform import cli
-from ml_platform.contracts import ContractError, load_contract
+from ml_platform.contracts import Contract, ContractError, load_contract
 from ml_platform.contracts.editing import editable_contract, replace_resources, section_lines
 from ml_platform.contracts.model import BUNDLED_DIR, DEFAULT_SIZES, STAGES, StageSize
 from ml_platform.definitions import build_definitions, defs, step_executor
@@ -201,6 +201,19 @@ def test_advice_rounds_memory_up_with_headroom_and_cpu_to_the_nearest_size():
     # The contract's max_memory_mb (8192) and max_cpu (default 4) bound the advice.
     advice = recommend(20_000, 10, contract)
     assert advice.size == StageSize(cpu=4, memory=8192) and advice.clamped
+
+    def bounded(**bounds) -> Contract:
+        return contract.model_copy(
+            update={"resources": contract.resources.model_copy(update=bounds)}
+        )
+
+    # Rounding up to a Fargate pair never goes past a bound: a vCPU needs 2 GiB, which a
+    # 1 GiB cap does not allow, so half a vCPU with its 1 GiB.
+    advice = recommend(300, 1.0, bounded(max_memory_mb=1024))
+    assert advice.size == StageSize(cpu=0.5, memory=1024) and advice.clamped
+    # 3 vCPU is no Fargate size: 4 would pass the bound, so 2.
+    advice = recommend(20_000, 10, bounded(max_cpu=3.0, max_memory_mb=8192))
+    assert advice.size == StageSize(cpu=2, memory=8192) and advice.clamped
 
 
 def test_replacing_the_section_keeps_every_other_byte():

@@ -168,5 +168,37 @@ def recommend(p95_peak_mb: float, p95_cpu: float, contract: Contract) -> Recomme
     bounded_memory = min(max(memory, bounds.min_memory_mb), bounds.max_memory_mb)
     bounded_cpu = min(max(cpu, bounds.min_cpu), bounds.max_cpu)
     units, fitted = fargate_pair(bounded_cpu, bounded_memory)
-    clamped = (bounded_memory, bounded_cpu) != (memory, cpu)
+    if units / CPU_UNITS_PER_VCPU > bounds.max_cpu or fitted > bounds.max_memory_mb:
+        # Rounding up to a Fargate pair went past a bound: the pair within them nearest.
+        units, fitted = pair_within(
+            bounded_cpu, bounded_memory, bounds.max_cpu, bounds.max_memory_mb
+        )
+    clamped = (bounded_memory, bounded_cpu) != (memory, cpu) or (units, fitted) != fargate_pair(
+        cpu, memory
+    )
     return Recommendation(StageSize(cpu=units / CPU_UNITS_PER_VCPU, memory=fitted), clamped)
+
+
+def pair_within(cpu: float, memory_mb: int, max_cpu: float, max_memory_mb: int) -> tuple[int, int]:
+    """The Fargate task within the bounds nearest (`cpu`, `memory_mb`): (CPU units, MiB).
+
+    Memory first (too little ends a step, too little CPU only slows it): of the tasks with at
+    least `memory_mb`, the CPU size nearest `cpu`, then the least memory; if none has that
+    much memory, the one with the most. ValueError if the bounds admit no Fargate task.
+    """
+    within = [
+        (size, memory)
+        for size, memories in FARGATE_MEMORY.items()
+        for memory in memories
+        if size <= max_cpu * CPU_UNITS_PER_VCPU and memory <= max_memory_mb
+    ]
+    if not within:
+        raise ValueError(
+            f"no Fargate task is within max_cpu {max_cpu:g} and max_memory_mb {max_memory_mb}: "
+            "the smallest is 0.25 vCPU with 512 MiB"
+        )
+    holding = [pair for pair in within if pair[1] >= memory_mb]
+    if not holding:
+        return max(within, key=lambda pair: (pair[1], pair[0]))
+    units = cpu * CPU_UNITS_PER_VCPU
+    return min(holding, key=lambda pair: (abs(math.log(pair[0] / units)), pair[1]))
