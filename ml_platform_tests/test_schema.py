@@ -276,6 +276,31 @@ features:
 """
 
 
+def test_a_yes_no_column_of_ones_and_zeros_with_a_blank_is_read_as_yes_no():
+    contract = parse_contract(
+        TZ_CONTRACT.replace(
+            "  - {name: minutes, dtype: float}\n",
+            "  - {name: minutes, dtype: float}\n  - {name: fragile, dtype: bool, nullable: true}\n",
+        ),
+        "deliveries.yaml",
+    )
+    times = ["2013-03-10T01:30:00-05:00"] * 3
+    frame = pd.DataFrame(
+        {
+            "delivered_at": times,
+            "weight": [1.0] * 3,
+            "minutes": [30.0] * 3,
+            "fragile": ["1", "", "0"],
+        }
+    )
+    # Read back from CSV, 1, blank, 0 is the float column 1.0, NaN, 0.0.
+    raw = landed(frame, "deliveries_2013-03-10.csv", "2013-03-10")
+
+    assert raw_schema(raw, contract).ok
+    typed = type_rows(raw, contract, "deliveries_2013-03-10.csv")
+    assert typed["fragile"].tolist() == [True, pd.NA, False]
+
+
 def test_text_columns_keep_their_text_when_it_looks_like_numbers():
     contract = parse_contract(CODES_CONTRACT, "shipments.yaml")
     data = (

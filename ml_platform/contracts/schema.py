@@ -157,7 +157,8 @@ def _bad_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     if spec.dtype == "bool":
         if pd.api.types.is_bool_dtype(present):
             return present.iloc[0:0]
-        words = present.astype(str).str.strip().str.lower()
+        # 1/0 with a blank among them is read as 1.0/0.0: as text, "1" and "0".
+        words = _as_text(present).str.lower()
         return present[~words.isin(TRUE_WORDS | FALSE_WORDS)]
     parsed = parse_times(present, "coerce")
     return present[parsed.isna()]
@@ -322,7 +323,7 @@ def _cast_values(series: pd.Series, spec: ColumnSpec) -> pd.Series:
     if spec.dtype in ("int", "float"):
         return pd.to_numeric(series, errors="raise").astype(PANDAS_DTYPES[spec.dtype])
     if spec.dtype == "bool":
-        words = series.astype("str").str.strip().str.lower()
+        words = _as_text(series).str.lower()
         return words.isin(TRUE_WORDS).astype("boolean").mask(series.isna())
     parsed = parse_times(series, "raise")
     if getattr(parsed.dt, "tz", None) is not None:
