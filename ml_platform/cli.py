@@ -699,9 +699,10 @@ def rejected(args: argparse.Namespace) -> int:
     settings = Settings()
     contract = dataset_of(args, settings)
     if args.start is not None:
-        days = [d.isoformat() for d in _days(args.start, args.days)]
+        days = [d.isoformat() for d in _days(args.start, args.days or 1)]
     else:
         days = list(daily_partitions(contract).get_partition_keys())
+        days = days[-args.days :] if args.days else days
     with dg.DagsterInstance.get() as instance:
         found = rejected_days(instance, contract.name, days)
     if not found:
@@ -1019,7 +1020,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rejected", help="list rejected days and the command that reruns them")
     p.add_argument("--dataset", help=DATASET_HELP)
     p.add_argument("--start", type=_date, help="first day, YYYY-MM-DD (default: every day)")
-    p.add_argument("--days", type=_count, default=1, help="number of consecutive days")
+    p.add_argument(
+        "--days",
+        type=_count,
+        help="number of consecutive days (default: 1 from --start; without it, the last N days)",
+    )
     p.set_defaults(func=rejected)
 
     p = sub.add_parser("score", help="score a file with a registered model")

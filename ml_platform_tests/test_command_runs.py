@@ -20,7 +20,7 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient
 
-from ml_platform.automation.launch import LAUNCH_BACKFILL
+from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.records import recorded_lake_keys
@@ -151,20 +151,9 @@ def test_materialize_of_a_day_never_runs_beside_a_backfill_holding_it(services):
     days = ["2024-02-10", "2024-02-11", "2024-02-12"]
     services.land(SYNTHETIC, days)
     services.sink.arm(STEP_START.format(asset="raw_data"))
-    launched = services.graphql(
-        LAUNCH_BACKFILL,
-        {
-            "params": {
-                "partitionsByAssets": [
-                    {
-                        "assetKey": {"path": ["synthetic", "raw_data"]},
-                        "partitions": {"range": {"start": days[0], "end": days[-1]}},
-                    }
-                ]
-            }
-        },
-    )
-    backfill = launched["launchPartitionBackfill"]["backfillId"]
+    # As the UI's Materialize of a range, through the client `ml-platform replay` launches by.
+    webserver = Webserver(services.env["ML_PLATFORM_DAGSTER_URL"])
+    backfill = webserver.backfill({dg.AssetKey(["synthetic", "raw_data"]): [(days[0], days[-1])]})
     # The backfill daemon makes one run of the range; its raw_data step is held.
     services.sink.wait_held(services.daemon, timeout=RUN_SECONDS, output=services.output)
     command = services.materialize("--start", days[1], "--dataset", "synthetic", name="inside")
@@ -180,6 +169,12 @@ def test_materialize_of_a_day_never_runs_beside_a_backfill_holding_it(services):
     assert ranged[0].tags["dagster/asset_partition_range_start"] == days[0]
     for run in ranged:
         assert apart(services.span(run.run_id), services.span(own.run_id))
+    assert services.wait_for(
+        lambda: webserver.backfill_status(backfill) in BACKFILL_DONE, RUN_SECONDS, "its end"
+    )
+    # A backfill the instance does not hold is an error, not a status to wait on for ever.
+    with pytest.raises(LaunchError, match="has no backfill nope \\(BackfillNotFoundError"):
+        webserver.backfill_status("nope")
 
 
 def test_a_killed_command_leaves_its_run_to_the_instance_and_the_day_reruns(services):

@@ -302,3 +302,12 @@ def test_a_count_of_days_that_names_no_day_is_refused_before_anything_runs(comma
         cli.main(command)
     assert stopped.value.code == 2
     assert f"argument --days: {said}" in capsys.readouterr().err
+
+
+def test_rejected_days_without_a_start_are_the_last_days_asked_for(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text("")
+    assert cli.main(["rejected", "--dataset", "synthetic", "--days", "3"]) == 0
+    assert "synthetic: no rejected day among 3 day(s)" in capsys.readouterr().out
+    assert cli.main(["rejected", "--dataset", "synthetic", "--start", "2024-01-01"]) == 0
+    assert "synthetic: no rejected day among 1 day(s)" in capsys.readouterr().out

@@ -52,7 +52,11 @@ mutation Backfill($params: LaunchBackfillParams!) {
 """
 BACKFILL_STATUS = """
 query Backfill($id: String!) {
-  partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } }
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { status }
+    ... on Error { message }
+  }
 }
 """
 # A backfill's status once the daemon has nothing left to launch or wait for.
@@ -195,4 +199,11 @@ class Webserver:
     def backfill_status(self, backfill_id: str) -> str:
         """The backfill's status as the instance records it (`BACKFILL_DONE` once ended)."""
         data = self._query(BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
-        return str(data.get("status", "UNKNOWN"))
+        if "status" not in data:
+            # Not found (another instance, or deleted) or an error: waiting would never end.
+            raise LaunchError(
+                f"the webserver at {self.url} has no backfill {backfill_id} "
+                f"({data['__typename']}: {data.get('message', 'no message')}): is it serving "
+                "the instance of DAGSTER_HOME?"
+            )
+        return str(data["status"])
