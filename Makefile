@@ -59,14 +59,16 @@ instance:
 # The UI first: the demo days are landed and launched beside it, through its webserver, once it
 # answers, and a person watches them fill in (Runs, Catalog). A day already done is skipped, so a
 # second `make run` launches nothing. Ctrl-C stops the UI and the command, which terminates the
-# run of the day it was on. The command launches through the webserver `make serve` starts here,
+# run of the day it was on; a command stopped by a signal (exit 128 + N) starts no other, while a
+# flights day that failed or was rejected still lets the synthetic days run. The command launches through the webserver `make serve` starts here,
 # whatever ML_PLATFORM_DAGSTER_URL the caller's environment names.
 run: $(RUN_STAMP) instance
 	( export ML_PLATFORM_DAGSTER_URL=http://$(HOST):$(PORT); \
 	  .venv/bin/ml-platform land --dataset flights --start $(START) --days $(DAYS) \
 	  && .venv/bin/ml-platform land --dataset synthetic --start $(SYNTHETIC_START) --days $(SYNTHETIC_DAYS) \
 	  && .venv/bin/ml-platform materialize --dataset flights --start $(START) --days $(DAYS) --wait 300; \
-	  .venv/bin/ml-platform materialize --dataset synthetic --start $(SYNTHETIC_START) \
+	  stopped=$$?; [ $$stopped -ge 128 ] \
+	  || .venv/bin/ml-platform materialize --dataset synthetic --start $(SYNTHETIC_START) \
 	    --days $(SYNTHETIC_DAYS) --wait 300 ) &
 	$(MAKE) --no-print-directory serve
 
