@@ -66,6 +66,11 @@ def test_a_count_floor_is_relative_to_the_median_and_counts_stay_non_negative():
     assert (bound.low, bound.high) == (750.0, 1250.0)
     assert bound.holds(750) and not bound.holds(749) and not bound.holds(1251)
     assert count_bound([1.0, 2.0, 40.0], spread=4.0, floor=0.25).low == 0.0
+    # A count that never moved in a small history still allows one more or one less: the
+    # first row of a column never filled, or one new category, is no broken delivery.
+    assert count_bound([0.0, 0.0, 0.0], spread=4.0, floor=0.25).high == 1.0
+    one_value = count_bound([1.0, 1.0, 1.0], spread=4.0, floor=0.25)
+    assert (one_value.low, one_value.high) == (0.0, 2.0)
 
 
 def test_an_undefined_value_is_never_within_bounds():

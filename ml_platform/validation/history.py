@@ -83,6 +83,10 @@ class Statistic:
         return f"{value:.1%}" if self.is_share else f"{value:,.0f}"
 
 
+# The least a count's bounds are widened by, either way (`count_bound`).
+MIN_COUNT_MARGIN = 1.0
+
+
 def _identifier(column: str) -> str:
     """A column name as ASCII letters, digits and underscores only, still telling columns apart.
 
@@ -176,10 +180,15 @@ def share_bound(history: Sequence[float], spread: float, floor: float) -> Bound:
 
 
 def count_bound(history: Sequence[float], spread: float, floor: float) -> Bound:
-    """Bounds of a count: the range widened by max(spread x robust sd, floor x median), >= 0."""
+    """Bounds of a count: the range widened by max(spread x robust sd, floor x median, 1), >= 0.
+
+    At least one either way: a count that never moved in a small history (an optional column
+    never filled, a category column of one value) would otherwise allow that count alone, and
+    the first row to use the column, or one new category, would reject the whole delivery.
+    """
     lo, hi = min(history), max(history)
     median = float(statistics.median(history))
-    margin = max(spread * robust_sd(history), floor * median)
+    margin = max(spread * robust_sd(history), floor * median, MIN_COUNT_MARGIN)
     return Bound(lo, hi, max(0.0, lo - margin), hi + margin)
 
 
