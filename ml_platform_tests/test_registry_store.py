@@ -102,18 +102,28 @@ def test_a_registration_cut_short_by_a_full_disk_leaves_no_version(
         assert code == 0 and f"1000 rows scored by {champion} (champion, models:/synthetic/" in out
 
 
+def own_lake(served, tmp_path, monkeypatch) -> tuple[ModelRegistry, str, TrainedModel, dict]:
+    """The served champion registered in a lake of its own, which the commands are set to use.
+
+    Its registry, the champion's name, model and manifest.
+    """
+    platform, _, features = served
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(tmp_path / "lake"))
+    live = platform.registry()
+    champion = str(live.alias("champion"))
+    model, manifest = live.load(champion), live.manifest(champion)
+    registry = lake_registry(tmp_path / "lake", "synthetic")
+    registry.upsert(champion, model, manifest, features.head(5))
+    registry.set_alias("champion", champion)
+    return registry, champion, model, manifest
+
+
 def test_scores_that_do_not_fit_on_the_disk_leave_the_earlier_file_whole(
     served, tmp_path, monkeypatch, capsys
 ):
-    platform, landed, features = served
-    lake = tmp_path / "lake"
-    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
-    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(lake))
-    live = platform.registry()
-    champion = str(live.alias("champion"))
-    registry = lake_registry(lake, "synthetic")
-    registry.upsert(champion, live.load(champion), live.manifest(champion), features.head(5))
-    registry.set_alias("champion", champion)
+    landed = served[1]
+    own_lake(served, tmp_path, monkeypatch)
     with tmpfs(tmp_path / "out", "1m") as out:
         # Room for a part of the next scores only, beside an earlier file's.
         filler = fill(out, leave_pages=8)
@@ -132,16 +142,9 @@ def test_scores_that_do_not_fit_on_the_disk_leave_the_earlier_file_whole(
 def test_a_damaged_model_file_is_refused_and_the_champion_keeps_serving(
     served, tmp_path, monkeypatch, capsys
 ):
-    platform, landed, features = served
+    _, landed, features = served
+    registry, champion, model, manifest = own_lake(served, tmp_path, monkeypatch)
     lake = tmp_path / "lake"
-    monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
-    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(lake))
-    live = platform.registry()
-    champion = str(live.alias("champion"))
-    model, manifest = live.load(champion), live.manifest(champion)
-    registry = lake_registry(lake, "synthetic")
-    registry.upsert(champion, model, manifest, features.head(5))
-    registry.set_alias("champion", champion)
     # A second version, whose model file is then damaged.
     registry.upsert(NEW, model, {**manifest, "partition": SECOND}, features.head(5))
     source = registry.model_version(NEW).source
