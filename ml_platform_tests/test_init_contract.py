@@ -240,6 +240,25 @@ def test_times_of_a_day_that_changes_to_summer_time_are_drafted_as_times(tmp_pat
     assert columns["when"]["dtype"] == "datetime"
 
 
+def test_times_with_an_offset_that_leave_their_day_in_utc_are_pointed_out(tmp_path):
+    paths = []
+    for day in ["2024-01-10", "2024-01-11"]:
+        times = [f"{day}T{h:02d}:30:00+01:00" for h in range(0, 24, 2)]
+        paths.append(tmp_path / f"shop_{day}.csv")
+        pd.DataFrame({"when": times, "amount": range(len(times))}).to_csv(paths[-1], index=False)
+
+    text = draft_contract(paths, "shop")
+
+    # 00:30+01:00 is 23:30 the day before in UTC: one row of each file.
+    assert "# The times carry UTC offsets (+01:00): in UTC, 2 of 24 sample row(s)" in text
+    # Times without an offset name no instant: nothing to point out.
+    for path in paths:
+        frame = pd.read_csv(path)
+        frame["when"] = frame["when"].str.replace("+01:00", "", regex=False)
+        frame.to_csv(path, index=False)
+    assert "carry UTC offsets" not in draft_contract(paths, "shop")
+
+
 def test_sample_names_must_carry_their_day(tmp_path):
     (tmp_path / "visits_latest.csv").write_text("a,b\n1,2\n")
     with pytest.raises(InferenceError, match="visits_latest.csv: a day file's name must carry"):

@@ -25,6 +25,7 @@ from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
 from ml_platform.contracts.schema import (
     FALSE_WORDS,
     TRUE_WORDS,
+    WITH_OFFSET,
     calendar_dates,
     known_zones,
     parse_times,
@@ -300,6 +301,37 @@ def _label_choice(column: Column, landed: set[str]) -> str:
     return _flow({"name": name, "task": "regression", "source": column.name})
 
 
+def _offset_warning(event_time: EventTimeGuess, samples: Sequence[Sample]) -> list[str]:
+    """Comment lines for times that carry a UTC offset and leave their file's day in UTC.
+
+    Such times name instants: read in the draft's UTC, a row just after local midnight falls on
+    the day before its file's, which the quality gate rejects. Only a person knows the zone the
+    files' days are in.
+    """
+    column = event_time.spec.get("column")
+    if column is None or "hour" in event_time.spec:
+        return []
+    left = total = 0
+    offsets: set[str] = set()
+    for sample in samples:
+        text = sample.frame[column].dropna().astype("str").str.strip()
+        aware = text[text.str.contains(WITH_OFFSET, regex=True)]
+        times = parse_times(aware, "coerce").dropna()
+        if times.empty or getattr(times.dt, "tz", None) is None:
+            continue
+        offsets.update(aware.str.extract(r"([zZ]|[+-]\d{2}(?::?\d{2})?)$")[0].dropna())
+        total += len(times)
+        left += int((times.dt.tz_convert("UTC").dt.date != sample.day).sum())
+    if not left:
+        return []
+    return [
+        f"  # The times carry UTC offsets ({', '.join(sorted(offsets))}): in UTC, {left} of "
+        f"{total} sample row(s)",
+        "  # fall on another day than their file's, which the quality gate rejects. Set the",
+        "  # zone the files' days are in (e.g. Europe/Paris for +01:00 and +02:00).",
+    ]
+
+
 def draft_contract(paths: Sequence[Path], name: str) -> str:
     """The YAML text of a draft contract for the sample day files at `paths`."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
@@ -361,6 +393,7 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
     else:
         out += [
             "  # No column holds timezone names: set the zone of the local times (IANA name).",
+            *_offset_warning(event_time, samples),
             "  timezone: UTC",
         ]
     out.append("columns:")
