@@ -18,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
+from botocore.awsrequest import AWSResponse
 from dagster_aws.s3 import S3Resource
 from moto.server import ThreadedMotoServer
 
@@ -37,6 +38,7 @@ from ml_platform.ingestion.landing import (
     LandingStore,
     LandingZone,
     LandingZoneMissingError,
+    MissingLandingFileError,
     RefusedLandingFileError,
 )
 from ml_platform.ingestion.s3_landing import S3LandingZone
@@ -137,7 +139,8 @@ def test_new_files_run_their_days_once(local):
     first = requests[0]
     stat = (directory / synthetic_name("2024-01-01")).lstat()
     version = f"{stat.st_ino}-{stat.st_size}-{stat.st_ctime_ns}"
-    assert first.run_key == f"2024-01-01|synthetic_2024-01-01.csv|{version}"
+    modified = max(stat.st_mtime, stat.st_ctime)
+    assert first.run_key == f"2024-01-01|synthetic_2024-01-01.csv|{version}|{modified}"
     assert first.tags[LANDED_FILE_TAG] == str(directory / "synthetic_2024-01-01.csv")
     assert first.tags[LANDED_VERSION_TAG] == version
     assert sensor.requested() == []
@@ -292,9 +295,15 @@ def test_a_zone_whose_directory_is_gone_fails_the_tick_and_forgets_nothing(local
         sensor.tick()
     assert sensor.cursor == seen
 
+    # Nor is a look-up of one day's file (the freshness sensor's) "no file yet": it would call
+    # every watched day late and page the data's owners for a volume that is not mounted.
+    with pytest.raises(LandingZoneMissingError, match=f"the landing zone {directory} does not"):
+        LandingZone(base_dir=str(directory)).find(synthetic_name("2024-01-01"))
+
     # Mounted again: every file is one the sensor has seen, so no day runs again.
     (tmp_path / "unmounted").rename(directory)
     assert sensor.requested() == []
+    assert LandingZone(base_dir=str(directory)).find(synthetic_name("2024-01-09")) is None
 
 
 def test_files_being_written_are_not_listed(local):
@@ -457,7 +466,7 @@ def test_s3_new_overwritten_unchanged_and_deleted_objects(s3_zone):
     first = sensor.tick().run_requests or []
     assert [r.partition_key for r in first] == ["2024-01-01", "2024-01-02", "2024-01-03"]
     etag = first[1].tags[LANDED_VERSION_TAG]
-    assert first[1].run_key == f"2024-01-02|synthetic_2024-01-02.csv|{etag}"
+    assert first[1].run_key.startswith(f"2024-01-02|synthetic_2024-01-02.csv|{etag}|")
     assert (
         first[1].tags[LANDED_FILE_TAG] == f"s3://{s3_zone.bucket}/incoming/synthetic_2024-01-02.csv"
     )
@@ -476,6 +485,71 @@ def test_s3_new_overwritten_unchanged_and_deleted_objects(s3_zone):
     assert sensor.requested() == []
 
 
+def test_s3_an_earlier_version_put_back_after_a_correction_runs_its_day_again(s3_zone):
+    sensor = Sensor(s3_zone)
+    name = synthetic_name("2024-01-01")
+    keys = []
+    # The first delivery, its correction, then the first put back: each is what the day holds.
+    for data in (b"a,b\n1,2\n", b"a,b\n9,9\n", b"a,b\n1,2\n"):
+        # Deliveries seconds apart at least, as they come: S3 stamps LastModified to the second.
+        time.sleep(1.1)
+        put(s3_zone, name, data)
+        [request] = sensor.tick().run_requests or []
+        keys.append(request.run_key)
+    # The ETag of the first content comes back; a run key used before would be skipped by the
+    # daemon (one run per run key), leaving the day on the correction the zone no longer holds.
+    assert len(set(keys)) == 3
+
+
+def test_a_name_that_is_not_utf8_is_refused_by_name_and_the_zone_goes_on(local, caplog):
+    directory, sensor = local
+    write(directory, synthetic_name("2024-01-01"))
+    # "données.csv" from a system writing latin-1: the name's bytes are no UTF-8.
+    with open(os.path.join(os.fsencode(directory), "donn\xe9es.csv".encode("latin-1")), "wb") as f:
+        f.write(b"x")
+
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        result = sensor.tick()
+
+    assert [r.partition_key for r in result.run_requests or []] == ["2024-01-01"]
+    [alert] = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ml_platform.alerts"]
+    assert "donn\\xe9es.csv: its name is not valid UTF-8" in alert["alert"]["cause"]
+    assert sensor.requested() == []
+
+
+def test_a_dataset_whose_pattern_extends_anothers_runs_its_own_files(local, tmp_path, caplog):
+    directory, _ = local
+
+    def dataset(name: str) -> Contract:
+        document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+        document["name"] = name
+        document["landing"]["file_pattern"] = f"{name}_{{date}}.csv"
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(document))
+        return load_contract(path)
+
+    sales, returns = dataset("sales"), dataset("sales_returns")
+    for name in ("sales_2024-01-01.csv", "sales_returns_2024-01-02.csv", "sales_notes.csv"):
+        write(directory, name)
+    zone = LandingZone(base_dir=str(directory))
+    served = [sales, returns]
+
+    # sales' pattern fits "sales_returns_2024-01-02.csv" too (its "date" returns_2024-01-02):
+    # the file is the dataset's whose pattern spells more of its name.
+    def alerted() -> list[str]:
+        alerts = [r.getMessage() for r in caplog.records if r.name == "ml_platform.alerts"]
+        caplog.clear()
+        return alerts
+
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        assert Sensor(zone, sales, other_datasets=served).requested() == ["2024-01-01"]
+        # A file only sales' pattern fits is sales' to report, and only sales'.
+        [misfit] = alerted()
+        assert "sales_notes.csv" in misfit and "sales_returns" not in misfit
+        assert Sensor(zone, returns, other_datasets=served).requested() == ["2024-01-02"]
+        assert alerted() == []
+
+
 def test_s3_reads_a_landed_object_and_names_a_missing_one(s3_zone):
     put(s3_zone, synthetic_name("2024-01-01"), b"x,y\n")
     assert s3_zone.read_bytes(synthetic_name("2024-01-01"), "2024-01-01") == b"x,y\n"
@@ -488,6 +562,54 @@ def test_s3_reads_a_landed_object_and_names_a_missing_one(s3_zone):
         "expected s3://.*/incoming/synthetic_2024-01-09.csv",
     ):
         s3_zone.read_bytes(synthetic_name("2024-01-09"), "2024-01-09")
+
+
+def answer_a_missing_key_forbidden(zone: S3LandingZone) -> None:
+    """The zone's client answers HEAD and GET of a key absent from the bucket with 403.
+
+    What AWS answers a user without an unconditional s3:ListBucket, as under the project's own
+    least-privilege policy (deploy/iam-policy.json); moto's server does not model that rule,
+    so the answer is given before the request is sent, for absent keys only.
+    """
+
+    class Body:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def stream(self, **_: object):
+            yield self.data
+
+    denied = (
+        b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code>"
+        b"<Message>Access Denied</Message></Error>"
+    )
+
+    def hook(request, event_name: str = "", **_: object):
+        operation = event_name.rsplit(".", 1)[-1]
+        if operation not in ("HeadObject", "GetObject"):
+            return None
+        key = request.url.split(f"/{zone.bucket}/", 1)[1].split("?", 1)[0]
+        listed = zone.client().list_objects_v2(Bucket=zone.bucket, Prefix=key, MaxKeys=1)
+        if any(item["Key"] == key for item in listed.get("Contents", [])):
+            return None
+        return AWSResponse(request.url, 403, {}, Body(b"" if operation == "HeadObject" else denied))
+
+    zone.client().meta.events.register("before-send.s3.*", hook)
+
+
+def test_s3_a_day_not_landed_is_missing_not_forbidden_under_the_least_privilege_policy(s3_zone):
+    answer_a_missing_key_forbidden(s3_zone)
+    put(s3_zone, synthetic_name("2024-01-01"))
+    name = synthetic_name("2024-01-02")
+
+    # The freshness sensor's look-up: not landed yet, not a permissions error.
+    assert s3_zone.find(name) is None
+    found = s3_zone.find(synthetic_name("2024-01-01"))
+    assert found is not None and found.name == synthetic_name("2024-01-01")
+    # raw_data's read: the day's verdict (no file landed), not a configuration failure.
+    with pytest.raises(MissingLandingFileError, match="No landed file for partition 2024-01-02"):
+        s3_zone.read_bytes(name, "2024-01-02")
+    assert s3_zone.read_bytes(synthetic_name("2024-01-01"), "2024-01-01") == b"a,b\n1,2\n"
 
 
 def test_s3_landed_object_is_parsed_and_hashed_as_it_streams(s3_zone):

@@ -17,8 +17,9 @@ many files have landed, and remembers in its cursor what it has already handled:
 - `pending`: files of days that are not partitions yet (today's file, landed early).
 
 So a re-landed (changed) file runs its day again, an unchanged file never does, and a deleted
-file does nothing. Each request's run_key names the day, the file and its version: the daemon
-never launches the same request twice, and a corrected file gets a new run. A file whose name
+file does nothing. Each request's run_key names the day, the file, its version and when it
+became readable: the daemon never launches the same request twice, and a corrected file gets a
+new run, as does an earlier version put back after a correction. A file whose name
 carries no valid date, and an entry the zone refuses to read (a symbolic link, a directory, a
 FIFO or device, an S3 key with `..` segments or an absolute-looking name), is logged and alerted
 once per version, and runs nothing. Dagster's `get_objects` is not used: it lists the whole
@@ -47,6 +48,7 @@ from ml_platform.ingestion.landing import (
     LandingStore,
     own_files,
     scan_landing,
+    shown_name,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name
 
@@ -331,7 +333,9 @@ def build_landing_sensor(
                 continue
             requests.append(
                 dg.RunRequest(
-                    run_key=f"{day}|{obj.name}|{obj.version}",
+                    # The time too: an S3 version is the content's ETag, and a file put back
+                    # as it was before a correction must run again, under a key not yet used.
+                    run_key=f"{day}|{obj.name}|{obj.version}|{obj.modified}",
                     partition_key=day,
                     tags={
                         LANDED_FILE_TAG: str(landing.path_for(obj.name)),
@@ -342,13 +346,17 @@ def build_landing_sensor(
             )
 
         alerts = []
-        problems = {**scan.problems, **refused}
+        # A refused name may not be UTF-8: messages, logs and alerts carry it escaped.
+        problems = {
+            shown_name(name): reason for name, reason in {**scan.problems, **refused}.items()
+        }
         if problems:
             for name, reason in scan.problems.items():
                 context.log.warning(f"{landing.path_for(name)} belongs to no partition: {reason}")
             for name, reason in refused.items():
                 # The reason only: nothing behind a refused entry is read, so none of it shows.
-                context.log.warning(f"{landing.path_for(name)} is refused: {reason}")
+                where = shown_name(str(landing.path_for(name)))
+                context.log.warning(f"{where} is refused: {reason}")
             names = sorted(problems)
             shown = "; ".join(f"{n}: {problems[n]}" for n in names[:5])
             more = f" (and {len(names) - 5} more)" if len(names) > 5 else ""
@@ -378,7 +386,11 @@ def build_landing_sensor(
         cursor.delivery = notifier.deliver(alerts, cursor.delivery, context.log, now=now)
 
         position = (cursor.walk or {}).get("after")
-        walk = "walk complete" if step.completed else f"walk continues after {position}"
+        walk = (
+            "walk complete"
+            if step.completed
+            else f"walk continues after {shown_name(str(position))}"
+        )
         summary = (
             f"listed {step.listed} file(s) in {step.pages} page(s); {len(step.changed)} new or "
             f"changed; {len(requests)} run(s) requested; {len(scan.problems)} misfit(s); "

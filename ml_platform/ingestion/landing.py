@@ -90,7 +90,18 @@ def unsafe_name_reason(name: str) -> str | None:
         return "its name has a '.' or '..' segment, which could address files outside the zone"
     if any(ord(char) < 32 for char in name):
         return "its name holds a control character"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        # A name written by a system of another encoding (latin-1 over SMB or FTP): Python
+        # holds its undecodable bytes as surrogates, which no alert, log or cursor can carry.
+        return "its name is not valid UTF-8: rename it in UTF-8"
     return None
+
+
+def shown_name(name: str) -> str:
+    r"""A name as messages show it: bytes that are not UTF-8 as `\xNN` escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class LandingStore(dg.ConfigurableResource):
@@ -241,21 +252,24 @@ class LandingZone(LandingStore):
         with handle:
             yield handle
 
-    def _entry_names(self) -> list[str]:
-        """Names of every entry in the zone but dot-files (files still being written), sorted.
+    def _zone_missing(self) -> LandingZoneMissingError:
+        """The error for a zone whose directory is missing: not an empty zone.
 
-        A zone whose directory is missing is an error, not an empty zone: read as empty, it
-        would make the landing sensor forget every file it had seen, and run them all again
-        once the volume is back.
+        Read as empty, it would make the landing sensor forget every file it had seen (and run
+        them all again once the volume is back), and the freshness sensor call every day late.
         """
+        return LandingZoneMissingError(
+            f"the landing zone {self.base_dir} does not exist: create or mount it, or point "
+            "ML_PLATFORM_LANDING_DIR (or --landing-dir) at the directory files land in"
+        )
+
+    def _entry_names(self) -> list[str]:
+        """Names of every entry in the zone but dot-files (files still being written), sorted."""
         try:
             with os.scandir(self.base_dir) as entries:
                 return sorted(e.name for e in entries if not e.name.startswith("."))
         except FileNotFoundError as exc:
-            raise LandingZoneMissingError(
-                f"the landing zone {self.base_dir} does not exist: create or mount it, or point "
-                "ML_PLATFORM_LANDING_DIR (or --landing-dir) at the directory files land in"
-            ) from exc
+            raise self._zone_missing() from exc
 
     def modified_slack_seconds(self) -> float:
         """One second: `modified` is the later of mtime and ctime, which a rename also sets."""
@@ -266,6 +280,8 @@ class LandingZone(LandingStore):
         try:
             found = os.lstat(self.path_for(file_name))
         except FileNotFoundError:
+            if not os.path.isdir(self.base_dir):
+                raise self._zone_missing() from None
             return None
         return local_object(file_name, found)
 
@@ -328,13 +344,27 @@ def file_name_pattern(contract: Contract) -> re.Pattern[str]:
 def own_files(
     contract: Contract, file_names: Iterable[str], served: Iterable[Contract] = ()
 ) -> list[str]:
-    """The names that are not another served dataset's: those of no other contract's pattern.
+    """The names that are not another served dataset's.
 
     Datasets served together may share a landing zone; a file named by another dataset's
-    pattern (whatever date it carries) is that dataset's to run or report.
+    pattern (whatever date it carries) is that dataset's to run or report. A name both patterns
+    match (`sales_returns_2024-01-01.csv` fits `sales_{date}.csv` too, its "date" being
+    `returns_2024-01-01`) belongs to the pattern that spells more of it: sales_returns'.
     """
-    others = [file_name_pattern(c) for c in served if c.name != contract.name]
-    return [name for name in file_names if not any(o.match(name) for o in others)]
+    own = file_name_pattern(contract)
+    spelled = literal_length(contract)
+    others = [(file_name_pattern(c), literal_length(c)) for c in served if c.name != contract.name]
+
+    def theirs(name: str) -> bool:
+        mine = own.match(name) is not None
+        return any(o.match(name) and (not mine or length > spelled) for o, length in others)
+
+    return [name for name in file_names if not theirs(name)]
+
+
+def literal_length(contract: Contract) -> int:
+    """How many characters of a file name the contract's pattern spells out (all but the date)."""
+    return len(contract.landing.file_pattern) - len("{date}")
 
 
 def scan_landing(contract: Contract, file_names: Iterable[str]) -> LandingScan:

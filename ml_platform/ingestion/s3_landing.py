@@ -32,19 +32,23 @@ class S3LandingZone(S3Prefix, LandingStore):
         return f"s3://{self.bucket}/{self.prefix}{file_name}"
 
     def find(self, file_name: str) -> LandedObject | None:
-        """One HeadObject call: the object's LastModified and ETag, or None if absent."""
-        try:
-            head = self.client().head_object(Bucket=self.bucket, Key=self.prefix + file_name)
-        except ClientError as exc:
-            if is_missing_key(exc):
-                return None
-            raise
-        return LandedObject(
-            name=file_name,
-            modified=head["LastModified"].timestamp(),
-            version=str(head["ETag"]).strip('"'),
-            refused=unsafe_name_reason(file_name),
-        )
+        """One listing request: the object's LastModified and ETag, or None if absent.
+
+        Not HEAD: without an unconditional s3:ListBucket, which the least-privilege policy
+        (deploy/iam-policy.json) does not grant, AWS answers HEAD of a missing key with 403,
+        and a day not landed yet would read as a permissions error (as in `S3Storage.exists`).
+        """
+        key = self.prefix + file_name
+        response = self.client().list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+        for item in response.get("Contents", []):
+            if item["Key"] == key:
+                return LandedObject(
+                    name=file_name,
+                    modified=item["LastModified"].timestamp(),
+                    version=str(item["ETag"]).strip('"'),
+                    refused=unsafe_name_reason(file_name),
+                )
+        return None
 
     @contextlib.contextmanager
     def open_file(self, file_name: str, partition: str) -> Iterator[IO[bytes]]:
@@ -58,7 +62,9 @@ class S3LandingZone(S3Prefix, LandingStore):
         try:
             response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + file_name)
         except ClientError as exc:
-            if is_missing_key(exc):
+            # Under the least-privilege policy AWS answers GET of a missing key with 403 too:
+            # the listing, which the policy allows, tells a day not landed from a refusal.
+            if is_missing_key(exc) or self.find(file_name) is None:
                 raise self.missing(file_name, partition) from exc
             stop = self.not_allowed(file_name, partition, exc)
             if stop is not None:
