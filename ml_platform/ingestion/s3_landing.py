@@ -15,6 +15,13 @@ from ml_platform.platform.s3 import S3Prefix
 from ml_platform.platform.storage import is_missing_key
 
 
+def denied(exc: ClientError) -> bool:
+    """Whether S3 refused the request (403), which AWS also answers for a key it will not list."""
+    error = exc.response.get("Error", {})
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return error.get("Code") in ("AccessDenied", "403", "Forbidden") or status == 403
+
+
 class S3LandingZone(S3Prefix, LandingStore):
     """An S3 prefix where day files land (production; any S3-compatible endpoint).
 
@@ -62,9 +69,7 @@ class S3LandingZone(S3Prefix, LandingStore):
         try:
             response = self.client().get_object(Bucket=self.bucket, Key=self.prefix + file_name)
         except ClientError as exc:
-            # Under the least-privilege policy AWS answers GET of a missing key with 403 too:
-            # the listing, which the policy allows, tells a day not landed from a refusal.
-            if is_missing_key(exc) or self.find(file_name) is None:
+            if is_missing_key(exc) or (denied(exc) and self.absent(file_name)):
                 raise self.missing(file_name, partition) from exc
             stop = self.not_allowed(file_name, partition, exc)
             if stop is not None:
@@ -76,6 +81,17 @@ class S3LandingZone(S3Prefix, LandingStore):
         finally:
             # Releases the connection to the pool even when the reader stopped early.
             body.close()
+
+    def absent(self, file_name: str) -> bool:
+        """Whether a listing says no object of this name is there (False if it is refused too).
+
+        Under the least-privilege policy AWS answers GET of a missing key with 403, as it does
+        a refused one; the listing, which the policy allows, tells a day not landed yet.
+        """
+        try:
+            return self.find(file_name) is None
+        except ClientError:
+            return False
 
     def list_page(self, after: str | None, limit: int) -> tuple[list[LandedObject], str | None]:
         """One ListObjectsV2 call: up to `limit` objects whose keys sort after `after`."""
