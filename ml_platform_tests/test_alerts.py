@@ -8,6 +8,7 @@ alert sensors (Dagster's run-status sensors and the delivery sensor) tick over t
 
 import dataclasses
 import email
+import http.server
 import json
 import logging
 import socketserver
@@ -23,10 +24,13 @@ from ml_platform.automation.alert_sensors import (
     ALERT_DELIVERY_SENSOR,
     ALERT_DELIVERY_TAG,
     ALERTS_TAG,
+    BACKFILL_TAG,
     DELIVERED,
     RUN_FAILURE_ALERTS_SENSOR,
     RUN_SUCCESS_ALERTS_SENSOR,
+    backfill_summaries,
     build_alert_sensors,
+    pending_alerts,
 )
 from ml_platform.automation.alerts import Alert, DeliveryState, Notifier, evaluate_run
 from ml_platform.contracts import load_contract
@@ -513,6 +517,145 @@ def test_a_webhook_that_answers_something_else_than_http_is_retried_without_its_
     assert "SECRET" not in caplog.text
 
 
+class Answering(http.server.BaseHTTPRequestHandler):
+    """A webhook receiver that answers every post with the server's `status` and `body`."""
+
+    server: "AnsweringServer"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.posts += 1
+        self.send_response(self.server.status)
+        self.end_headers()
+        self.wfile.write(self.server.body)
+
+    def log_message(self, *args):
+        pass
+
+
+class AnsweringServer(http.server.ThreadingHTTPServer):
+    status: int
+    body: bytes
+    posts: int
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (404, b"no_service", "HTTP 404 Not Found (no_service): ML_PLATFORM_ALERT_WEBHOOK_URL was"),
+        (
+            403,
+            b"invalid_token",
+            "HTTP 403 Forbidden (invalid_token): ML_PLATFORM_ALERT_WEBHOOK_URL",
+        ),
+        (410, b"channel_is_archived", "HTTP 410 Gone (channel_is_archived): ML_PLATFORM_ALERT"),
+        # A receiver's page may quote the request, whose path is the secret: not repeated.
+        (404, b"Cannot POST /services/T000/B000/SECRET", "HTTP 404 Not Found: ML_PLATFORM_ALERT"),
+        (400, b"invalid_payload", "HTTP 400 Bad Request (invalid_payload): the receiver refuses"),
+    ],
+    ids=["revoked", "bad token", "archived channel", "a page quoting the path", "bad payload"],
+)
+def test_a_webhook_that_refuses_for_good_is_said_once_and_not_retried(caplog, status, body, said):
+    server = AnsweringServer(("127.0.0.1", 0), Answering)
+    server.status, server.body, server.posts = status, body, 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    notifier = Notifier(webhook_url=f"http://127.0.0.1:{server.server_port}/services/B000/SECRET")
+    try:
+        with caplog.at_level(logging.INFO):
+            state = notifier.deliver(
+                [paging_alert()], DeliveryState(), logging.getLogger("test"), now=0.0
+            )
+            # The delivery sensor's next ticks: nothing is left to try again.
+            for tick in range(1, 5):
+                state = notifier.deliver([], state, logging.getLogger("test"), now=float(tick))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert server.posts == 1
+    assert state.outbox == []
+    [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert f"webhook not sent: the webhook answered {said}" in error
+    assert error.endswith("fix the setting, see docs/runbook.md#alert-delivery-failed")
+    assert "SECRET" not in caplog.text and "B000" not in caplog.text
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 503])
+def test_a_webhook_that_may_answer_later_is_retried(caplog, status):
+    server = AnsweringServer(("127.0.0.1", 0), Answering)
+    server.status, server.body, server.posts = status, b"later", 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    notifier = Notifier(webhook_url=f"http://127.0.0.1:{server.server_port}/services/SECRET")
+    state = DeliveryState()
+    try:
+        with caplog.at_level(logging.INFO):
+            for tick, alerts in enumerate([[paging_alert()], [], [], [], [], []]):
+                state = notifier.deliver(alerts, state, logging.getLogger("test"), now=float(tick))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert server.posts == 5  # MAX_DELIVERY_ATTEMPTS, then given up
+    assert state.outbox == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert f"webhook delivery failed (attempt 1 of 5): HTTPError: HTTP Error {status}" in errors[0]
+    assert "given up on webhook after 5 attempts" in errors[-1]
+    assert "SECRET" not in caplog.text
+
+
+class RefusingLogin(socketserver.StreamRequestHandler):
+    """An SMTP server that offers AUTH PLAIN and refuses every login, as to a wrong password."""
+
+    def handle(self):
+        self.wfile.write(b"220 127.0.0.1 test SMTP\r\n")
+        while line := self.rfile.readline():
+            verb = line[:4].upper()
+            if verb == b"EHLO":
+                self.wfile.write(b"250-127.0.0.1\r\n250 AUTH PLAIN\r\n")
+            elif verb == b"AUTH":
+                self.server.logins += 1
+                self.wfile.write(b"535 5.7.8 Authentication credentials invalid\r\n")
+            elif verb == b"QUIT":
+                self.wfile.write(b"221 bye\r\n")
+                return
+            else:
+                self.wfile.write(b"250 ok\r\n")
+
+
+def test_a_refused_smtp_login_is_said_once_and_not_retried(caplog, webhook):
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), RefusingLogin)
+    server.logins = 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    notifier = Notifier(
+        webhook_url=webhook.url,
+        smtp_host="127.0.0.1",
+        smtp_port=server.server_address[1],
+        smtp_starttls=False,
+        smtp_user="alerts",
+        smtp_password="wrong-Pa55word",
+        email_to="oncall@example.org",
+    )
+    try:
+        with caplog.at_level(logging.INFO):
+            state = notifier.deliver(
+                [paging_alert()], DeliveryState(), logging.getLogger("test"), now=0.0
+            )
+            for tick in range(1, 5):
+                state = notifier.deliver([], state, logging.getLogger("test"), now=float(tick))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    # Retrying a wrong password cannot help, and may lock the account: one login, said once.
+    assert server.logins == 1
+    assert state.outbox == []
+    assert len(webhook.received) == 1  # the webhook is not held up by it
+    [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "email not sent: the SMTP server refused the login (535 5.7.8 Authentication " in error
+    assert "check ML_PLATFORM_SMTP_USER and ML_PLATFORM_SMTP_PASSWORD" in error
+    assert "wrong-Pa55word" not in caplog.text
+
+
 def test_a_missing_landed_file_is_a_recorded_verdict_alerted_as_its_failed_check(platform_for):
     platform = platform_for("synthetic")
     result = platform.materialize("2024-01-05")
@@ -768,6 +911,45 @@ def test_a_rejected_day_warns_once_pages_at_the_streak_and_a_backfill_leaves_it_
     assert told(4) == [("WARNING", "day_rejected")]
     # A backfill's runs leave their rejected days to the backfill's one summary.
     assert told(3, in_backfill=True) == []
+
+
+def test_a_job_backfills_rejected_day_is_told_in_its_summary(platform_for):
+    platform = platform_for("synthetic")
+    platform.land("2024-01-01", 1)  # 2024-01-02 never lands: the day is rejected
+    # The code location's notifier, which knows every dataset (the contracts' owners).
+    notifier = platform.defs.resources["notifier"]
+    sensors = AlertSensors(platform.instance, notifier)
+    # What `dagster job backfill -j synthetic_ingestion_job` launches: the whole job, a run a
+    # day, tagged with the backfill and selecting no asset.
+    job = platform.defs.resolve_job_def("synthetic_ingestion_job")
+    runs = [
+        job.execute_in_process(
+            instance=platform.instance,
+            partition_key=day,
+            tags={BACKFILL_TAG: "jobbackfill"},
+            raise_on_error=False,
+        ).dagster_run
+        for day in ["2024-01-01", "2024-01-02"]
+    ]
+    assert [run.asset_selection or None for run in runs] == [None, None]
+    sensors.tick()
+
+    # Each run leaves its rejected day to the backfill's summary...
+    raised = [
+        a for run in runs for a in pending_alerts(platform.instance.get_run_by_id(run.run_id))
+    ]
+    assert [a["rule"] for a in raised if a["rule"] == "day_rejected"] == []
+    # ...which tells it, with where it was rejected and the command that reruns it.
+    [summary] = backfill_summaries(platform.instance, "jobbackfill", notifier, now=0.0)
+    assert summary.title == (
+        "backfill jobbackfill of synthetic ended: 2 day(s), 1 rejected, 0 failed run(s)"
+    )
+    assert summary.cause == (
+        "rejected: 2024-01-02 (raw_data: missing file); once their files are corrected: "
+        "ml-platform materialize --dataset synthetic --start 2024-01-02 --days 1"
+    )
+    assert (summary.severity, summary.page, summary.dataset) == ("WARNING", True, "synthetic")
+    assert summary.owners == ("team:ml-platform",)
 
 
 def test_every_alert_names_the_owners_of_the_dataset_it_is_about(tmp_path):

@@ -27,7 +27,9 @@ from ml_platform.automation.freshness import (
     MISSING,
     REFUSED,
     REJECTED,
+    VERDICT_ALLOWANCE,
     build_freshness_sensors,
+    day_freshness,
     deadlines,
     freshness_policy,
     judge_days,
@@ -115,7 +117,7 @@ def test_a_rejected_delivery_is_late_and_an_accepted_one_is_fresh_even_once_its_
     assert (accepted.state, accepted.late, accepted.overdue) == (FRESH, False, dt.timedelta(0))
 
 
-def test_a_file_awaiting_its_verdict_is_late_only_when_it_came_after_the_deadline():
+def test_a_file_awaiting_its_verdict_is_late_at_once_when_it_came_after_the_deadline():
     now = at("2013-03-05", "07:10")
     contract = flights(lookback_days=1)
     in_time = {"2013-03-04": landed("2013-03-04", at("2013-03-05", "06:55"))}
@@ -127,6 +129,33 @@ def test_a_file_awaiting_its_verdict_is_late_only_when_it_came_after_the_deadlin
     link = {"2013-03-04": landed("2013-03-04", at("2013-03-05", "05:00"), "it is a link")}
     status = by_day(contract, now, link)["2013-03-04"]
     assert (status.state, status.late, status.reason) == (REFUSED, True, "it is a link")
+
+
+def test_a_file_landed_in_time_that_no_run_judged_turns_late_after_its_allowance():
+    # Due 03-05 06:00, late from 07:00; landed at 05:00, and its run failed or never ran.
+    contract = flights()
+    files = {"2013-03-04": landed("2013-03-04", at("2013-03-05", "05:00"))}
+    # It may await its verdict until two hours after the deadline.
+    assert at("2013-03-05", "07:00") + VERDICT_ALLOWANCE == at("2013-03-05", "09:00")
+    being_run = by_day(contract, at("2013-03-05", "08:59"), files)["2013-03-04"]
+    assert (being_run.state, being_run.late, being_run.reason) == (AWAITING, False, "")
+    for now in [at("2013-03-05", "09:00"), at("2013-03-08", "09:00")]:
+        status = by_day(contract, now, files)["2013-03-04"]
+        assert (status.state, status.late) == (AWAITING, True)
+        assert status.overdue == now - at("2013-03-05", "06:00")
+    # What to do is in the line: nobody judged the file, and how to have it judged.
+    assert status_line(status, "/landing/") == (
+        "2013-03-04: due 2013-03-05 06:00 EST, 3 d 3 h late: flights_2013-03-04.csv landed "
+        "2013-03-05 05:00 EST but no verdict was recorded by 2013-03-05 09:00 EST: its run failed "
+        "or never ran (is flights_landing_sensor running?); see the day's runs, or run it: "
+        "ml-platform materialize --dataset flights --start 2013-03-04 --days 1"
+    )
+    # A file that landed late is late at once; it awaits its verdict for the same allowance.
+    files = {"2013-03-04": landed("2013-03-04", at("2013-03-05", "08:00"))}
+    waiting = by_day(contract, at("2013-03-05", "09:59"), files)["2013-03-04"]
+    assert waiting.late and status_line(waiting, "/landing/").endswith("and awaits its verdict")
+    stalled = by_day(contract, at("2013-03-05", "10:00"), files)["2013-03-04"]
+    assert "but no verdict was recorded by 2013-03-05 10:00 EST" in status_line(stalled, "/")
 
 
 def test_dagsters_freshness_policy_on_raw_data_has_the_contracts_deadline_and_timezone():
@@ -176,6 +205,8 @@ def freshness_seen(instance: dg.DagsterInstance, dataset: str) -> list[tuple[str
 def zone(request, tmp_path, monkeypatch) -> LandingStore:
     """An empty landing zone: a local directory, or a prefix of a real S3 server on 127.0.0.1."""
     if request.param == "local":
+        # Its directory is there: a missing one is an error (LandingZoneMissingError), not empty.
+        (tmp_path / "landing").mkdir()
         return LandingZone(base_dir=str(tmp_path / "landing"))
     for name, value in FAKE_AWS.items():
         monkeypatch.setenv(name, value)
@@ -251,6 +282,46 @@ def test_the_sensor_warns_once_per_late_day_and_resolves_once_it_is_accepted(zon
     assert freshness_seen(instance, "synthetic") == [(yesterday, LATE), (yesterday, FRESH)]
 
 
+def test_a_file_landed_today_for_today_and_never_judged_is_late_tomorrow_after_its_allowance(
+    tmp_path,
+):
+    # Today's file is due at midnight: it landed now, in time; then no run judged it (the
+    # landing sensor off, or the day's run failed). Judged by the sensor's own look-ups.
+    today = dt.datetime.now(dt.UTC).date()
+    contract = load_contract("synthetic").model_copy(
+        update={
+            "freshness": FreshnessSpec(expected_by="00:00", lookback_days=1),
+            "partitions": PartitionSpec(start_date=today),
+        }
+    )
+    zone = LandingZone(base_dir=str(tmp_path / "landing"))
+    put(zone, f"synthetic_{today}.csv")
+    instance = dg.DagsterInstance.ephemeral()
+    deadline = dt.datetime.combine(today + dt.timedelta(days=1), dt.time(), dt.UTC)
+    verdict_by = deadline + VERDICT_ALLOWANCE
+
+    [being_run] = day_freshness(contract, zone, instance, verdict_by - dt.timedelta(minutes=1))
+    assert (being_run.state, being_run.late) == (AWAITING, False)
+    [stalled] = day_freshness(contract, zone, instance, verdict_by)
+    assert (stalled.state, stalled.late) == (AWAITING, True)
+    location = str(zone.path_for(""))
+    assert f"synthetic_{today}.csv landed {today} " in status_line(stalled, location)
+    assert status_line(stalled, location).endswith(
+        f"but no verdict was recorded by {today + dt.timedelta(days=1)} 02:00 UTC: its run failed "
+        "or never ran (is synthetic_landing_sensor running?); see the day's runs, or run it: "
+        f"ml-platform materialize --dataset synthetic --start {today} --days 1"
+    )
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key("synthetic", "validated_data"),
+            partition=today.isoformat(),
+            metadata={"verdict": ACCEPTED, "accepted": True},
+        )
+    )
+    [fresh] = day_freshness(contract, zone, instance, verdict_by)
+    assert (fresh.state, fresh.late) == (FRESH, False)
+
+
 def late_synthetic(tmp_path: Path, first_day: str, expected_by: str, lookback_days: int) -> Path:
     """A synthetic contract file starting at `first_day` whose files are due by `expected_by`."""
     document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
@@ -320,6 +391,7 @@ def test_with_a_real_daemon_a_late_day_warns_once_and_resolves_once_when_landed(
     day = (deadline.date() - dt.timedelta(days=1)).isoformat()
     contract_file = late_synthetic(tmp_path, day, deadline.strftime("%H:%M"), lookback_days=1)
     platform = Platform(load_contract(contract_file), tmp_path)
+    platform.landing_dir.mkdir()  # an empty zone, not a missing one
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())

@@ -38,6 +38,7 @@ from ml_platform.automation.alerts import (
     DeliveryState,
     Notifier,
     dataset_of_asset,
+    dataset_of_job,
     evaluate_run,
     recovery_keys,
     streak_keys,
@@ -321,12 +322,21 @@ def build_alert_sensors(
 def backfill_summaries(
     instance: dg.DagsterInstance, backfill_id: str, notifier: Notifier, now: float
 ) -> list[Alert]:
-    """One alert per dataset a backfill worked on: its days, rejected days and failed runs."""
+    """One alert per dataset a backfill worked on: its days, rejected days and failed runs.
+
+    A run's datasets are those of the assets it selected; a run that selected none (a job
+    backfill's: `dagster job backfill -j flights_daily_pipeline_job`, or the UI's backfill of a
+    job) is its job's dataset's, one of the notifier's datasets (`dataset_of_job`).
+    """
     runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
     days: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
     for run in runs:
         datasets = {key.path[0] for key in run.asset_selection or ()}
+        if not datasets:
+            # Dagster launches a job backfill's runs without an asset selection: the whole job.
+            by_job = dataset_of_job(run.job_name, notifier.owners)
+            datasets = {by_job} if by_job else set()
         for dataset in datasets:
             days.setdefault(dataset, set()).update(run_days(run.tags))
             if run.status == dg.DagsterRunStatus.FAILURE:

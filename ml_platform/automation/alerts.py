@@ -38,6 +38,7 @@ import hashlib
 import http.client
 import json
 import logging
+import re
 import smtplib
 import time
 import urllib.error
@@ -73,7 +74,64 @@ MAX_DELIVERY_ATTEMPTS = 5
 
 
 class MisconfiguredSink(ValueError):
-    """A sink's setting cannot work (a webhook URL without http(s) or a host): no retry fixes it."""
+    """A sink's setting cannot work (a webhook URL without http(s) or a host): no retry fixes it.
+
+    Also a receiver's answer that no retry changes: a webhook's client error (HTTP 4xx but a
+    timeout or a rate limit: revoked, deleted, its channel archived), an SMTP login refused.
+    """
+
+
+# Client errors a later attempt can get past: a request timeout, a rate limit.
+RETRIED_CLIENT_ERRORS = frozenset({408, 429})
+# What a webhook that is gone answers: revoked, deleted, or its channel archived.
+GONE = frozenset({401, 403, 404, 410})
+# Slack answers a refused post with one word saying why (`no_service`, `invalid_token`,
+# `channel_is_archived`): worth repeating, unlike a longer body, which may quote the request.
+ANSWER_WORD = re.compile(r"[a-z_]{1,40}")
+
+
+def refused_webhook(error: urllib.error.HTTPError, url: str) -> MisconfiguredSink | None:
+    """What a webhook's HTTP error says when no retry can succeed (a 4xx); None if one can.
+
+    Names the status and Slack's one-word reason, never the URL (a secret) nor the receiver's
+    free text.
+    """
+    status = error.code
+    if not 400 <= status < 500 or status in RETRIED_CLIENT_ERRORS:
+        return None
+    phrase = http.client.responses.get(status, "Client Error")
+    try:
+        # As far as one word can go: a receiver's page is not repeated.
+        answer = error.read(64).decode("ascii", errors="replace").strip()
+    except (OSError, http.client.HTTPException) as exc:
+        # The status decides; the answer would only have said more.
+        why = f" (its answer could not be read: {type(exc).__name__})"
+    else:
+        why = f" ({answer})" if ANSWER_WORD.fullmatch(answer) and answer not in url else ""
+    meaning = (
+        "ML_PLATFORM_ALERT_WEBHOOK_URL was revoked or deleted, or its channel archived"
+        if status in GONE
+        else "the receiver refuses the alert and would refuse it again"
+    )
+    return MisconfiguredSink(
+        f"the webhook answered HTTP {status} {phrase}{why}: {meaning} (the URL is a secret and "
+        "is not shown)"
+    )
+
+
+def refused_login(error: smtplib.SMTPAuthenticationError) -> MisconfiguredSink:
+    """What an SMTP server's refusal of the login says: its code and answer, never the password.
+
+    A server's answer does not repeat the password; smtplib's text of SMTP errors is logged
+    already for the same reason.
+    """
+    said = error.smtp_error
+    answer = one_line(said.decode(errors="replace") if isinstance(said, bytes) else said)
+    return MisconfiguredSink(
+        f"the SMTP server refused the login ({error.smtp_code} {answer}): check "
+        "ML_PLATFORM_SMTP_USER and ML_PLATFORM_SMTP_PASSWORD (the password is a secret and is "
+        "not shown)"
+    )
 
 
 def webhook_url_problem(url: str) -> str | None:
@@ -351,8 +409,14 @@ class Notifier(dg.ConfigurableResource):
             headers={"Content-Type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
-            response.read()
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            refused = refused_webhook(exc, self.webhook_url)
+            if refused is not None:
+                raise refused from exc
+            raise  # a 5xx, a timeout or a rate limit: the outbox tries again
 
     def _send_email(self, alert: Alert) -> None:
         assert self.smtp_host is not None
@@ -365,7 +429,11 @@ class Notifier(dg.ConfigurableResource):
             if self.smtp_starttls:
                 smtp.starttls()
             if self.smtp_user and self.smtp_password:
-                smtp.login(self.smtp_user, self.smtp_password)
+                try:
+                    smtp.login(self.smtp_user, self.smtp_password)
+                except smtplib.SMTPAuthenticationError as exc:
+                    # A wrong user or password stays wrong: retrying may only lock the account.
+                    raise refused_login(exc) from exc
             smtp.send_message(message)
 
 
@@ -415,25 +483,39 @@ def dataset_of_asset(asset: str) -> str:
     return asset.split("/", 1)[0]
 
 
+def longest_dataset(name: str, datasets: Iterable[str], separator: str) -> str | None:
+    """The longest of `datasets` that `name` starts with, then `separator`; None if none.
+
+    A replay's name extends its live dataset's (`flights__replay_hgb`, its steps
+    `flights__replay_hgb__model`, its jobs `flights__replay_hgb_daily_pipeline_job`): the
+    longest match is the replay's, never the live dataset's.
+    """
+    matches = [d for d in datasets if name.startswith(f"{d}{separator}")]
+    return max(matches, key=len) if matches else None
+
+
+def dataset_of_job(job_name: str, datasets: Iterable[str]) -> str | None:
+    """Which of `datasets` a job is of (`flights_daily_pipeline_job`: flights); None if none.
+
+    Every job of the code location is one dataset's, named `<dataset>_<job>`
+    (`platform.datasets.dataset_name`).
+    """
+    return longest_dataset(job_name, datasets, "_")
+
+
 def run_datasets(outcome: RunOutcome, datasets: Iterable[str]) -> list[str]:
     """Those of `datasets` a run worked on: by its steps (`flights__raw_data`) and checks.
 
-    A replay's name extends its live dataset's (`flights__replay_hgb`, its steps
-    `flights__replay_hgb__model`): each name is matched to the longest dataset it starts with,
-    so a replay's failure is the replay's, never the live dataset's. A run that failed before
-    any step names its dataset in its job only (`flights_daily_pipeline_job`).
+    Each name is matched to the longest dataset it starts with (`longest_dataset`), so a
+    replay's failure is the replay's, never the live dataset's. A run that failed before any
+    step names its dataset in its job only (`flights_daily_pipeline_job`).
     """
     known = set(datasets)
-
-    def longest(name: str, separator: str) -> str | None:
-        matches = [d for d in known if name.startswith(f"{d}{separator}")]
-        return max(matches, key=len) if matches else None
-
     steps = [*outcome.succeeded_steps, *(failure.step for failure in outcome.step_failures)]
-    named = [longest(step, "__") for step in steps]
+    named = [longest_dataset(step, known, "__") for step in steps]
     named += [dataset_of_asset(check.asset) for check in outcome.failed_checks]
     found = {d for d in named if d in known}
-    by_job = longest(outcome.job_name, "_")
+    by_job = dataset_of_job(outcome.job_name, known)
     return sorted(found or ({by_job} if by_job else set()))
 
 

@@ -2,8 +2,10 @@
 
 A contract's `freshness:` says when day D's file is due: `expected_by` on day D+1 in the dataset's
 timezone; it is late `grace_minutes` after that. A day is fresh when its delivery arrived and was
-accepted (validated_data's recorded verdict); a recorded rejection does not make it fresh. Only
-the days whose deadline fell within the last `lookback_days` are watched.
+accepted (validated_data's recorded verdict); a recorded rejection does not make it fresh. A file
+that came in time is being run, not late, until VERDICT_ALLOWANCE after the deadline; a file
+still without a verdict then makes its day late: its run failed or never ran. Only the days
+whose deadline fell within the last `lookback_days` are watched.
 
 The judgement (`judge_days`) is a pure function of the time, the contract, the files found in
 the landing zone and the recorded verdicts. Three things use it:
@@ -34,11 +36,13 @@ from typing import Any
 import dagster as dg
 
 from ml_platform.automation.alerts import RESOLVED, WARNING, Alert, DeliveryState, Notifier
+from ml_platform.automation.landing_sensor import LANDING_SENSOR
 from ml_platform.contracts import Contract
 from ml_platform.contracts.model import FreshnessSpec
 from ml_platform.ingestion.landing import LandedObject, LandingStore
 from ml_platform.platform.datasets import asset_key, dataset_name
 from ml_platform.platform.records import ACCEPTED, UNCHANGED, DayRecord, day_records
+from ml_platform.platform.rejected import rerun_command
 
 FRESHNESS_SENSOR = "freshness_sensor"
 # The metadata entry of raw_data's observations of a watched day: LATE, then FRESH.
@@ -50,6 +54,13 @@ MISSING = "missing"  # no file in the landing zone, and none accepted
 REFUSED = "refused"  # an entry of the expected name that is never read (a link, a directory)
 REJECTED = "rejected"  # its delivery was judged and rejected
 AWAITING = "awaiting verdict"  # a file is there, not judged yet
+# How long a landed file may await its verdict after the later of its landing and the deadline:
+# past that, its run failed or never ran (the landing sensor stopped), and a day whose file came
+# in time is late too, saying so. Judging takes a sensor tick (30 s), the queue (one training run
+# at a time: behind other datasets' days or a weekly retrain, minutes each) and validated_data,
+# early in the run; two hours is far beyond that. It is time that passes, like the grace, and
+# well under a day, the shortest lookback, so such a day turns late while it is still watched.
+VERDICT_ALLOWANCE = dt.timedelta(hours=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,12 +70,15 @@ class DayFreshness:
     day: str
     file_name: str
     due: dt.datetime  # expected_by on the next day, in the dataset's timezone
-    late_at: dt.datetime  # due + grace: from then on the day is late until fresh
+    # due + grace: from then on the day is late until fresh (a file that landed by then and
+    # awaits its verdict: VERDICT_ALLOWANCE later)
+    late_at: dt.datetime
     state: str  # FRESH | MISSING | REFUSED | REJECTED | AWAITING
     late: bool
     overdue: dt.timedelta  # how long after `due` it is (zero when not late)
     landed_at: dt.datetime | None  # when the file became readable; None if none is there
-    reason: str  # the recorded verdict and reason, or why an entry is refused
+    # the recorded verdict and reason, why an entry is refused, or why no verdict came
+    reason: str
     run_id: str | None  # the run that recorded the day's latest verdict
 
 
@@ -114,8 +128,10 @@ def judge_days(
     `landed` holds the landing zone's entry of each day's expected file that is there, and
     `records` validated_data's latest record of each judged day. A recorded acceptance makes a day
     fresh even when its file has since been removed from the zone. A file that is there and not
-    judged yet is late only when it arrived after the deadline: one that came in time is being
-    run.
+    judged yet is late when it arrived after the deadline; one that came in time is being run,
+    and not late, for VERDICT_ALLOWANCE after the deadline. A file still without a verdict
+    VERDICT_ALLOWANCE after the later of its landing and the deadline has its reason say so: its
+    run failed or never ran.
     """
     spec = contract.freshness
     if spec is None:
@@ -138,12 +154,21 @@ def judge_days(
             state = AWAITING
         else:
             state = MISSING
-        # Compared as instants: two times of one zone compare by their wall clocks.
-        late = state != FRESH and not (
-            state == AWAITING
-            and landed_at is not None
-            and landed_at.timestamp() <= late_at.timestamp()
-        )
+        late = state != FRESH
+        if state == AWAITING and landed_at is not None:
+            # Compared as instants: two times of one zone compare by their wall clocks. The
+            # allowance is added in UTC, as the grace is (`deadlines`).
+            since = max(landed_at, late_at, key=lambda when: when.timestamp())
+            verdict_by = (since.astimezone(dt.UTC) + VERDICT_ALLOWANCE).astimezone(zone)
+            stalled = now.timestamp() >= verdict_by.timestamp()
+            late = stalled or landed_at.timestamp() > late_at.timestamp()
+            if stalled:
+                sensor = dataset_name(contract.name, LANDING_SENSOR)
+                reason = (
+                    f"no verdict was recorded by {moment(verdict_by)}: its run failed or never "
+                    f"ran (is {sensor} running?); see the day's runs, or run it: "
+                    f"{rerun_command(contract.name, [day])}"
+                )
         judged.append(
             DayFreshness(
                 day=day,
@@ -203,6 +228,8 @@ def what_is_there(status: DayFreshness, location: str) -> str:
         there = "is there but" if status.landed_at else "is no longer there; it"
         return f"{status.file_name} {there} was rejected ({status.reason})"
     landed = moment(status.landed_at) if status.landed_at else "?"
+    if status.state == AWAITING and status.reason:
+        return f"{status.file_name} landed {landed} but {status.reason}"
     if status.state == AWAITING:
         return f"{status.file_name} landed {landed} and awaits its verdict"
     return f"{status.file_name} landed {landed} and was accepted"
