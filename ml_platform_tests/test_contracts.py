@@ -451,3 +451,62 @@ def test_a_datetime_column_feeds_time_features_and_never_a_raw_number(tmp_path):
     where = (line_of(broken, "{name: scheduled,"), "features[7].transform")
     assert set(problems) == {where}
     assert problems[where].startswith("'time_hour' holds times; use one of: day_of_week, ")
+
+
+@pytest.mark.parametrize(
+    ("reference", "where", "reason"),
+    [
+        ("{mode: baseline, days: 7}", "mode", "a baseline reference needs a 'start' day"),
+        (
+            "{mode: baseline, start: 2012-12-01, days: 7}",
+            "start",
+            "the baseline starts before the partitions",
+        ),
+        (
+            "{mode: previous_days, days: 6, same_weekday: true}",
+            "days",
+            "same_weekday needs a window of at least 7 days",
+        ),
+    ],
+    ids=["baseline without start", "baseline before the partitions", "short same_weekday"],
+)
+def test_the_history_gates_reference_is_checked_like_the_drift_references(
+    tmp_path, reference, where, reason
+):
+    # Else it loads, and every day's history gate then fails as a crash of the step.
+    text = edit(
+        FLIGHTS_TEXT,
+        "  bad_rows: {policy: fail}\n",
+        f"  bad_rows: {{policy: fail}}\n  history:\n    reference: {reference}\n",
+    )
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert problems == {
+        (line_of(text, f"reference: {reference}"), f"quality.history.reference.{where}"): reason
+    }
+
+
+@pytest.mark.parametrize("name", ["event_time", "local_event_time"])
+def test_a_label_named_as_the_event_time_is_reported(tmp_path, name):
+    # Validated rows hold the event time under these names: the label would overwrite it.
+    text = edit(FLIGHTS_TEXT, "  name: delayed\n", f"  name: {name}\n")
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert problems == {
+        (line_of(text, f"  name: {name}"), "label.name"): f"label name '{name}' is reserved "
+        "for the validated rows' event time; name the label otherwise"
+    }
+
+
+@pytest.mark.parametrize("pattern", ["flights_{date}.parquet", "flights_{date}.csv.gz"])
+def test_a_file_pattern_of_another_format_than_csv_is_reported(tmp_path, pattern):
+    text = edit(FLIGHTS_TEXT, 'file_pattern: "flights_{date}.csv"', f'file_pattern: "{pattern}"')
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert problems == {
+        (line_of(text, pattern), "landing.file_pattern"): "deliveries are read as CSV "
+        "(landing.format): the file name must end in '.csv'"
+    }

@@ -7,7 +7,7 @@ import yaml
 
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract
-from ml_platform.contracts.model import bundled_contracts
+from ml_platform.contracts.model import bundled_contracts, parse_contract
 from ml_platform.contracts.schema import type_rows
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.landing import LandingZone, land_days, scan_landing, source_day
@@ -391,3 +391,88 @@ def test_the_day_after_a_header_only_file_warns_of_no_schema_change(platform_for
         "synthetic_2024-01-02.csv (partition 2024-01-02): 2024-01-01's file held no rows, so its "
         "columns have no types to compare; same column names."
     )
+
+
+TINY_CONTRACT = """
+name: tiny
+source: {kind: external}
+partitions: {start_date: 2024-01-01}
+landing: {file_pattern: "tiny_{date}.csv"}
+event_time: {column: ts, timezone: UTC}
+allow_extra_columns: true
+columns:
+  - {name: ts, dtype: datetime}
+  - {name: id, dtype: int, nullable: true}
+  - {name: ok, dtype: bool, nullable: true}
+  - {name: x, dtype: float, nullable: true}
+  - {name: y, dtype: float}
+label: {name: target, task: regression, source: y}
+features:
+  - {name: x, kind: numeric, source: x}
+quality: {row_count: {min: 1}, history: {enabled: false}}
+"""
+
+
+def tiny_platform(platform_for) -> Platform:
+    """A small contract whose int and bool columns may be blank and which allows extra columns."""
+    return platform_for(parse_contract(TINY_CONTRACT, "tiny.yaml"))
+
+
+def land_text(platform: Platform, day: str, text: str) -> None:
+    """Land `text` as the day's file."""
+    platform.landing_dir.mkdir(parents=True, exist_ok=True)
+    (platform.landing_dir / platform.contract.landing.file_name(day)).write_text(text)
+
+
+def raw_data_run(platform: Platform, day: str) -> tuple[dict, dict]:
+    """Materialise the day's raw_data: what it recorded, and its checks by name."""
+    result = platform.materialize(day, ["raw_data"])
+    assert result.success
+    [record] = day_records(result).values()
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    return record, checks
+
+
+def test_a_number_beyond_64_bits_is_stored_as_its_float_or_in_an_extra_column_as_text(
+    platform_for,
+):
+    platform = tiny_platform(platform_for)
+    land_text(
+        platform,
+        "2024-01-01",
+        "ts,id,ok,x,y,ref\n"
+        "2024-01-01T10:00:00,1,true,100000000000000000000000,2.0,100000000000000000000001\n"
+        "2024-01-01T11:00:00,2,false,3,3.0,7\n",
+    )
+    record, _ = raw_data_run(platform, "2024-01-01")
+    assert record["verdict"] == "accepted"
+    stored = pd.read_parquet(platform.stored("raw_data", "2024-01-01", "parquet"))
+    assert stored["x"].tolist() == [1e23, 3.0]
+    assert stored["ref"].tolist() == ["100000000000000000000001", "7"]
+
+
+def test_blanks_in_typed_columns_are_no_schema_change_but_an_extra_columns_type_is(platform_for):
+    # An int column with a blank reads as float, a bool one as text: the contract types them.
+    platform = tiny_platform(platform_for)
+    header = "ts,id,ok,x,y,promo\n"
+    land_text(platform, "2024-01-01", header + "2024-01-01T10:00:00,1,true,1.5,2.0,1\n")
+    land_text(platform, "2024-01-02", header + "2024-01-02T10:00:00,,,1.5,2.0,SPRING\n")
+    raw_data_run(platform, "2024-01-01")
+    _, checks = raw_data_run(platform, "2024-01-02")
+    change = checks["schema_change"]
+    assert not change.passed
+    assert change.metadata["retyped_columns"].value == {"promo": "int64 -> str"}
+
+
+def test_the_day_after_a_rejected_redelivery_is_compared_with_the_kept_version(platform_for):
+    platform = tiny_platform(platform_for)
+    header = "ts,id,ok,x,y"
+    land_text(platform, "2024-01-01", header + "\n2024-01-01T10:00:00,1,true,1.5,2.0\n")
+    assert raw_data_run(platform, "2024-01-01")[0]["verdict"] == "accepted"
+    land_text(platform, "2024-01-01", header.replace(",", ";") + "\n")
+    kept, _ = raw_data_run(platform, "2024-01-01")
+    assert (kept["accepted"], "kept_previous_version" in kept) == (True, True)
+    land_text(platform, "2024-01-02", header + ",promo\n2024-01-02T10:00:00,1,true,1.5,2.0,A\n")
+    _, checks = raw_data_run(platform, "2024-01-02")
+    assert not checks["schema_change"].passed
+    assert checks["schema_change"].metadata["new_columns"].value == ["promo"]

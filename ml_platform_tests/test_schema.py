@@ -1,5 +1,6 @@
 """Raw schema checks and typing of landed rows: faults found, dtypes, event time and label."""
 
+import csv
 import datetime as dt
 
 import numpy as np
@@ -390,6 +391,62 @@ def test_a_trailing_empty_field_keeps_every_value_in_its_column():
     assert frame.to_dict("list") == {"a": [1, 3], "b": [2, 4]}
 
 
+def test_a_file_with_classic_mac_line_endings_reads_and_a_cut_in_it_is_caught():
+    # Excel for Mac's "CSV (Macintosh)" ends lines with CR alone.
+    frame = read_landed_file(b"a,b,c\r1,2,3\r4,5,\r", "day.csv", "2024-01-03")
+    assert frame["a"].tolist() == [1, 4]
+    with pytest.raises(
+        LandingFileError, match=r"day\.csv \(partition 2024-01-03\).*2 of the header's 3"
+    ):
+        read_landed_file(b"a,b,c\r1,2,3\r4,5\r", "day.csv", "2024-01-03")
+
+
+def test_a_header_the_csv_module_cannot_read_is_an_unreadable_file():
+    # A name longer than Python's csv field limit (128 KiB): pandas reads it, csv does not.
+    data = b"a," + b"n" * 200_000 + b"\n1,2\n"
+    with pytest.raises(LandingFileError, match=r"^day\.csv \(partition 2024-01-03\) is not a"):
+        read_landed_file(data, "day.csv", "2024-01-03")
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["long value first", "long value last"])
+def test_a_text_value_longer_than_the_csv_modules_limit_reads_on_any_row(last):
+    limit = csv.field_size_limit()
+    rows = [b"1,short,2.0", b"2," + b"x" * 200_000 + b",3.0"]
+    data = b"id,comment,y\n" + b"\n".join(rows if last else rows[::-1]) + b"\n"
+    frame = read_landed_file(data, "day.csv", "2024-01-03")
+    assert sorted(frame["comment"].str.len()) == [5, 200_000]
+    assert csv.field_size_limit() == limit
+    cut = data.rstrip(b"\n").rsplit(b",", 1)[0] + b"\n"
+    with pytest.raises(LandingFileError, match="2 of the header's 3 fields"):
+        read_landed_file(cut, "day.csv", "2024-01-03")
+
+
+def test_a_last_row_whose_quoted_field_spans_lines_is_judged_whole():
+    # Its last line starts inside the quoted field: alone it would look 2 fields short.
+    data = (
+        b'id,comment,ts,y,x\n1,plain,10:00,2.0,1.5\n2,"first, line\n""second"" line",11:00,3.0,\n'
+    )
+    frame = read_landed_file(data, "day.csv", "2024-01-03")
+    assert frame["comment"].tolist() == ["plain", 'first, line\n"second" line']
+    assert frame["x"].isna().tolist() == [False, True]
+    cut = b'id,comment,ts,y,x\n1,plain,10:00,2.0,1.5\n2,"first\nsecond",11:00\n'
+    with pytest.raises(LandingFileError, match="3 of the header's 5 fields: the file looks trunc"):
+        read_landed_file(cut, "day.csv", "2024-01-03")
+
+
+def test_trailing_empty_columns_are_unnamed_extra_columns_not_a_repeated_name():
+    contract = parse_contract(
+        CODES_CONTRACT.replace("name: shipments", "name: shipments\nallow_extra_columns: true"),
+        "shipments.yaml",
+    )
+    data = b"shipped_at,zip_code,cost,,\n2024-01-01T08:00:00,00501,1.5,,\n"
+    raw = read_landed_file(data, "shipments_2024-01-01.csv", "2024-01-01", ["zip_code"])
+    assert raw.shape == (1, 5)
+    assert raw_schema(raw, contract).ok
+    with pytest.raises(LandingFileError, match="names 'cost' more than once"):
+        read_landed_file(b"cost,cost,,\n1,2,,\n", "day.csv", "2024-01-01")
+
+
 def test_not_available_text_stays_visible_to_the_schema_check():
     frame = read_landed_file(b"x,y\n1.5,a\nn/a,b\n,c\nNA,d\n", "day.csv", "p")
     x = frame["x"].tolist()
@@ -426,3 +483,24 @@ def test_the_extreme_int64_values_still_fit_an_int_column():
         raw = SYNTHETIC_RAW.assign(transaction_id=(numbers * 400)[: len(SYNTHETIC_RAW)])
         assert raw_schema(raw, SYNTHETIC).ok, numbers
         assert type_rows(raw, SYNTHETIC, "here")["transaction_id"].iloc[0] == numbers[0]
+
+
+def test_a_text_event_time_that_gives_no_time_fails_the_schema_check_naming_it():
+    contract = parse_contract(
+        CODES_CONTRACT.replace("dtype: datetime", "dtype: str"), "shipments.yaml"
+    )
+    data = (
+        b"shipped_at,zip_code,cost\n"
+        b"2024-01-01T08:00:00,00501,1.5\n"
+        b"n/a,00502,2.5\n"
+        b"31/12/2024 10:00,00503,3.5\n"
+    )
+    raw = read_landed_file(data, "shipments_2024-01-01.csv", "2024-01-01", ["shipped_at"])
+    report = raw_schema(raw, contract)
+    assert report.unreadable == {
+        "shipped_at": "should hold an ISO 8601 time (e.g. 2024-03-05T10:00:00) but 2 of 3 "
+        "value(s) do not, e.g. 'n/a', '31/12/2024 10:00'"
+    }
+    with pytest.raises(ContractViolationError, match=r"^shipments_2024-01-01\.csv: .*'n/a'"):
+        type_rows(raw, contract, "shipments_2024-01-01.csv")
+    assert raw_schema(raw.iloc[:1], contract).ok

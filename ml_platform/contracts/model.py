@@ -665,6 +665,13 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         yield ("label", "rule"), "a regression label is the source itself; remove the rule"
     if lab.name in dtypes and lab.name != lab.source:
         yield ("label", "name"), f"'{lab.name}' clashes with a landed column"
+    if lab.name in (EVENT_TIME, LOCAL_EVENT_TIME):
+        # Validated rows hold the event time under these names: the label would overwrite it.
+        yield (
+            ("label", "name"),
+            f"label name '{lab.name}' is reserved for the validated rows' event time; "
+            "name the label otherwise",
+        )
     feature_names = [f.name for f in c.features]
     for i, f in enumerate(c.features):
         where = ("features", i)
@@ -749,6 +756,14 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     pattern = c.landing.file_pattern
     if pattern.count("{date}") != 1 or "/" in pattern or pattern.count("{") != 1:
         yield ("landing", "file_pattern"), "must be a file name containing '{date}' exactly once"
+    elif not pattern.lower().endswith(f".{c.landing.format}"):
+        # Every landed file is read as the format: another kind of file would be rejected each
+        # day as a badly written CSV, naming the wrong problem and the wrong fix.
+        yield (
+            ("landing", "file_pattern"),
+            f"deliveries are read as {c.landing.format.upper()} (landing.format): the file name "
+            f"must end in '.{c.landing.format}'",
+        )
     p = c.partitions
     if p.end_date is not None and p.end_date < p.start_date:
         yield ("partitions", "end_date"), "end_date is before start_date"
@@ -849,22 +864,35 @@ def _event_time_problems(
             )
 
 
-def _drift_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
-    """Cross-field mistakes of the `drift` section."""
-    ref = c.drift.reference
+def _reference_problems(
+    ref: DriftReferenceSpec, path: tuple[Any, ...], partitions: PartitionSpec
+) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Mistakes of a reference of days at `path` (the drift check's, the history gate's).
+
+    Each would otherwise load and then fail every day that reads the reference.
+    """
     if ref.mode == "baseline":
         if ref.start is None:
-            yield ("drift", "reference", "mode"), "a baseline reference needs a 'start' day"
+            yield (*path, "mode"), "a baseline reference needs a 'start' day"
         else:
             last = ref.start + dt.timedelta(days=ref.days - 1)
-            if ref.start < c.partitions.start_date:
-                yield ("drift", "reference", "start"), "the baseline starts before the partitions"
-            elif c.partitions.end_date is not None and last > c.partitions.end_date:
-                yield ("drift", "reference", "days"), "the baseline ends after the last partition"
+            if ref.start < partitions.start_date:
+                yield (*path, "start"), "the baseline starts before the partitions"
+            elif partitions.end_date is not None and last > partitions.end_date:
+                yield (*path, "days"), "the baseline ends after the last partition"
     elif ref.start is not None:
-        yield ("drift", "reference", "start"), "'start' belongs to a baseline reference only"
+        yield (*path, "start"), "'start' belongs to a baseline reference only"
     if ref.same_weekday and ref.days < 7:
-        yield ("drift", "reference", "days"), "same_weekday needs a window of at least 7 days"
+        yield (*path, "days"), "same_weekday needs a window of at least 7 days"
+
+
+def _drift_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Cross-field mistakes of the `drift` section, and of the history gate's reference."""
+    yield from _reference_problems(c.drift.reference, ("drift", "reference"), c.partitions)
+    if c.quality.history.reference is not None:
+        yield from _reference_problems(
+            c.quality.history.reference, ("quality", "history", "reference"), c.partitions
+        )
     features = {f.name: f for f in c.features}
     constant_columns = {col.name for col in c.columns if col.constant_within_day}
     for name, spec in c.drift.features.items():

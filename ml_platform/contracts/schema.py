@@ -268,6 +268,11 @@ def _sample(values: pd.Series, limit: int = SAMPLE_SIZE) -> str:
     return ", ".join(repr(v) for v in values.astype(str).unique()[:limit])
 
 
+def _times(values: pd.Series) -> pd.Series:
+    """Each event-time text as the typing parses it; NaT where it gives no time."""
+    return parse_times(values, "coerce")
+
+
 def _event_time_misfits(frame: pd.DataFrame, contract: Contract) -> dict[str, str]:
     """Event-time columns whose values give no event time, with how many and a sample."""
     spec = contract.event_time
@@ -277,6 +282,10 @@ def _event_time_misfits(frame: pd.DataFrame, contract: Contract) -> dict[str, st
         checks.append((spec.hour, time_of_day, "an hour of the day (0-23, '6am', '18:00', '6 PM')"))
         if spec.column is not None:
             checks.append((spec.column, calendar_dates, "a full date (e.g. 2024-03-05)"))
+    elif spec.column is not None and contract.column(spec.column).dtype == "str":
+        # A datetime column's values are checked as its type; a text one is the event time's
+        # only as the typing parses it, which must not meet a value it cannot read.
+        checks.append((spec.column, _times, "an ISO 8601 time (e.g. 2024-03-05T10:00:00)"))
     for name, parse, wanted in checks:
         if name not in frame.columns:
             continue

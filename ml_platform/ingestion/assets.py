@@ -12,8 +12,9 @@ import dataclasses
 import datetime as dt
 import hashlib
 import io
+import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import IO, Any
 
 import dagster as dg
@@ -29,6 +30,7 @@ from ml_platform.ingestion.landing import (
 from ml_platform.platform.datasets import asset_key, dataset_name, op_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY, serialise_into
 from ml_platform.platform.observability import record_bytes_read, table_schema
+from ml_platform.platform.records import DayRecord
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
 from ml_platform.platform.sizes import request_metadata, step_tags
@@ -62,6 +64,27 @@ def keep_rejected(lake: LakeStorage, key: str, frame: pd.DataFrame) -> dg.Metada
     return dg.MetadataValue.path(lake.uri(key))
 
 
+def storable(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
+    """An accepted parse as parquet can store it: its columns read as Python objects cast.
+
+    pandas reads a number beyond 64 bits (1e23 written out in digits) as a Python int, which
+    parquet cannot hold: in a float column it is the float it names; in an extra column, where
+    the contract says nothing of its type, it is kept as its text. Other columns stay as read.
+    """
+    floats = {c.name for c in contract.columns if c.dtype == "float"}
+    declared = set(contract.column_names)
+    read_as_objects = [str(name) for name in frame.columns if frame[name].dtype == object]
+    texts = {name: "str" for name in read_as_objects if name not in declared}
+    stored = frame.astype(texts) if texts else frame
+    numbers = {
+        # raw_schema accepted each value as a number, as pandas' to_numeric reads it.
+        name: pd.to_numeric(stored[name]).astype("float64")
+        for name in read_as_objects
+        if name in floats
+    }
+    return stored.assign(**numbers) if numbers else stored
+
+
 class LandingFileError(ValueError):
     """A landed file exists but cannot be read as its declared format."""
 
@@ -89,8 +112,8 @@ class _ReadOnce(io.RawIOBase):
         self.size = 0
         self.header = b""
         self.header_done = False
-        # The bytes after the last line break that is followed by content (the last line and
-        # any line breaks after it), and their offset in the file.
+        # The bytes after the last line break (CR or LF) that is followed by content (the last
+        # line and any line breaks after it), and their offset in the file.
         self.tail = b""
         self.tail_start = 0
 
@@ -112,12 +135,13 @@ class _ReadOnce(io.RawIOBase):
         self.hash.update(chunk)
         self.size += len(chunk)
         if not self.header_done:
-            cut = chunk.find(b"\n")
+            # A classic Mac export ends its lines with CR alone: the header ends at either.
+            cut = _first_break(chunk)
             self.header += chunk if cut < 0 else chunk[:cut]
             self.header_done = cut >= 0
         tail = self.tail + chunk
         end = _content_end(tail)
-        cut = tail.rfind(b"\n", 0, end)
+        cut = max(tail.rfind(b"\n", 0, end), tail.rfind(b"\r", 0, end))
         if cut >= 0:
             self.tail_start += cut + 1
             tail = tail[cut + 1 :]
@@ -134,6 +158,12 @@ def _semicolons(landed: _ReadOnce) -> str:
     if b";" in landed.header and b"," not in landed.header:
         return "its header is separated by ';', not ','; export it comma-separated"
     return ""
+
+
+def _first_break(data: bytes) -> int:
+    """Offset of the first line break (CR or LF) in `data`, or -1."""
+    breaks = [i for i in (data.find(b"\r"), data.find(b"\n")) if i >= 0]
+    return min(breaks, default=-1)
 
 
 def _content_end(data: bytes) -> int:
@@ -165,6 +195,7 @@ def read_landed_stream(
             )
         landed.drain()
         _check_last_line(landed, frame)
+        names = _header_names(landed)
     except UnicodeDecodeError as exc:
         # The codec's position counts from the start of a chunk the parser read, not the file.
         raise LandingFileError(
@@ -172,15 +203,20 @@ def read_landed_stream(
             f"{exc.encoding} text (byte {exc.object[exc.start]:#04x}: {exc.reason}); save it as "
             "UTF-8 (a spreadsheet's 'CSV UTF-8')"
         ) from exc
-    except (pd.errors.ParserError, pd.errors.ParserWarning, pd.errors.EmptyDataError) as exc:
+    except (
+        pd.errors.ParserError,
+        pd.errors.ParserWarning,
+        pd.errors.EmptyDataError,
+        csv.Error,
+    ) as exc:
         raise LandingFileError(
             f"{file_name} (partition {partition}) is not a readable CSV file: "
             f"{_semicolons(landed) or exc}"
         ) from exc
     # pandas reads a repeated name as a second column `name.1`: one of the two would be taken
-    # for the contract's column without a word.
-    names = next(csv.reader([landed.header.decode("utf-8-sig").rstrip("\r")]), [])
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    # for the contract's column without a word. Empty names (a spreadsheet's trailing empty
+    # columns) name no column anyone means: pandas reads them as `Unnamed: <n>` extra columns.
+    repeated = sorted({name for name in names if name and names.count(name) > 1})
     if repeated:
         raise LandingFileError(
             f"{file_name} (partition {partition}) is not a readable CSV file: its header names "
@@ -202,21 +238,57 @@ def read_landed_file(
     return read_landed_stream(io.BytesIO(data), file_name, partition, text_columns).frame
 
 
+def _header_names(landed: _ReadOnce) -> list[str]:
+    """The names of the header's columns, as written."""
+    return next(csv.reader([landed.header.decode("utf-8-sig")]), [])
+
+
+# The rest of a quoted field: text and doubled quotes up to its closing quote.
+_QUOTED_REST = re.compile(r'[^"]*(?:""[^"]*)*"')
+
+
+def _field_count(line: str, quoted: bool = False) -> int:
+    """How many fields one line of CSV holds; `quoted`: it starts inside a quoted field.
+
+    As pandas and Python's csv read a line: a quote opens a quoted field only at a field's
+    start, where a doubled quote is one quote and a comma no separator. Counted without
+    Python's csv, whose field size limit (128 KiB) a long text value would exceed.
+    """
+    count, at = 1, 0
+    while True:
+        if quoted or line.startswith('"', at):
+            closed = _QUOTED_REST.match(line, at if quoted else at + 1)
+            if closed is None:
+                return count
+            at, quoted = closed.end(), False
+        comma = line.find(",", at)
+        if comma < 0:
+            return count
+        count, at = count + 1, comma + 1
+
+
 def _check_last_line(landed: _ReadOnce, frame: pd.DataFrame) -> None:
     """A file cut off mid-row ends with a row of fewer fields than its header.
 
     pandas fills the missing fields with NaN, so the cut would pass as missing values. Only the
-    last line can be cut, so only it is compared with the header; the parsed last row must miss
-    those fields too (a quoted field spanning lines would otherwise look short).
+    last row can be cut, so only it is compared with the header; the parsed last row must miss
+    those fields too. A last row whose quoted field spans lines ends on a line that starts
+    inside that field: the row's fields are those up to the field (the last value of the
+    parsed row that holds a line break) and those of its last line.
     """
     if landed.tail_start == 0 or frame.empty:
         return
-    lines = (landed.header, landed.tail[: _content_end(landed.tail)])
-    header, last = (next(csv.reader([line.decode()])) for line in lines)
-    if len(last) < len(header) and frame.iloc[-1, len(last) :].isna().all():
+    header = _field_count(landed.header.decode("utf-8-sig"))
+    line = landed.tail[: _content_end(landed.tail)].decode()
+    spanning = [
+        i
+        for i, value in enumerate(frame.iloc[-1])
+        if isinstance(value, str) and ("\n" in value or "\r" in value)
+    ]
+    fields = spanning[-1] + _field_count(line, quoted=True) if spanning else _field_count(line)
+    if fields < header and frame.iloc[-1, fields:].isna().all():
         raise pd.errors.ParserError(
-            f"its last line has {len(last)} of the header's {len(header)} fields: "
-            "the file looks truncated"
+            f"its last line has {fields} of the header's {header} fields: the file looks truncated"
         )
 
 
@@ -281,12 +353,16 @@ def schema_change_result(
     where: str,
     rows: int,
     previous_rows: int = 1,
+    declared: Collection[str] = (),
 ) -> dg.AssetCheckResult:
     """Warn when a day's columns differ from the previous day's: new, missing or retyped.
 
     A file of 0 rows (a header alone), this day's (`rows`) or the previous day's
     (`previous_rows`), has no values to read types from: only the names of the columns are
-    compared, and the description says so.
+    compared, and the description says so. The `declared` columns (the contract's) have the
+    contract's type whatever their parse's: a nullable int column reads as float on a day with
+    a blank, and a value that misfits its type fails `raw_schema`; only the others' types,
+    inferred from their values, are compared.
     """
     if previous is None:
         return dg.AssetCheckResult(
@@ -301,7 +377,9 @@ def schema_change_result(
     missing = [c for c in before if c not in now]
     typed = rows > 0 and previous_rows > 0
     retyped = {
-        c: f"{before[c]} -> {now[c]}" for c in now if typed and c in before and now[c] != before[c]
+        c: f"{before[c]} -> {now[c]}"
+        for c in now
+        if typed and c in before and c not in declared and now[c] != before[c]
     }
     changes = []
     if new:
@@ -339,7 +417,8 @@ def previous_column_schema(
 
     In a range, the step's days are recorded only when the whole run is: the day before one of
     them is in `computed` (accepted) or asked of Dagster (the day before the range, a rejected
-    day's earlier accepted delivery).
+    day's earlier accepted delivery). A rejected re-delivery that kept the day's accepted
+    version records no columns: those of the record that accepted that version are read.
     """
     previous = dt.date.fromisoformat(day) - dt.timedelta(days=1)
     previous_day = previous.isoformat()
@@ -347,20 +426,23 @@ def previous_column_schema(
         return previous_day, *computed[previous_day]
     if previous < contract.partitions.start_date:
         return previous_day, None, 0
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[previous_day]),
-        limit=1,
-    ).records
-    if not records or records[0].asset_materialization is None:
-        return previous_day, None, 0
-    metadata = records[0].asset_materialization.metadata
-    schema, rows = metadata.get("dagster/column_schema"), metadata.get("dagster/row_count")
-    # A record without a row count is one made before the count was kept: it had rows.
-    return (
-        previous_day,
-        schema.value if schema is not None else None,
-        int(rows.value) if rows is not None else 1,
-    )
+    records = dg.AssetRecordsFilter(asset_key=context.asset_key, asset_partitions=[previous_day])
+    cursor = None
+    while True:
+        found = context.instance.fetch_materializations(records, limit=10, cursor=cursor)
+        for record in found.records:
+            if record.asset_materialization is None:
+                continue
+            if not DayRecord.of(record).accepted:
+                return previous_day, None, 0
+            metadata = record.asset_materialization.metadata
+            schema, rows = metadata.get("dagster/column_schema"), metadata.get("dagster/row_count")
+            if schema is not None:
+                # A record without a row count is one made before the count was kept: it had rows.
+                return previous_day, schema.value, int(rows.value) if rows is not None else 1
+        if not found.has_more:
+            return previous_day, None, 0
+        cursor = found.cursor
 
 
 def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> dg.AssetsDefinition:
@@ -445,7 +527,13 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 context, contract, day, schemas
             )
             yield schema_change_result(
-                schema, previous, previous_day, where, len(frame), previous_rows
+                schema,
+                previous,
+                previous_day,
+                where,
+                len(frame),
+                previous_rows,
+                declared=contract.column_names,
             )
             rejected = rejected_key(contract, day, context.run.run_id)
             check = schema_check_result(
@@ -463,7 +551,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                 )
             schemas[day] = (schema, len(frame))
             yield dg.MaterializeResult(
-                value=frame,
+                value=storable(frame, contract),
                 metadata={
                     "dagster/row_count": len(frame),
                     "dagster/column_schema": schema,
