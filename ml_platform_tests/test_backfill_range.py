@@ -1,5 +1,6 @@
 """A range of days in one run (what a backfill from the UI launches) against one run per day."""
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -12,6 +13,8 @@ import yaml
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
+from ml_platform.platform.failures import CODE_BUG
+from ml_platform.platform.run_events import classify_outcome, run_outcome
 from ml_platform_tests.conftest import ALL_ASSETS, DAILY_ASSETS, Platform, contract_with, days_from
 
 pytestmark = pytest.mark.slow
@@ -282,3 +285,88 @@ def test_evaluations_in_any_order_then_the_chain_reach_the_one_by_one_verdicts(
         for p in (chunked, by_day)
     ]
     assert monitoring[0] == monitoring[1]
+
+
+def failing_on(monkeypatch, day: str, error: Exception, times: int) -> list[str]:
+    """The features of `day` raise `error` its first `times` computations; every day computed."""
+    import ml_platform.features.assets as features
+
+    computed: list[str] = []
+    real = features.build_features
+
+    def build(frame: pd.DataFrame, contract: Any) -> pd.DataFrame:
+        this = str(frame["event_time"].iloc[0])[:10]
+        computed.append(this)
+        if this == day and computed.count(day) <= times:
+            raise error
+        return real(frame, contract)
+
+    monkeypatch.setattr(features, "build_features", build)
+    return computed
+
+
+def retries(result: dg.ExecuteInProcessResult) -> int:
+    return len(
+        [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    )
+
+
+def test_a_bug_on_one_day_of_a_range_fails_the_step_at_once_naming_the_day(tmp_path, monkeypatch):
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "platform")
+    platform.land(DAYS[0], 3)
+    assert materialize_range(platform, DAYS[0], DAYS[2], ["raw_data", "validated_data"]).success
+    computed = failing_on(monkeypatch, DAYS[1], KeyError("amount"), times=99)
+
+    result = materialize_range(platform, DAYS[0], DAYS[2], ["features"])
+
+    assert not result.success
+    # The same input meets the same bug: no retry, and the days after it were computed.
+    assert retries(result) == 0
+    assert computed == DAYS
+    message = result.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert "features: 1 of 3 days failed" in message
+    assert f"{DAYS[1]}: KeyError: 'amount'" in message
+    assert not platform.materialized("features")
+    # A bug, not a data gate, though the step failed with the account of its days.
+    classified = classify_outcome(run_outcome(platform.instance, result.run_id, result.success))
+    assert classified.failure_class == CODE_BUG
+    assert classified.reason.startswith("synthetic__features raised KeyError: 'amount'")
+
+
+def test_a_dropped_connection_on_one_day_of_a_range_is_retried(tmp_path, monkeypatch):
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "platform")
+    platform.land(DAYS[0], 3)
+    assert materialize_range(platform, DAYS[0], DAYS[2], ["raw_data", "validated_data"]).success
+    computed = failing_on(monkeypatch, DAYS[1], ConnectionResetError("reset by peer"), times=1)
+
+    result = materialize_range(platform, DAYS[0], DAYS[2], ["features"])
+
+    assert result.success
+    assert retries(result) == 1
+    assert computed == [*DAYS, *DAYS]
+    assert set(platform.materialized("features")) == set(DAYS)
+
+
+def test_each_day_of_a_range_counts_the_bytes_it_read_itself(tmp_path):
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "platform")
+    rejected = dt.date.fromisoformat(DAYS[1])
+    platform.land(DAYS[0], 3, fault="out_of_range", fault_days={rejected})
+
+    assert materialize_range(platform, DAYS[0], DAYS[2], ["raw_data", "validated_data"]).success
+
+    def metadata(asset: str) -> dict[str, dict[str, Any]]:
+        records = platform.instance.fetch_materializations(platform.key(asset), limit=10).records
+        return {
+            str(r.partition_key): {k: v.value for k, v in r.asset_materialization.metadata.items()}
+            for r in records
+            if r.asset_materialization is not None
+        }
+
+    raw, validated = metadata("raw_data"), metadata("validated_data")
+    assert validated[DAYS[1]]["accepted"] is False
+    # An accepted day read its own raw file: not the range's screen of every day before it,
+    # nor what the rejected day before it read.
+    for day in (DAYS[0], DAYS[2]):
+        assert validated[day]["bytes_read"] == raw[day]["stored_bytes"], day
+    # The rejected day records what it read too.
+    assert validated[DAYS[1]]["bytes_read"] >= raw[DAYS[1]]["stored_bytes"]

@@ -48,6 +48,7 @@ from ml_platform.platform.failures import (
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.logs import LOG_FILE_NAME
+from ml_platform.platform.run_events import classify_outcome, run_outcome
 from ml_platform.platform.steps import each_day
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.registry.monitoring import CHAMPION_PERFORMANCE, EPISODES_KEY, OPEN_EPISODES_KEY
@@ -118,6 +119,13 @@ def delays_of_each_day(context: dg.AssetExecutionContext, flights: Any) -> Itera
 cancellation_delays = dg.asset(
     name="cancellation_delays", partitions_def=DAILY, metadata={FORMAT_KEY: "json"}
 )(delays_of_each_day)
+
+
+def delays_of_the_range(context: dg.AssetExecutionContext, flights: Any) -> Iterator:
+    """Fails before it computes any day of its step (a range's error names no day)."""
+    cancelled = sum(0 for _ in context.partition_keys)  # a look-ahead over the range's days
+    share = 1 / cancelled
+    yield from each_day(context, lambda day, flights: iter([share]), flights=flights)
 
 
 @dg.asset(partitions_def=DAILY, metadata={FORMAT_KEY: "json"})
@@ -745,14 +753,38 @@ def test_reproduce_of_a_range_run_reruns_its_first_failed_day_on_that_days_input
     assert "ml-platform materialize --start 2024-01-02 --force" in str(refused.value)
 
 
-def test_reproduce_of_a_range_run_whose_failure_names_no_day(tmp_path, monkeypatch, caplog):
+def test_reproduce_of_a_range_run_raises_its_first_failed_days_own_error(
+    tmp_path, monkeypatch, caplog
+):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     caplog.set_level("INFO", logger="ml_platform.troubleshooting.reproduce")
     defs = lake_defs(tmp_path, [flights, cancellation_delays])
     with dg.DagsterInstance.get() as instance:
         assert run_of(defs, instance, flights, tags=RANGE_TAGS).success
-        # A ZeroDivisionError leaves each_day on the first day that raises, naming no day.
-        failed = run_id_of(run_of(defs, instance, cancellation_delays, tags=RANGE_TAGS))
+        # No day has a cancelled flight: each divides by zero, and the step names every day.
+        result = run_of(defs, instance, cancellation_delays, tags=RANGE_TAGS)
+        message = result.get_step_failure_events()[0].event_specific_data.error.to_string()
+        assert "3 of 3 days failed" in message and "2024-01-03: ZeroDivisionError" in message
+
+        # The day's own error, as the asset raised it: not the step's account of its days.
+        with pytest.raises(ZeroDivisionError) as raised:
+            reproduce(instance, run_id_of(result), defs, tmp_path / "scratch")
+    assert raised.traceback[-1].name == "day_of_delays"
+    assert "reproducing 2024-01-01, the first (the others that failed: 2024-01-02, 2024-01-03)" in (
+        caplog.text
+    )
+
+
+def test_reproduce_of_a_range_run_whose_failure_names_no_day(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    caplog.set_level("INFO", logger="ml_platform.troubleshooting.reproduce")
+    range_delays = dg.asset(
+        name="cancellation_delays", partitions_def=DAILY, metadata={FORMAT_KEY: "json"}
+    )(delays_of_the_range)
+    defs = lake_defs(tmp_path, [flights, range_delays])
+    with dg.DagsterInstance.get() as instance:
+        assert run_of(defs, instance, flights, tags=RANGE_TAGS).success
+        failed = run_id_of(run_of(defs, instance, range_delays, tags=RANGE_TAGS))
 
         with pytest.raises(ZeroDivisionError):
             reproduce(instance, failed, defs, tmp_path / "scratch1")
@@ -765,7 +797,7 @@ def test_reproduce_of_a_range_run_whose_failure_names_no_day(tmp_path, monkeypat
             name="cancellation_delays",
             partitions_def=dg.DailyPartitionsDefinition(start_date="2024-02-01"),
             metadata={FORMAT_KEY: "json"},
-        )(delays_of_each_day)
+        )(delays_of_the_range)
         with pytest.raises(NothingToReproduceError) as refused:
             reproduce(instance, failed, lake_defs(tmp_path, [flights, moved]), tmp_path / "s2")
     message = str(refused.value)
@@ -815,11 +847,12 @@ def test_reproduce_command_on_a_failed_data_step_after_the_lake_moved_on(
         command, env={**os.environ}, capture_output=True, text=True, timeout=180, check=False
     )
     assert result.returncode == 1, result.stderr[-3000:]
-    # The traceback names the run's own exception, dg.Failure (its module path is Dagster's).
-    assert re.search(r"\bFailure: synthetic__validated_data: 1 of 1 days failed", result.stderr), (
-        result.stderr[-3000:]
-    )
-    assert "synthetic/raw_data partition 2024-01-02 is not in storage" in result.stderr
+    # The traceback names the day's own exception, as the step met it (not the step's account
+    # of its failed days).
+    assert re.search(
+        r"\bMissingPartitionError: synthetic/raw_data partition 2024-01-02 is not in storage",
+        result.stderr,
+    ), result.stderr[-3000:]
     reproducing = f"reproducing run {failed}: synthetic/validated_data partition 2024-01-02"
     assert reproducing in result.stderr
     for noise in ("alembic", "SQLiteImpl", " - dagster - ", "INFO"):
@@ -930,3 +963,232 @@ def test_reproduce_of_a_failed_data_step_refuses_once_its_input_was_materialised
         assert run(["synthetic/raw_data"]).success
         with pytest.raises(InputsChangedError, match=f"raw_data partition {DAY} changed"):
             reproduce(instance, failed, defs, tmp_path / "scratch2", contract=contract)
+
+
+RANGE = ["2024-01-01", "2024-01-02", "2024-01-03"]
+
+
+def range_run(platform: Any, assets: list[str]) -> dg.ExecuteInProcessResult:
+    """One run of `assets` over the days of RANGE, as a backfill's range runs them."""
+    return dg.materialize(
+        [*(platform.defs.assets or []), *(platform.defs.asset_checks or [])],
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=[platform.key(asset) for asset in assets],
+        tags={
+            "dagster/asset_partition_range_start": RANGE[0],
+            "dagster/asset_partition_range_end": RANGE[-1],
+        },
+        raise_on_error=False,
+    )
+
+
+def land_with_a_rejected_second_day(platform: Any) -> None:
+    """RANGE's deliveries, the second out of range: its quality gate rejects it."""
+    zone = LandingZone(base_dir=str(platform.landing_dir))
+    dates = [dt.date.fromisoformat(day) for day in RANGE]
+    list(land_days(platform.contract, zone, dates, fault="out_of_range", fault_days={dates[1]}))
+
+
+def features_failing_on(day: str, fail: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Have the features of `day` call `fail()` before they are built (the other days' are)."""
+    import ml_platform.features.assets as feature_assets
+
+    real = feature_assets.build_features
+
+    def build_features(frame: pd.DataFrame, contract: Any) -> Any:
+        if str(frame["event_time"].iloc[0])[:10] == day:
+            fail()
+        return real(frame, contract)
+
+    monkeypatch.setattr(feature_assets, "build_features", build_features)
+
+
+def test_a_rejected_day_does_not_hide_the_class_of_a_step_that_ran_out_of_memory(
+    platform_for, monkeypatch
+):
+    platform = platform_for("synthetic")
+    land_with_a_rejected_second_day(platform)
+
+    def out_of_memory() -> None:
+        raise MemoryError()
+
+    features_failing_on(RANGE[2], out_of_memory, monkeypatch)
+
+    result = range_run(platform, ["raw_data", "validated_data", "features"])
+
+    outcome = run_outcome(platform.instance, result.run_id, result.success)
+    assert outcome is not None and not outcome.succeeded
+    # The rejected day failed its ERROR checks, and the run went on to the third day.
+    rejected = {(c.check, c.partition) for c in outcome.failed_checks if c.severity == "ERROR"}
+    assert ("delivery_accepted", RANGE[1]) in rejected
+    [failure] = outcome.step_failures
+    assert failure.step == "synthetic__features"
+    verdict = classify_outcome(outcome)
+    assert verdict.failure_class == RESOURCE_EXHAUSTION, verdict.reason
+    assert "MemoryError" in verdict.reason
+    assert verdict.steps == ("synthetic__features",)
+
+
+def test_pyarrow_out_of_memory_is_resource_exhaustion_not_a_code_bug(platform_for, monkeypatch):
+    import pyarrow as pa
+
+    platform = platform_for("synthetic")
+    platform.land(RANGE[0], len(RANGE))
+    # A real failed allocation: what to_parquet or read_parquet raise on a day too big for the
+    # worker (pyarrow's ArrowMemoryError, a MemoryError).
+    features_failing_on(RANGE[2], lambda: pa.allocate_buffer(1 << 50), monkeypatch)
+
+    result = range_run(platform, ["raw_data", "validated_data", "features"])
+
+    outcome = run_outcome(platform.instance, result.run_id, result.success)
+    assert outcome is not None and not outcome.succeeded
+    [failure] = outcome.step_failures
+    assert any(link.startswith("ArrowMemoryError: malloc of size") for link in failure.chain)
+    verdict = classify_outcome(outcome)
+    assert verdict.failure_class == RESOURCE_EXHAUSTION, verdict.reason
+    assert "malloc of size" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("error_class", "message"),
+    [
+        # pyarrow's error, a MemoryError subclass, known by its name alone in the event log.
+        ("ArrowMemoryError", "out of buffers"),
+        # Its messages, wherever a wrapper repeats them.
+        ("Failure", "features: 1 of 3 days failed. 2024-01-03: malloc of size 4096 failed"),
+        ("RuntimeError", "realloc of size 1125899906842624 failed"),
+        # The kernel refusing an allocation (ENOMEM).
+        ("OSError", "[Errno 12] Cannot allocate memory"),
+    ],
+)
+def test_a_failed_allocation_is_resource_exhaustion(error_class, message):
+    failure = StepFailure("synthetic__features", error_class, message, user_failure=False)
+
+    verdict = classify_failure([failure], [])
+
+    assert verdict.failure_class == RESOURCE_EXHAUSTION, verdict.reason
+
+
+def test_an_unmaterialised_upstream_day_is_named_in_the_failure_class_reason(platform_for):
+    platform = platform_for("synthetic")
+    platform.land(DAY, 1)
+
+    # validated_data of the day was never materialised.
+    result = platform.materialize(DAY, selection=["features"])
+
+    outcome = run_outcome(platform.instance, result.run_id, result.success)
+    assert outcome is not None
+    [failure] = outcome.step_failures
+    assert failure.user_failure  # the step reports the day's error inside its own dg.Failure
+    verdict = classify_outcome(outcome)
+    assert verdict.failure_class == DATA
+    assert verdict.reason.startswith("synthetic__features raised MissingPartitionError: ")
+    assert f"synthetic/validated_data partition {DAY} is not in storage" in verdict.reason
+    assert "materialise it first" in verdict.reason
+
+
+def test_a_deliberate_stop_is_named_with_its_message():
+    stop = StepFailure("raw_data", "Failure", "schema mismatch: column x missing", True)
+
+    verdict = classify_failure([stop], [])
+
+    assert verdict.failure_class == DATA
+    assert verdict.reason == (
+        "raw_data stopped on a failed gate (dg.Failure): schema mismatch: column x missing"
+    )
+
+
+def test_a_step_whose_retries_ran_out_is_classed_and_logged_by_its_own_error(incidents):
+    instance = incidents["instance"]
+    run_id = incidents["runs"][TRANSIENT_INFRASTRUCTURE]
+
+    outcome = run_outcome(instance, run_id, succeeded=False)
+
+    assert outcome is not None
+    [failure] = outcome.step_failures
+    assert failure.attempts == 3
+    # Not Dagster's "RetryRequestedFromPolicy: Exceeded max_retries of 2" around it.
+    assert failure.error_class == "ConnectionRefusedError"
+    assert failure.chain[0].startswith("ConnectionRefusedError: ")
+    verdict = classify_outcome(outcome)
+    assert verdict.reason.startswith("weather raised ConnectionRefusedError: ")
+    assert verdict.reason.endswith("after 3 attempts")
+    assert "RetryRequestedFromPolicy" not in verdict.reason
+    lines = (Path(incidents["home"]) / "logs" / LOG_FILE_NAME).read_text().splitlines()
+    [logged] = [
+        r for r in map(json.loads, lines) if r["run_id"] == run_id and r["event"] == "STEP_FAILURE"
+    ]
+    assert logged["error"].startswith("ConnectionRefusedError: ")
+
+
+def test_json_lines_of_a_range_run_carry_each_days_partition_or_the_range(
+    platform_for, tmp_path, monkeypatch
+):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    platform = platform_for("synthetic")
+    land_with_a_rejected_second_day(platform)
+    # The repository's instance, whose JSON log handler is the one users get.
+    platform.instance = dg.DagsterInstance.get()
+    try:
+        result = range_run(platform, ["raw_data", "validated_data"])
+    finally:
+        platform.instance.dispose()
+
+    lines = (home / "logs" / LOG_FILE_NAME).read_text().splitlines()
+    records = [r for r in map(json.loads, lines) if r["run_id"] == result.run_id]
+    assert records
+    by_event: dict[str, set[str | None]] = {}
+    for record in records:
+        by_event.setdefault(record["event"], set()).add(record["partition"])
+    # Each day's materialisation and check evaluations name the day they are about.
+    assert by_event["ASSET_MATERIALIZATION"] == set(RANGE)
+    assert by_event["ASSET_CHECK_EVALUATION"] == set(RANGE)
+    # The run's other lines name its range: the rejected day's warning too.
+    span = f"{RANGE[0]}...{RANGE[-1]}"
+    assert by_event["STEP_START"] == {span}
+    [warning] = [r for r in records if r["level"] == "WARNING" and "quality gate" in r["message"]]
+    assert RANGE[1] in warning["message"] and warning["partition"] == span
+    assert None not in {r["partition"] for r in records}
+
+
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [
+        # A Redis broker's password with no user (ML_PLATFORM_CELERY_BROKER's form).
+        ("redis://:Sup3rS3cretPass@redis:6379/0", "Sup3rS3cretPass"),
+        # A password holding '@': parsers split the user info from the host at the last '@'.
+        ("postgresql://dagster:p@ssw0rd-long@db:5432/dagster", "p@ssw0rd-long"),
+        ("amqp://guest:a@b@c@rabbit", "a@b@c"),
+    ],
+)
+def test_json_lines_redact_the_whole_url_password(url, password, monkeypatch):
+    import logging
+
+    from ml_platform.platform.logs import JsonFormatter
+
+    # The URL comes from a variable whose name does not look like a secret (the broker's).
+    monkeypatch.setenv("ML_PLATFORM_CELERY_BROKER", url)
+    record = logging.makeLogRecord(
+        {
+            "name": "ml_platform.test",
+            "levelname": "ERROR",
+            "msg": f"cannot reach the broker at {url}: connection refused (user@example.com)",
+        }
+    )
+
+    line = JsonFormatter().format(record)
+
+    message = json.loads(line)["message"]
+    host = url.rsplit("@", 1)[1]
+    user = url.split("://", 1)[1].split(":", 1)[0]
+    scheme = url.split("://", 1)[0]
+    assert message == (
+        f"cannot reach the broker at {scheme}://{user}:***@{host}: connection refused "
+        "(user@example.com)"
+    )
+    assert password not in line
+    assert not [part for part in password.split("@") if len(part) > 3 and part in line]

@@ -2,24 +2,35 @@
 
 Six classes, because each needs a different fix and a different person:
 
-- data: a blocking check failed, a landed file is missing or unreadable, an upstream partition
-  is not stored, too few days of a model's window are stored, or a step stopped on purpose
-  (`dg.Failure`). Waiting does not help; the upstream file or the contract must change.
-- resource exhaustion: out of memory (MemoryError, an OOM kill: of the run's process, or of a
+- data: a landed file is missing or unreadable, an upstream partition is not stored, too few
+  days of a model's window are stored, a step stopped on purpose (`dg.Failure`), or a blocking
+  check failed. Waiting does not help; the upstream file or the contract must change.
+- resource exhaustion: out of memory (MemoryError and its subclasses such as pyarrow's
+  ArrowMemoryError, a failed allocation (ENOMEM), an OOM kill: of the run's process, or of a
   distributed engine's worker running a step) or out of disk (ENOSPC, EDQUOT). The same input
   fails again until the step gets more (`ml-platform resources`, `ml-platform health`).
-- configuration: the platform may not use its storage: a read-only file system (EROFS) or a
-  permission refused (EACCES, EPERM, S3's AccessDenied). Fix the mount, owner or credentials.
+- configuration: the platform may not use its storage: a read-only file system (EROFS), a
+  permission refused (EACCES, EPERM, S3's AccessDenied), a bucket that does not exist or is
+  closed, or S3 credentials that are missing, incomplete or expired. Fix the mount, owner,
+  bucket or credentials.
 - dependency mismatch: a module is missing or an installed version does not fit the code
   (ImportError, a version conflict). Rebuild the environment from the lock.
-- transient infrastructure: a timeout or a refused or dropped connection that outlasted the
-  step's retries. Check the service, then rerun.
+- transient infrastructure: a timeout, a refused or dropped connection, or S3 throttling or a
+  5xx answer (SlowDown, ServiceUnavailable) that outlasted the step's retries. Check the
+  service, then rerun.
 - code bug: anything else; reproduce it on a sample (`ml-platform reproduce RUN_ID`).
 
 The rules read the class names and messages of each failed step's whole error chain (the
 exception and its causes), so a `ConnectionRefusedError` wrapped in a storage error still
-counts as transient, and a full disk is resource exhaustion even when the step stopped with a
-`dg.Failure` (`PermanentStorageError`, which is never retried).
+counts as transient, a full disk is resource exhaustion even when the step stopped with a
+`dg.Failure` (`PermanentStorageError`, which is never retried), and a missing upstream day is
+a data failure, a throttled S3 write transient, even when a range's step reports the day's
+error inside its own `dg.Failure`: a `dg.Failure` is a deliberate stop only when its chain
+holds no error of another class.
+
+A failed ERROR check explains a run only when no step's failure has a class of its own: a range
+records a rejected day's failed checks and goes on with its other days, so the check says
+nothing of why a later day's step failed.
 """
 
 import dataclasses
@@ -67,17 +78,24 @@ RESOURCE_ERROR_CLASSES = frozenset({"MemoryError", "OutOfMemoryError"})
 DISK = r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded"
 DISK_PATTERN = re.compile(DISK, re.IGNORECASE)
 # Killed by the kernel's OOM killer (SIGKILL, exit 137; ECS's stopped reason, Kubernetes'
-# OOMKilled), or out of disk.
+# OOMKilled), an allocation refused (ENOMEM, errno 12; pyarrow's "malloc of size N failed" and
+# "realloc of size N failed"), or out of disk.
 RESOURCE_PATTERN = re.compile(
     r"OOMKilled|OutOfMemoryError|killed due to memory usage|out of memory|signal 9\b|SIGKILL"
+    r"|\[Errno 12\]|Cannot allocate memory|alloc of size \d+ failed"
     rf"|exit(?:ed)? (?:with )?code (?:-9|137)\b|{DISK}",
     re.IGNORECASE,
 )
-# A read-only file system (errno 30) or a permission refused (errno 13, 1; S3's codes).
-CONFIGURATION_ERROR_CLASSES = frozenset({"PermissionError", "DeletedInMlflowError"})
+# A read-only file system (errno 30) or a permission refused (errno 13, 1; S3's codes), S3's
+# answers for a bucket that does not exist or is closed to every request, and credentials
+# that are expired (S3's codes) or missing or incomplete (botocore's errors).
+CONFIGURATION_ERROR_CLASSES = frozenset(
+    {"PermissionError", "DeletedInMlflowError", "NoCredentialsError", "PartialCredentialsError"}
+)
 CONFIGURATION_PATTERN = re.compile(
     r"\[Errno (?:1|13|30)\]|Read-only file system|Permission denied|Operation not permitted"
-    r"|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch",
+    r"|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch"
+    r"|NoSuchBucket|AllAccessDisabled|InvalidBucketName|AccountProblem|ExpiredToken",
     re.IGNORECASE,
 )
 DEPENDENCY_ERROR_CLASSES = frozenset(
@@ -105,19 +123,39 @@ TRANSIENT_ERROR_CLASSES = frozenset(
         "RetryRequested",
     }
 )
+# S3's (and other AWS services') answers for throttling and for a server error, as botocore
+# writes them ("An error occurred (SlowDown) when calling ..."), and botocore's note that its
+# own retries of such an answer ran out.
+THROTTLED_OR_5XX = (
+    r"\((?:SlowDown|ServiceUnavailable|InternalError|RequestTimeout|Throttl\w*"
+    r"|RequestThrottled\w*|TooManyRequests\w*|RequestLimitExceeded|BandwidthLimitExceeded"
+    r"|5\d\d)\)|reached max retries"
+)
 TRANSIENT_PATTERN = re.compile(
     r"Connection refused|Connection reset|timed out|Temporary failure in name resolution"
-    r"|Max retries exceeded|Service Unavailable",
+    rf"|Max retries exceeded|Service Unavailable|{THROTTLED_OR_5XX}",
     re.IGNORECASE,
 )
+# Dagster's error for a step whose retry policy ran out: it wraps the error the step raised.
+RETRIES_EXHAUSTED_CLASS = "RetryRequestedFromPolicy"
+
+
+def named_as(cls_name: str, classes: frozenset[str]) -> bool:
+    """Whether an error class known by its name alone is one of `classes` or a subclass of one.
+
+    The event log records only the class's own name, not its bases. A subclass is named after
+    its base by convention (pyarrow's `ArrowMemoryError` is a MemoryError, botocore's
+    `EndpointConnectionError` a ConnectionError), so a name that ends with one counts.
+    """
+    return any(cls_name.endswith(name) for name in classes)
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether `exc`, or an error it came from, is a timeout or a refused or dropped connection.
+    """Whether `exc`, or an error it came from, is an error the transient class names.
 
-    The errors the transient-infrastructure class names: trouble that usually passes, which a
-    step's retry policy should meet as it was raised, not wrapped in a verdict that forbids
-    retries.
+    A timeout, a refused or dropped connection, S3 throttling or a server error (5xx): trouble
+    that usually passes, which a step's retry policy should meet as it was raised, not wrapped
+    in a verdict that forbids retries.
     """
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -188,14 +226,21 @@ class Classification:
 
 
 def user_error(error: Any) -> Any:
-    """The exception user code raised, unwrapped from Dagster's step-execution wrapper.
+    """The exception user code raised, unwrapped from Dagster's own errors around it.
 
-    `error` is Dagster's serialised error (cls_name, message, cause).
+    `error` is Dagster's serialised error (cls_name, message, cause). Dagster wraps it in its
+    step-execution error (`Dagster...`), or, once the step's retry policy ran out, records the
+    policy's `RetryRequestedFromPolicy` ("Exceeded max_retries of 3") with the error that was
+    retried as its cause: the class and message a person acts on are that cause's. The number
+    of attempts is the step's retry events' to tell (`StepFailure.attempts`).
     """
     while (
         error is not None
         and error.cause is not None
-        and (error.cls_name or "").startswith("Dagster")
+        and (
+            (error.cls_name or "").startswith("Dagster")
+            or error.cls_name == RETRIES_EXHAUSTED_CLASS
+        )
     ):
         error = error.cause
     return error
@@ -227,7 +272,9 @@ RESOURCE_RULES = [
     (RESOURCE_EXHAUSTION, RESOURCE_ERROR_CLASSES, RESOURCE_PATTERN),
     (CONFIGURATION, CONFIGURATION_ERROR_CLASSES, CONFIGURATION_PATTERN),
 ]
-# Checked once no step's failure is a resource, configuration or data failure.
+# Checked once no step's failure is a resource, configuration or data error, and before a
+# deliberate stop: a range's step reports each failed day's error inside one dg.Failure, which
+# is no gate when the error in it is a timeout or a missing module.
 SOFTWARE_RULES = [
     (DEPENDENCY_MISMATCH, DEPENDENCY_ERROR_CLASSES, DEPENDENCY_PATTERN),
     (TRANSIENT_INFRASTRUCTURE, TRANSIENT_ERROR_CLASSES, TRANSIENT_PATTERN),
@@ -241,12 +288,26 @@ def _software_class(
     retried = f" after {failure.attempts} attempts" if failure.attempts > 1 else ""
     for failure_class, classes, pattern in rules:
         for cls_name, message in _chain(failure):
-            if cls_name in classes or pattern.search(message):
+            if named_as(cls_name, classes) or pattern.search(message):
                 return Classification(
                     failure_class,
                     f"{failure.step} raised {cls_name}: {message}{retried}",
                     (failure.step,),
                 )
+    return None
+
+
+def _data_error(failure: StepFailure) -> Classification | None:
+    """DATA, naming the error and its message, if a link of the step's error chain is a data error.
+
+    Any link: a range's step reports a day's missing upstream partition inside its own
+    `dg.Failure`.
+    """
+    for cls_name, message in _chain(failure):
+        if named_as(cls_name, DATA_ERROR_CLASSES):
+            return Classification(
+                DATA, f"{failure.step} raised {cls_name}: {message}", (failure.step,)
+            )
     return None
 
 
@@ -258,31 +319,34 @@ def classify_failure(
 ) -> Classification:
     """The class of a failed run (see the module docstring for the rules, in order).
 
-    Data comes first: a failed blocking gate explains the run whatever else broke. Then, step
-    by step, a resource or configuration error in the chain (a full disk, a read-only lake),
-    else a data error or a deliberate stop; then the other software classes, for the first step
-    whose error chain matches; then the run's own failure message (a killed run process, or a
-    distributed engine's worker killed while running a step, which records no step failure:
-    the steps begun and never ended are named); otherwise a code bug.
+    Step by step, a resource or configuration error in the chain (a full disk, a read-only
+    lake), else a data error in it; then the other software classes, for the first step whose
+    error chain matches; then a deliberate stop (`dg.Failure`), named with its message; then
+    the run's own failure message (a killed run process, or a distributed engine's worker
+    killed while running a step, which records no step failure: the steps begun and never
+    ended are named). Only then a failed ERROR check: a range run records a rejected day's
+    failed checks and goes on, so they cannot explain a step that failed on another day, while
+    a blocking check that stops a one-day run fails its step with Dagster's own error, which
+    no rule above matches. Otherwise a code bug.
     """
-    errors = [c for c in failed_checks if c.severity == "ERROR"]
-    if errors:
-        names = ", ".join(f"{c.asset}:{c.check}" for c in errors)
-        return Classification(DATA, f"failed blocking check(s) {names}")
     for failure in step_failures:
-        found = _software_class(failure, RESOURCE_RULES)
+        found = _software_class(failure, RESOURCE_RULES) or _data_error(failure)
         if found is not None:
             return found
-        if failure.error_class in DATA_ERROR_CLASSES:
-            return Classification(
-                DATA, f"{failure.step} raised {failure.error_class}: {failure.message}"
-            )
-        if failure.user_failure:
-            return Classification(DATA, f"{failure.step} stopped on a failed gate (dg.Failure)")
     for failure in step_failures:
         found = _software_class(failure, SOFTWARE_RULES)
         if found is not None:
             return found
+    for failure in step_failures:
+        # A dg.Failure raised from another error is that error's account (a range step names
+        # its failed days, `steps.each_day`), classed by it below; only one raised alone is a
+        # deliberate stop.
+        if failure.user_failure and len(failure.chain) <= 1:
+            return Classification(
+                DATA,
+                f"{failure.step} stopped on a failed gate (dg.Failure): {failure.message}",
+                (failure.step,),
+            )
     killed = RESOURCE_PATTERN.search(run_message)
     if not step_failures and killed:
         if unfinished_steps:
@@ -295,7 +359,16 @@ def classify_failure(
                 tuple(unfinished_steps),
             )
         return Classification(RESOURCE_EXHAUSTION, f"the run process died: {run_message}")
+    errors = [c for c in failed_checks if c.severity == "ERROR"]
+    if errors:
+        names = ", ".join(f"{c.asset}:{c.check}" for c in errors)
+        return Classification(DATA, f"failed blocking check(s) {names}")
     if step_failures:
         first = step_failures[0]
+        if first.user_failure and len(first.chain) > 1:
+            # Its message names the failed days and each day's error.
+            return Classification(
+                CODE_BUG, f"{first.step} raised {first.chain[-1]}: {first.message}", (first.step,)
+            )
         return Classification(CODE_BUG, f"{first.step} raised {first.error_class}: {first.message}")
     return Classification(CODE_BUG, f"the run failed outside any step: {run_message or '?'}")

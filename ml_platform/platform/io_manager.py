@@ -21,6 +21,7 @@ from ml_platform.platform.records import LAKE_KEY, DayRecord, day_records, recor
 from ml_platform.platform.storage import LakeStorage
 from ml_platform.platform.storage_errors import (
     CorruptLakeFileError,
+    LakeStorageError,
     MissingPartitionError,
     partition_errors,
 )
@@ -226,21 +227,33 @@ class LakeIOManager(dg.ConfigurableIOManager):
             handle.seek(0)
             try:
                 value = deserialise_from(handle, fmt)
-            except (OSError, MemoryError):
-                raise  # reading failed, not the bytes: storage errors keep their classes
+            except MemoryError:
+                raise  # short of memory: nothing is said of the bytes
+            except OSError as exc:
+                if isinstance(exc, LakeStorageError) or exc.errno is not None:
+                    raise  # reading failed, not the bytes: storage errors keep their classes
+                # An OSError without an errno is no system call's: it is the reader's own, for
+                # bytes it cannot decode (pyarrow's "Corrupt snappy compressed data").
+                raise self._corrupt(key, fmt, what, exc) from exc
             except Exception as exc:
                 # Each format's reader raises its own error for bytes it cannot decode
                 # (ArrowInvalid, JSONDecodeError, EOFError, UnpicklingError, ...).
-                raise CorruptLakeFileError(
-                    f"{what or key} cannot be read: {self.storage.uri(key)} is not a whole "
-                    f"{fmt} file ({type(exc).__name__}: {exc}). It was damaged after the run "
-                    "that wrote it (a partial copy or restore, a disk or bucket fault); "
-                    "retrying reads the same bytes: materialise the day again, which rewrites "
-                    "it, or restore the file"
-                ) from exc
+                raise self._corrupt(key, fmt, what, exc) from exc
         if reader is not None:
             record_bytes_read(reader, size)
         return value
+
+    def _corrupt(
+        self, key: str, fmt: str, what: str | None, exc: Exception
+    ) -> CorruptLakeFileError:
+        """The error of a stored file whose bytes its format's reader cannot decode."""
+        return CorruptLakeFileError(
+            f"{what or key} cannot be read: {self.storage.uri(key)} is not a whole "
+            f"{fmt} file ({type(exc).__name__}: {exc}). It was damaged after the run "
+            "that wrote it (a partial copy or restore, a disk or bucket fault); "
+            "retrying reads the same bytes: materialise the day again, which rewrites "
+            "it, or restore the file"
+        )
 
     def sweep(
         self, instance: dg.DagsterInstance, asset_key: dg.AssetKey, days: Sequence[str]

@@ -7,7 +7,9 @@ handlers here turn that into flat JSON fields a log search can filter on:
 
     {"timestamp", "level", "component", "run_id", "partition", "job", "event", "message", ...}
 
-plus the `extra=` fields of the call. `JsonFileHandler` always writes a rotating file under
+plus the `extra=` fields of the call. `partition` is the run's day; on a run of a range of
+days, the day the line's event is about (a materialisation, a check evaluation), else the
+range, "start...end". `JsonFileHandler` always writes a rotating file under
 `$DAGSTER_HOME/logs/` (yaml cannot build that path, so the handler resolves it);
 `JsonStderrHandler` writes the same lines to stderr when `ML_PLATFORM_LOG_FORMAT=json`, and
 nothing otherwise, because Dagster's console logger already prints text there.
@@ -27,11 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from ml_platform.platform.failures import error_chain, user_error
+from ml_platform.platform.run_events import partition_of_tags
 from ml_platform.platform.settings import Settings
 
 LOG_FILE_NAME = "ml_platform.jsonl"
 REDACTED = "***"
-URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.IGNORECASE)
+# A URL's password: after `scheme://user:` (the user may be empty, as in a Redis broker's
+# `redis://:password@host`) up to the last '@' of the URL's authority, which ends at the first
+# '/', '?', '#' or space. Parsers split user info from the host at that last '@', so a password
+# may hold '@' (`p@ssw0rd`): none of it may stay in the line.
+URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://[^:/?#@\s]*:)[^/?#\s]*@", re.IGNORECASE)
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -41,6 +48,21 @@ def redact(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     return URL_PASSWORD.sub(rf"\g<scheme>{REDACTED}@", text)
+
+
+def line_partition(tags: Mapping[str, str], event: Any) -> str | None:
+    """The partition of a log line: the run's day, else the day its event is about, else the range.
+
+    A range's run has no `dagster/partition` tag, while its materialisations and check
+    evaluations each name their own day; its other lines carry the run's "start...end".
+    """
+    if "dagster/partition" not in tags:
+        # A materialisation's or observation's day, or that of a check evaluation's data.
+        data = getattr(event, "event_specific_data", None)
+        day = getattr(event, "partition", None) or getattr(data, "partition", None)
+        if day:
+            return str(day)
+    return partition_of_tags(tags)
 
 
 def log_fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -61,7 +83,7 @@ def log_fields(record: logging.LogRecord) -> dict[str, Any]:
         "level": record.levelname,
         "component": component,
         "run_id": meta.get("run_id"),
-        "partition": tags.get("dagster/partition"),
+        "partition": line_partition(tags, event),
         "job": meta.get("job_name"),
         "event": event.event_type_value if event is not None else None,
         "logger": record.name,

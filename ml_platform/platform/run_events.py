@@ -6,6 +6,7 @@ launched it, long after the run process is gone.
 """
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -87,7 +88,11 @@ def classify_outcome(outcome: RunOutcome) -> Classification:
 
 def partition_of(run: dg.DagsterRun) -> str | None:
     """The partition (or partition range) a run worked on."""
-    tags = run.tags
+    return partition_of_tags(run.tags)
+
+
+def partition_of_tags(tags: Mapping[str, str]) -> str | None:
+    """The partition, or "start...end" of the partition range, that a run's tags name."""
     if "dagster/partition" in tags:
         return tags["dagster/partition"]
     start = tags.get("dagster/asset_partition_range_start")

@@ -75,6 +75,7 @@ from typing import Any
 
 import dagster as dg
 
+from ml_platform.platform.failures import transient
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.inputs import DailyInput
 from ml_platform.platform.io_manager import LakeIOManager
@@ -221,7 +222,7 @@ class DayOutcome:
     metadata: dict[str, Any] | None = None
     failure: str | None = None
     # The failure's exception, chained to the step's, so that the run is classed by it.
-    error: dg.Failure | None = None
+    error: Exception | None = None
 
 
 def check_fields(result: dg.AssetCheckResult) -> dict[str, Any]:
@@ -388,6 +389,9 @@ def each_day(
                     LAKE_KEY: kept_key(day),
                 },
             )
+        # A day's bytes are what its own computation reads: not a range's look-ahead over all
+        # its days (validated_data's screen), nor what an earlier day left uncounted.
+        take_bytes_read(op_name)
         telemetry = StepTelemetry(reset_peak=True).start()
         checks: list[dict[str, Any]] = []
         day_inputs: dict[str, Any] = {}
@@ -414,7 +418,11 @@ def each_day(
         except DataVerdict as verdict:
             telemetry.stop()
             context.log.warning(f"{op_name} {day}: {verdict.verdict}: {verdict.reason}")
-            extra = {**telemetry.metadata(prefix=STEP_PREFIX), **verdict.metadata}
+            extra = {
+                **telemetry.metadata(prefix=STEP_PREFIX),
+                "bytes_read": take_bytes_read(op_name),
+                **verdict.metadata,
+            }
             return DayOutcome(
                 day, checks, metadata=tombstone(day, verdict.verdict.value, verdict.reason, extra)
             )
@@ -429,6 +437,11 @@ def each_day(
                 outcome = compute_day(day)
         except PermanentStorageError as exc:
             outcome = DayOutcome(day, [], failure=exc.description, error=exc)
+        except Exception as exc:
+            # A bug, memory, a storage hiccup: the day fails, the range's other days go on,
+            # and the step says which days failed and why (below), retried only if waiting
+            # can help. Interrupts (a KeyboardInterrupt, the run terminated) stop the step.
+            outcome = DayOutcome(day, [], failure=f"{type(exc).__name__}: {exc}", error=exc)
         meta = outcome.metadata
         if meta is not None and (LAKE_KEY in meta or not meta["accepted"]):
             store.step_computed(asset_key, day, meta.get(LAKE_KEY) if meta["accepted"] else None)
@@ -452,6 +465,8 @@ def each_day(
     except BaseException:
         forget_written()
         raise
+    finally:
+        take_bytes_read(op_name)  # nothing this step read is counted for a later step
     for outcome in outcomes:
         day = outcome.day
         # No check blocks: a day's failed check is its verdict, which must not stop the other
@@ -477,14 +492,15 @@ def each_day(
         forget_written()
         yield from evaluations(context, fields_by_day)
         reasons = " ".join(f"{day}: {reason}" for day, reason in failed.items())
+        errors = [o.error for o in outcomes if o.error is not None]
         raise dg.Failure(
             description=(
                 f"{op_name}: {len(failed)} of {len(days)} days failed; no day of this run was "
                 f"stored or recorded (a rerun computes them all again). {reasons}"
             ),
             metadata={"failed_partitions": list(failed)},
-            allow_retries=False,
-        ) from next((o.error for o in outcomes if o.error is not None), None)
+            allow_retries=any(retryable(error) for error in errors),
+        ) from next(iter(errors), None)
     if before_recording is not None:
         try:
             before_recording()
@@ -504,6 +520,19 @@ def each_day(
         if not context.has_partition_key or check_key.name not in reported:
             output = assets_def.get_output_name_for_asset_check_key(check_key)
             yield dg.Output(None, output_name=output)
+
+
+def retryable(error: Exception) -> bool:
+    """Whether a day's error is one waiting can fix, for which the step's retry policy retries.
+
+    A storage error that `partition_errors` did not find permanent, and a timeout or a refused
+    or dropped connection (`failures.transient`). Not a `dg.Failure` that forbids retries (a
+    permanent storage error, a missing upstream day), nor a bug or an exhausted memory, which
+    the same input meets again.
+    """
+    if isinstance(error, dg.Failure) and not error.allow_retries:
+        return False
+    return isinstance(error, LakeStorageError) or transient(error)
 
 
 def evaluations(

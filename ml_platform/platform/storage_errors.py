@@ -2,8 +2,9 @@
 
 A storage error names what failed where: the backend names the object (`LakeStorageError`),
 and the step or IO manager that knows it adds the asset and the partition (`partition_errors`).
-An error that waiting cannot fix (a full disk, a read-only file system, a permission refused)
-then fails the step at once (`PermanentStorageError`) instead of being retried.
+An error that waiting cannot fix (a full disk, a read-only file system, a permission refused,
+a bucket that does not exist, S3 credentials missing or expired) then fails the step at once
+(`PermanentStorageError`) instead of being retried.
 """
 
 import contextlib
@@ -11,7 +12,7 @@ import errno
 from collections.abc import Iterator
 
 import dagster as dg
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
 from ml_platform.platform.failures import CONFIGURATION, RESOURCE_EXHAUSTION, runbook_link
 
@@ -48,6 +49,50 @@ PERMANENT_STORAGE_ERRORS = {
 # S3's answers that mean a permission refused, read as EACCES.
 S3_PERMISSION_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
 
+LOCATION_URLS = "ML_PLATFORM_LAKE_URL or ML_PLATFORM_LANDING_URL"
+CREDENTIALS_CHAIN = (
+    "the boto3 chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, or an instance "
+    "or task role"
+)
+
+# S3's other answers that waiting does not fix, and what to do instead: the bucket stays
+# missing or closed, and credentials stay expired, until a person acts. Every one is a
+# configuration failure (`failures.CONFIGURATION_PATTERN` names the same codes).
+PERMANENT_S3_ERRORS = {
+    "NoSuchBucket": (
+        "the bucket does not exist: create it, or correct the bucket of the location's URL "
+        f"({LOCATION_URLS})"
+    ),
+    "InvalidBucketName": (
+        "the bucket's name is not a valid S3 bucket name: correct the location's URL "
+        f"({LOCATION_URLS})"
+    ),
+    "AllAccessDisabled": (
+        "every access to the bucket is disabled: have its owner (or AWS) enable it again, or "
+        f"point the location's URL ({LOCATION_URLS}) at another bucket"
+    ),
+    "AccountProblem": (
+        "the AWS account of the credentials cannot make requests (billing, a suspended "
+        "account): settle it with AWS, or give the platform another account's credentials"
+    ),
+    "ExpiredToken": (
+        "the S3 credentials' session token has expired: give the platform fresh credentials "
+        "(renew AWS_SESSION_TOKEN), or credentials that renew themselves (a profile, or an "
+        "instance or task role)"
+    ),
+}
+# botocore's errors for credentials it could not find or found only in part, before any request.
+PERMANENT_CREDENTIAL_ERRORS: dict[type[Exception], str] = {
+    NoCredentialsError: (
+        "no S3 credentials were found: give the platform's processes some through "
+        f"{CREDENTIALS_CHAIN}"
+    ),
+    PartialCredentialsError: (
+        "the S3 credentials are incomplete: set both AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, or use a profile or a role that holds both"
+    ),
+}
+
 
 class LakeStorageError(OSError):
     """A lake read or write failed: the message says what was done to which object, and why.
@@ -63,7 +108,7 @@ class PartitionStorageError(LakeStorageError):
 
 
 class PermanentStorageError(dg.Failure):
-    """A lake error that waiting does not fix (`PERMANENT_STORAGE_ERRORS`): never retried.
+    """A lake error that waiting does not fix (`permanent_advice`): never retried.
 
     The message names the object, the asset and the partition, what to do and the runbook
     section; the storage error stays chained, so the run is classed by it.
@@ -82,6 +127,35 @@ def storage_errno(exc: BaseException) -> int | None:
     ):
         return errno.EACCES
     return None
+
+
+def permanent_s3_error(exc: BaseException) -> str | None:
+    """What to do about an S3 or botocore error in `exc`'s chain that waiting cannot fix, if any.
+
+    A `LakeStorageError` chains the S3 error it was raised from; a refused permission is not
+    looked up here, since its errno (EACCES) already says it (`storage_errno`).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ClientError):
+            code = current.response.get("Error", {}).get("Code")
+            if code in PERMANENT_S3_ERRORS:
+                return PERMANENT_S3_ERRORS[code]
+        for kind, advice in PERMANENT_CREDENTIAL_ERRORS.items():
+            if isinstance(current, kind):
+                return advice
+        current = current.__cause__
+    return None
+
+
+def permanent_advice(exc: OSError) -> tuple[str, str] | None:
+    """What to do about a storage error waiting cannot fix, and its failure class; else None."""
+    if exc.errno in PERMANENT_STORAGE_ERRORS:
+        return PERMANENT_STORAGE_ERRORS[exc.errno]
+    advice = permanent_s3_error(exc)
+    return None if advice is None else (advice, CONFIGURATION)
 
 
 def storage_error(
@@ -103,10 +177,11 @@ def os_error(kind: type[OSError], code: int | None, message: str) -> OSError:
 def partition_errors(asset_key: dg.AssetKey, partition: str | None) -> Iterator[None]:
     """Name the asset and partition in storage errors of the block; fail now if waiting cannot help.
 
-    An error with an errno of `PERMANENT_STORAGE_ERRORS` becomes a `PermanentStorageError`, any
-    other `LakeStorageError` a `PartitionStorageError` (retried). A missing object
-    (FileNotFoundError, `MissingPartitionError`) and errors that are not storage errors go
-    through as they are.
+    An error with an errno of `PERMANENT_STORAGE_ERRORS`, or from an S3 answer or a botocore
+    error of `PERMANENT_S3_ERRORS` / `PERMANENT_CREDENTIAL_ERRORS`, becomes a
+    `PermanentStorageError`, any other `LakeStorageError` a `PartitionStorageError` (retried).
+    A missing object (FileNotFoundError, `MissingPartitionError`) and errors that are not
+    storage errors go through as they are.
     """
     where = asset_key.to_user_string() + (f" partition {partition}" if partition else "")
     try:
@@ -114,8 +189,9 @@ def partition_errors(asset_key: dg.AssetKey, partition: str | None) -> Iterator[
     except PartitionStorageError:
         raise
     except OSError as exc:
-        if exc.errno in PERMANENT_STORAGE_ERRORS:
-            advice, failure_class = PERMANENT_STORAGE_ERRORS[exc.errno]
+        permanent = permanent_advice(exc)
+        if permanent is not None:
+            advice, failure_class = permanent
             raise PermanentStorageError(
                 f"{where}: {exc}. Retrying cannot help: {advice}, then rerun the day. "
                 f"Runbook: {runbook_link(failure_class)}"

@@ -647,14 +647,25 @@ def reproduce(
         for a in defs.assets or []
         if isinstance(a, dg.AssetsDefinition)
     ]
+    day_error: Exception | None = None
     with dg.DagsterInstance.ephemeral() as scratch_instance:
-        dg.materialize(
-            assets,
-            selection=list(target.asset.keys),
-            partition_key=target.partition,
-            resources=resources,
-            instance=scratch_instance,
-            raise_on_error=True,
-            run_config=QUIET,
-        )
+        try:
+            dg.materialize(
+                assets,
+                selection=list(target.asset.keys),
+                partition_key=target.partition,
+                resources=resources,
+                instance=scratch_instance,
+                raise_on_error=True,
+                run_config=QUIET,
+            )
+        except dg.Failure as failure:
+            # A step fails naming its failed days (`steps.each_day`), from the day's own error:
+            # that error, where it was raised, is what the user came to debug.
+            cause = failure.__cause__
+            if FAILED_PARTITIONS not in failure.metadata or not isinstance(cause, Exception):
+                raise
+            day_error = cause
+    if day_error is not None:
+        raise day_error  # outside the handler: its own traceback and chain, nothing added
     return target
