@@ -525,14 +525,14 @@ def each_day(
 def retryable(error: Exception) -> bool:
     """Whether a day's error is one waiting can fix, for which the step's retry policy retries.
 
-    A storage error that `partition_errors` did not find permanent, and a timeout or a refused
-    or dropped connection (`failures.transient`). Not a `dg.Failure` that forbids retries (a
-    permanent storage error, a missing upstream day), nor a bug or an exhausted memory, which
-    the same input meets again.
+    A storage or I/O error that `partition_errors` did not find permanent (an OSError: the lake,
+    the registry's files, a file mid-replace), and a timeout or a refused or dropped connection
+    (`failures.transient`). Not a `dg.Failure` that forbids retries (a permanent storage error,
+    a missing upstream day), nor a bug or an exhausted memory, which the same input meets again.
     """
     if isinstance(error, dg.Failure) and not error.allow_retries:
         return False
-    return isinstance(error, LakeStorageError) or transient(error)
+    return isinstance(error, OSError) or transient(error)
 
 
 def evaluations(
