@@ -2,6 +2,7 @@
 
 import datetime as dt
 import json
+import math
 
 import dagster as dg
 import numpy as np
@@ -10,6 +11,8 @@ import pytest
 
 from ml_platform.automation.alerts import WARNING, Notifier, evaluate_run
 from ml_platform.contracts import load_contract
+from ml_platform.drift.episodes import DayEpisodes, Episode, FeatureState
+from ml_platform.evaluation.metrics import Predictions
 from ml_platform.ingestion.landing import LandingZone, source_day
 from ml_platform.ingestion.synthetic import POPULATION_SD, file_bytes
 from ml_platform.platform.failures import FailedCheck
@@ -24,7 +27,10 @@ from ml_platform.registry.monitoring import (
     SCORED,
     champion_record,
     decay_check,
+    judged,
     threshold_results,
+    undefined_metrics,
+    with_importance,
 )
 from ml_platform.troubleshooting.health import open_episodes, pipeline_health
 from ml_platform_tests.conftest import Platform, contract_with, days_from
@@ -294,3 +300,81 @@ def test_a_failed_decay_check_in_a_successful_run_is_a_warning_alert():
     assert (alert.severity, alert.rule, alert.partition) == (WARNING, "check_failed", "2024-01-10")
     assert alert.cause.startswith("The model is decaying")
     assert alert.runbook == f"docs/runbook.md#check-{DECAY_CHECK}"
+
+
+def test_a_metric_the_days_rows_cannot_define_neither_meets_nor_misses(synthetic):
+    def predictions(task: str, labels: list[float]) -> Predictions:
+        n = len(labels)
+        return Predictions(task, np.array(labels), np.zeros(n), np.linspace(0.1, 0.9, n))
+
+    negative = "every labelled row is negative"
+    assert undefined_metrics(predictions("classification", [0] * 50)) == {
+        "roc_auc": negative,
+        "recall": negative,
+        "f1": negative,
+    }
+    assert set(undefined_metrics(predictions("classification", [1] * 50))) == {"roc_auc"}
+    assert undefined_metrics(predictions("classification", [0, 1] * 25)) == {}
+    assert set(undefined_metrics(predictions("regression", [2.5] * 40))) == {"r2"}
+    assert set(undefined_metrics(predictions("regression", [2.5]))) == {"r2"}
+    assert undefined_metrics(predictions("regression", [2.5, 3.0])) == {}
+
+    # A day of one class: recall's 0 and ROC AUC's NaN are conventions, not the champion's.
+    bounds = {"recall": 0.3, "roc_auc": 0.55}
+    one_class = threshold_results(
+        {"recall": 0.0, "roc_auc": math.nan}, bounds, undefined={"recall", "roc_auc"}
+    )
+    assert [t["met"] for t in one_class.values()] == [None, None]
+    assert judged(one_class) is None
+    # A metric defined and missed still misses, whatever else is undefined.
+    missed = threshold_results({"recall": 0.1, "roc_auc": math.nan}, bounds)
+    assert missed["recall"]["met"] is False and missed["roc_auc"]["met"] is None
+    assert judged(missed) is False
+
+    # Such a day is no decay and breaks a streak: two missed days before it, one after.
+    values = {"mae": 0.1, "rmse": 0.2, "r2": math.nan}
+    thresholds = threshold_results(values, {"r2": 0.8, "rmse": 1.0}, undefined={"r2"})
+    unknown = {
+        **scored_record("2024-01-10", rmse=0.2),
+        "metrics": values,
+        "thresholds": thresholds,
+        "meets_thresholds": judged(thresholds),
+        "note": "champion daily-2024-01-01 on 1 labelled rows of 2024-01-10: cannot be judged "
+        "against the value thresholds: r2 is undefined (the label is the same on all 1 "
+        "labelled row(s))",
+    }
+    missed_before = {d: scored_record(d, rmse=2.5) for d in ("2024-01-09", "2024-01-08")}
+    today = decay_check(synthetic, unknown, missed_before)
+    assert today.passed and today.description is not None
+    assert today.description.startswith("Champion daily-2024-01-01 on 1 labelled rows")
+    assert "Nothing to fix" in today.description
+    after = decay_check(
+        synthetic, scored_record("2024-01-11", rmse=2.5), {"2024-01-10": unknown, **missed_before}
+    )
+    assert after.passed and after.metadata["streak_days"].value == 1
+
+
+def test_a_drift_episode_whose_importance_cannot_be_measured_is_told_as_leaned_on():
+    episode = Episode(
+        feature="dep_delay",
+        since="2013-03-04",
+        opened="2013-03-04",
+        drift_days=1,
+        largest=0.4,
+        largest_day="2013-03-04",
+        usual=0.1,
+        effect_name="ks",
+    )
+    day = DayEpisodes(
+        states={"dep_delay": FeatureState(episode=episode)}, opened=[episode], closed=[]
+    )
+
+    why = "roc_auc is undefined on the 12 labelled rows of 2013-03-04"
+    [told] = with_importance(day, None, page_importance=0.1, unmeasured=why).opened
+    assert told.leaned_on is True and told.importance is None
+    assert told.leaning() == (
+        f"how much the champion leans on it could not be measured ({why}): told as if it did"
+    )
+    # Without a champion to measure, nothing leans on it, as before.
+    [alone] = with_importance(day, None, page_importance=0.1).opened
+    assert alone.leaned_on is False and alone.leaning() == "no serving champion to lean on it"

@@ -63,6 +63,8 @@ class Episode:
     # Whether the serving champion leans on the feature (pages); None: not known.
     leaned_on: bool | None = None
     importance: float | None = None
+    # Why the champion's importance could not be measured (its metric undefined on the day).
+    unmeasured: str | None = None
 
     def describe(self) -> str:
         """One line: the feature, since when, how far against its usual range."""
@@ -77,6 +79,11 @@ class Episode:
 
     def leaning(self) -> str:
         """Whether the serving champion leans on the feature, in words."""
+        if self.unmeasured is not None:
+            return (
+                f"how much the champion leans on it could not be measured ({self.unmeasured}): "
+                "told as if it did"
+            )
         if self.importance is None:
             return "no serving champion to lean on it"
         leaned = "leans on it" if self.leaned_on else "barely uses it"

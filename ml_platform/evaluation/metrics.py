@@ -465,14 +465,15 @@ def primary_metric(contract: Contract) -> str:
 
 def importance_shares(
     model: TrainedModel, rows: pd.DataFrame, metric: str, seed: int, repeats: int = 3
-) -> dict[str, float]:
+) -> dict[str, float] | None:
     """How much the model leans on each feature: its share of the permutation importance.
 
     Each feature's values are shuffled among `rows` (`repeats` times, seeded) and the model
     scored again; the feature's importance is the mean loss on `metric` (a drop of ROC AUC, a
     rise of RMSE), floored at 0, and its share that over the features' total (all 0 when
     shuffling changes nothing). The model's own evidence of what it uses, whatever the
-    estimator, on the rows it serves.
+    estimator, on the rows it serves. None when `metric` is undefined on the rows (ROC AUC on
+    a day of one class): no loss can be measured, which is not "uses nothing".
     """
     lower = metric in LOWER_IS_BETTER
 
@@ -481,6 +482,8 @@ def importance_shares(
         return _values(p.task, p.labels, p.predicted, p.score)[metric]
 
     base = value(rows)
+    if not math.isfinite(base):
+        return None
     rng = np.random.default_rng(seed)
     losses: dict[str, float] = {}
     for feature in model.features:

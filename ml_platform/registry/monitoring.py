@@ -27,10 +27,11 @@ import datetime as dt
 import functools
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
@@ -39,6 +40,7 @@ from ml_platform.drift.episodes import DayEpisodes, advance, feature_days, state
 from ml_platform.evaluation.assets import non_finite_predictions
 from ml_platform.evaluation.metrics import (
     LOWER_IS_BETTER,
+    Predictions,
     importance_shares,
     predict_holdout,
     primary_metric,
@@ -78,25 +80,60 @@ UNSCORABLE = "predictions_not_finite"
 
 
 def threshold_results(
-    values: dict[str, float], thresholds: dict[str, float]
+    values: dict[str, float], thresholds: dict[str, float], undefined: Iterable[str] = ()
 ) -> dict[str, dict[str, Any]]:
-    """Each value threshold of the contract against the champion's metric: met or missed.
+    """Each value threshold of the contract against the champion's metric: met, missed or None.
 
-    mae and rmse are maximums, the others minimums; a metric the task lacks (or NaN, as ROC AUC
-    on a day with one class) misses its bound, as in the promotion verdict.
+    mae and rmse are maximums, the others minimums; a metric the task lacks misses its bound,
+    as in the promotion verdict. A metric the day's rows cannot define (`undefined`, or not a
+    finite number: ROC AUC on a day of one class, R² on one row) is neither met nor missed
+    (`met: None`): the day says nothing of the champion on it.
     """
     results = {}
+    unknown = set(undefined)
     for metric, bound in thresholds.items():
         value = float(values.get(metric, math.nan))
         lower = metric in LOWER_IS_BETTER
-        met = value <= bound if lower else value >= bound
+        met: bool | None = bool(value <= bound if lower else value >= bound)
+        if metric in values and (metric in unknown or not math.isfinite(value)):
+            met = None
         results[metric] = {
             "value": value,
             "bound": bound,
             "direction": "max" if lower else "min",
-            "met": bool(met),
+            "met": met,
         }
     return results
+
+
+def undefined_metrics(predictions: Predictions) -> dict[str, str]:
+    """The metrics the day's labelled rows cannot define, each with why.
+
+    A day of one class has no ROC AUC, and with no positive row no recall (nor F1): their
+    conventional values (NaN, 0) are not the champion's. A constant label or a single row has
+    no R² (scikit-learn's 0 or 1 is a convention too).
+    """
+    labels = predictions.labels
+    if predictions.task == "classification":
+        positives = int(np.count_nonzero(labels))
+        if 0 < positives < len(labels):
+            return {}
+        why = "every labelled row is " + ("positive" if positives else "negative")
+        undefined = {"roc_auc": why}
+        if not positives:
+            undefined.update(recall=why, f1=why)
+        return undefined
+    if len(labels) < 2 or float(np.ptp(labels)) == 0.0:
+        return {"r2": f"the label is the same on all {len(labels)} labelled row(s)"}
+    return {}
+
+
+def judged(thresholds: dict[str, dict[str, Any]]) -> bool | None:
+    """Whether the champion meets every threshold; None when none is missed and one is unknown."""
+    met = [t["met"] for t in thresholds.values()]
+    if False in met:
+        return False
+    return None if None in met else True
 
 
 def champion_record(
@@ -142,8 +179,16 @@ def champion_record(
             "note": f"champion {champion_version} cannot be scored on {day}: {unscorable}",
         }
     scores = score_of(predictions, spec.bootstrap_samples, contract.training.random_seed)
-    thresholds = threshold_results(scores.values, spec.value_thresholds)
-    meets = all(t["met"] for t in thresholds.values())
+    undefined = undefined_metrics(predictions)
+    thresholds = threshold_results(scores.values, spec.value_thresholds, undefined)
+    meets = judged(thresholds)
+    unknown = {m: undefined.get(m, "not a finite number") for m, t in thresholds.items()}
+    unknown = {m: why for m, why in unknown.items() if thresholds[m]["met"] is None}
+    if meets is None:
+        why = "; ".join(f"{metric} is undefined ({reason})" for metric, reason in unknown.items())
+        verdict = f"cannot be judged against the value thresholds: {why}"
+    else:
+        verdict = ("meets" if meets else "misses") + " the value thresholds"
     return {
         **record,
         "status": SCORED,
@@ -151,11 +196,7 @@ def champion_record(
         "intervals": {name: list(bounds) for name, bounds in scores.intervals.items()},
         "thresholds": thresholds,
         "meets_thresholds": meets,
-        "note": (
-            f"champion {champion_version} on {len(rows)} labelled rows of {day}: "
-            + ("meets" if meets else "misses")
-            + " the value thresholds"
-        ),
+        "note": f"champion {champion_version} on {len(rows)} labelled rows of {day}: {verdict}",
     }
 
 
@@ -245,6 +286,11 @@ def decay_check(
         )
     if record["status"] != SCORED:
         description = f"{record['note']}; a day without a score breaks a decay streak."
+    elif record["meets_thresholds"] is None:
+        description = (
+            f"{record['note'][0].upper()}{record['note'][1:]}. Nothing to fix: the day says "
+            "nothing of the champion, and breaks a decay streak."
+        )
     elif record["meets_thresholds"]:
         description = (
             f"Champion {record['champion_version']} meets the value thresholds on {day}: "
@@ -266,12 +312,17 @@ def decay_check(
 
 
 def with_importance(
-    episodes: DayEpisodes, shares: dict[str, float] | None, page_importance: float
+    episodes: DayEpisodes,
+    shares: dict[str, float] | None,
+    page_importance: float,
+    unmeasured: str | None = None,
 ) -> DayEpisodes:
     """The day's opened episodes with how much the serving champion leans on their feature.
 
     `shares` are the champion's importance shares on the day's rows (None: no champion, or no
     labelled rows, to measure them on: the episode touches no serving model and pages nobody).
+    `unmeasured` says why a champion's shares could not be measured on rows it has: then
+    whether it leans on the feature is not known, and the episode is told as if it did.
     """
     if not episodes.opened:
         return episodes
@@ -282,7 +333,9 @@ def with_importance(
         leaned = dataclasses.replace(
             episode,
             importance=share,
-            leaned_on=share is not None and share >= page_importance and share > 0,
+            leaned_on=unmeasured is not None
+            or (share is not None and share >= page_importance and share > 0),
+            unmeasured=unmeasured,
         )
         opened.append(leaned)
         states[episode.feature] = dataclasses.replace(states[episode.feature], episode=leaned)
@@ -464,14 +517,14 @@ def build_champion_performance(
             spec = contract.drift.episodes
             episodes = advance(day, judged, states_from_json(episodes_before(day)), spec, monitored)
             rows = labelled(features, contract)
-            shares = (
-                importance_shares(
-                    load(version), rows, primary_metric(contract), contract.training.random_seed
-                )
-                if episodes.opened and version is not None and len(rows)
-                else None
-            )
-            episodes = with_importance(episodes, shares, spec.page_importance)
+            shares, unmeasured = None, None
+            if episodes.opened and version is not None and len(rows):
+                metric = primary_metric(contract)
+                seed = contract.training.random_seed
+                shares = importance_shares(load(version), rows, metric, seed)
+                if shares is None:
+                    unmeasured = f"{metric} is undefined on the {len(rows)} labelled rows of {day}"
+            episodes = with_importance(episodes, shares, spec.page_importance, unmeasured)
             record["drift_episodes"] = episodes.states_json()
             yield episode_check(day, episodes, bool(judged))
             # The days before matter only to a day that missed.
