@@ -195,3 +195,20 @@ def test_loading_the_code_location_leaves_matplotlib_unimported():
         "assert not [m for m in sys.modules if m.split('.')[0] == 'matplotlib']"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_a_chart_with_no_point_on_a_kept_figure_shows_no_earlier_charts_axes():
+    def champion(days: list[float], values: list[float]) -> str:
+        series = [Series("live", days, values), Series("replay", days, values)]
+        return line_chart("Serving champion's next-day roc_auc", series, "day", "roc_auc")
+
+    plots._line_figure.cache_clear()
+    fresh = champion([], [])
+    # A metric no champion scored (every value NaN), drawn after a chart with data.
+    scored = champion(list(range(30)), [100.0 + day for day in range(30)])
+    assert champion([], []) == fresh
+    alt = "Serving champion's next-day roc_auc"
+    earlier = set(texts(svg_of(scored, alt))) & {"100", "110", "120"}
+    assert earlier
+    unscored = texts(svg_of(champion([0.0, 1.0], [float("nan")] * 2), alt))
+    assert not earlier & set(unscored)

@@ -134,6 +134,8 @@ class _LineFigure:
     axes: "Axes"
     lines: list["Line2D"]
     legend: "Legend"
+    # The limits the new figure had before any data: those of a chart with none to show.
+    empty_limits: tuple[tuple[float, float], tuple[float, float]]
 
 
 @functools.lru_cache(maxsize=KEPT_FIGURES)
@@ -169,7 +171,7 @@ def _line_figure(layout: _LineLayout) -> _LineFigure:
     # Under the axes: inside, a legend would hide a curve along an edge.
     legend = chart.legend(loc="lower center", ncols=min(len(lines), 3), frameon=False)
     chart.subplots_adjust(left=0.12, right=0.97, top=0.91, bottom=0.25)
-    return _LineFigure(chart, axes, lines, legend)
+    return _LineFigure(chart, axes, lines, legend, (axes.get_xlim(), axes.get_ylim()))
 
 
 def line_chart(
@@ -200,9 +202,15 @@ def line_chart(
             line.set_label(s.name)
             text.set_text(s.name)
         if not (x_limits and y_limits):
-            # The limits of this chart's data alone, as a new figure would take them.
+            # The limits of this chart's data alone, as a new figure would take them; with no
+            # point to show, relim keeps the last chart's, so the new figure's are put back.
             chart.axes.relim()
             chart.axes.autoscale_view()
+            if not any(np.isfinite(np.asarray(s.y, dtype="float64")).any() for s in series):
+                empty_x, empty_y = chart.empty_limits
+                # auto=None: the next chart of the layout is scaled to its data again.
+                chart.axes.set_xlim(x_limits or empty_x, auto=None)
+                chart.axes.set_ylim(y_limits or empty_y, auto=None)
         image = svg_image(chart.figure, alt)
         # The x tick labels are one line of text, whatever they say; the y tick labels are the
         # same on every chart with fixed y limits.
