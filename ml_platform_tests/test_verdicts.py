@@ -138,6 +138,35 @@ def test_a_window_below_coverage_and_a_day_without_labels_are_the_models_verdict
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("rows", "asset", "ext", "reason"),
+    [
+        # Among the training rows: no fit survives squares that overflow.
+        ("earliest", "model", "joblib", "are too large to fit: their squares overflow"),
+        # Among the held-out rows: RMSE would be inf, R² NaN, a bootstrap judged on a few draws.
+        ("latest", "evaluation_report", "json", "squared errors on 3 of"),
+    ],
+)
+def test_a_label_too_large_to_square_is_the_models_or_the_evaluations_verdict(
+    tmp_path, rows, asset, ext, reason
+):
+    # The synthetic contract leaves its regression label unbounded: 1e308 passes the gate.
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "p")
+    day = "2024-01-01"
+    platform.land(day, 1)
+    path = platform.landing_dir / platform.contract.landing.file_name(day)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    order = pd.to_datetime(frame["event_time"]).sort_values(kind="stable").index
+    frame.loc[order[:3] if rows == "earliest" else order[-3:], "target"] = "1e308"
+    path.write_text(frame.to_csv(index=False))
+
+    assert platform.materialize(day).success
+    record = assert_rejected(platform, asset, day, Verdict.TRAINING_DATA, ext)
+    assert reason in record["reason"], record["reason"]
+    assert "Bound target in the contract (columns[].min / max)" in record["reason"]
+
+
+@pytest.mark.slow
 def test_a_rejected_sunday_still_gets_its_weekly_retrain(tmp_path):
     # 2024-01-07 is a Sunday: the Monday schedule retrains on the window ending it.
     sunday = "2024-01-07"

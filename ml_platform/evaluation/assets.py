@@ -136,6 +136,14 @@ def build_evaluation_report(
                     "contract (columns[].min / max) so the gate rejects them, fix the file "
                     "upstream and re-land the day.",
                 )
+            overflowing = predictions.overflowing_labels()
+            if overflowing:
+                raise DataVerdict(
+                    DayVerdict.TRAINING_DATA,
+                    f"{name} {day}: the candidate cannot be scored: {overflowing}. Bound "
+                    f"{contract.label.source} in the contract (columns[].min / max) so the gate "
+                    "rejects such values, fix the file upstream and re-land the day.",
+                )
             candidate = score_of(predictions, spec.bootstrap_samples, seed)
             baseline = score_baseline(model, train, candidate.labels, spec.bootstrap_samples, seed)
             verdict = judge_candidate(contract, candidate, baseline)

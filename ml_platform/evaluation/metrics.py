@@ -309,6 +309,26 @@ class Predictions:
         finite = np.isfinite(self.predicted.astype("float64")) & np.isfinite(self.score)
         return int((~finite).sum())
 
+    def overflowing_labels(self) -> str:
+        """What makes a regression's squared errors overflow on finite predictions; '' if none.
+
+        A finite but extreme label (1e308 in a label the contract leaves unbounded) has an
+        infinite squared error: RMSE and R² would be inf and NaN, and a bootstrap would judge
+        on the few draws that miss it.
+        """
+        if self.task != "regression":
+            return ""
+        with np.errstate(over="ignore", invalid="ignore"):
+            errors = np.square(self.labels.astype("float64") - self.predicted.astype("float64"))
+        rows = ~np.isfinite(errors)
+        if not rows.any():
+            return ""
+        largest = float(np.abs(self.labels[rows].astype("float64")).max())
+        return (
+            f"its squared errors on {int(rows.sum())} of {len(rows)} labelled rows overflow "
+            f"(largest label: |{largest:.3g}|)"
+        )
+
 
 def predict_holdout(model: TrainedModel, holdout: pd.DataFrame | HeldOutRows) -> Predictions:
     """The model's predictions on the hold-out, predicted once for every use of them.

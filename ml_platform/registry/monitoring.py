@@ -170,8 +170,8 @@ def champion_record(
     spec = contract.evaluation
     champion = load(champion_version)
     predictions = predict_holdout(champion, rows)
-    if predictions.non_finite:
-        unscorable = non_finite_predictions(champion, rows)
+    if predictions.non_finite or predictions.overflowing_labels():
+        unscorable = predictions.overflowing_labels() or non_finite_predictions(champion, rows)
         # No metric exists for an infinite prediction: the day is told, not scored.
         return {
             **record,

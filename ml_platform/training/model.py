@@ -701,6 +701,14 @@ def train_model(
             f"the training rows of window {scan.days[0]}..{scan.days[-1]} hold a single "
             f"class ({int(train_labels.total > 0)}); a classifier needs both"
         )
+    if not math.isfinite(train_labels.squares):
+        # A finite but extreme label (1e308) overflows every fit's squared loss.
+        raise TrainingDataError(
+            f"the training labels of window {scan.days[0]}..{scan.days[-1]} are too large to "
+            f"fit: their squares overflow. Bound {contract.label.source} in the contract "
+            "(columns[].min / max) so the gate rejects such values, fix the file upstream and "
+            "re-land the day"
+        )
     state = saver.checkpoints.load()
     if state is not None and state.fingerprint != fingerprint:
         state = None  # inputs or settings changed since that checkpoint: start afresh
