@@ -2,6 +2,7 @@
 
 import csv
 import datetime as dt
+import unicodedata
 
 import numpy as np
 import pandas as pd
@@ -100,15 +101,27 @@ def test_retyped_column_is_reported_with_the_offending_sample():
     assert "'n/a'" in description
 
 
-def test_a_header_name_that_differs_only_by_spaces_or_case_is_pointed_out():
-    frame = generate_day(SYNTHETIC_DAY, seed=7, rows=200).rename(
-        columns={"amount": " amount", "segment": "Segment"}
+def test_a_header_name_that_differs_only_by_spaces_case_or_unicode_form_is_pointed_out():
+    # "régión" as macOS tools write it: each accent a letter and a combining mark (NFD).
+    decomposed = unicodedata.normalize("NFD", "régión")
+    contract = SYNTHETIC.model_copy(
+        update={
+            "columns": [
+                c.model_copy(update={"name": "régión"}) if c.name == "x2" else c
+                for c in SYNTHETIC.columns
+            ]
+        }
     )
-    report = raw_schema(landed(frame), SYNTHETIC)
+    frame = generate_day(SYNTHETIC_DAY, seed=7, rows=200).rename(
+        columns={"amount": " amount", "segment": "Segment", "x2": decomposed}
+    )
+    report = raw_schema(landed(frame), contract)
     description = report.describe()
-    assert "missing column(s) amount, segment" in description
-    assert "the file's ' amount' is the contract's 'amount' but for spaces or case" in description
-    assert "the file's 'Segment' is the contract's 'segment' but for spaces or case" in description
+    assert "missing column(s) régión, amount, segment" in description
+    but = "but for spaces, case or Unicode form (NFC)"
+    assert f"the file's ' amount' is the contract's 'amount' {but}" in description
+    assert f"the file's 'Segment' is the contract's 'segment' {but}" in description
+    assert f"the file's {decomposed!r} is the contract's 'régión' {but}" in description
 
 
 def test_schema_check_result_fails_and_tells_what_to_do():

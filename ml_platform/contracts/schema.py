@@ -9,6 +9,7 @@ import dataclasses
 import datetime as dt
 import functools
 import operator
+import unicodedata
 import zoneinfo
 
 import numpy as np
@@ -74,17 +75,23 @@ class SchemaReport:
             parts.append(f"unexpected column(s) {', '.join(self.unexpected)}")
         parts.extend(f"column {col} {found}" for col, found in self.retyped.items())
         parts.extend(f"column {col} {found}" for col, found in self.unreadable.items())
-        # A name that differs only by spaces or case looks the same in the list above.
-        near = {name.strip().casefold(): name for name in self.unexpected}
+        # A name that differs only by spaces, case or Unicode form (an accent written as a
+        # letter and a combining mark, as macOS tools write it) looks the same in the list.
+        near = {_near(name): name for name in self.unexpected}
         parts.extend(
-            f"the file's {near[name.casefold()]!r} is the contract's {name!r} but for spaces or "
-            "case; rename it upstream"
+            f"the file's {near[_near(name)]!r} is the contract's {name!r} but for spaces, case "
+            "or Unicode form (NFC); rename it upstream"
             for name in self.missing
-            if name.casefold() in near
+            if _near(name) in near
         )
         if any(";" in name for name in self.unexpected):
             parts.append("the header looks separated by ';', not ','; export it comma-separated")
         return "; ".join(parts) if parts else "columns and types match the contract"
+
+
+def _near(name: str) -> str:
+    """A column name without what a reader does not see: outer spaces, case, Unicode form."""
+    return unicodedata.normalize("NFC", name.strip()).casefold()
 
 
 def parse_times(series: pd.Series, errors: str) -> pd.Series:
