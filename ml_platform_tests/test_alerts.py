@@ -539,6 +539,22 @@ class AnsweringServer(http.server.ThreadingHTTPServer):
     posts: int
 
 
+def delivered_over_five_ticks(
+    notifier: Notifier, caplog: pytest.LogCaptureFixture
+) -> DeliveryState:
+    """One paging alert delivered, then the delivery sensor's next four ticks, logs captured.
+
+    What a sink that refuses for good must meet: nothing left to try again on those ticks.
+    """
+    with caplog.at_level(logging.INFO):
+        state = notifier.deliver(
+            [paging_alert()], DeliveryState(), logging.getLogger("test"), now=0.0
+        )
+        for tick in range(1, 5):
+            state = notifier.deliver([], state, logging.getLogger("test"), now=float(tick))
+    return state
+
+
 @pytest.mark.parametrize(
     ("status", "body", "said"),
     [
@@ -561,13 +577,7 @@ def test_a_webhook_that_refuses_for_good_is_said_once_and_not_retried(caplog, st
     threading.Thread(target=server.serve_forever, daemon=True).start()
     notifier = Notifier(webhook_url=f"http://127.0.0.1:{server.server_port}/services/B000/SECRET")
     try:
-        with caplog.at_level(logging.INFO):
-            state = notifier.deliver(
-                [paging_alert()], DeliveryState(), logging.getLogger("test"), now=0.0
-            )
-            # The delivery sensor's next ticks: nothing is left to try again.
-            for tick in range(1, 5):
-                state = notifier.deliver([], state, logging.getLogger("test"), now=float(tick))
+        state = delivered_over_five_ticks(notifier, caplog)
     finally:
         server.shutdown()
         server.server_close()
@@ -636,12 +646,7 @@ def test_a_refused_smtp_login_is_said_once_and_not_retried(caplog, webhook):
         email_to="oncall@example.org",
     )
     try:
-        with caplog.at_level(logging.INFO):
-            state = notifier.deliver(
-                [paging_alert()], DeliveryState(), logging.getLogger("test"), now=0.0
-            )
-            for tick in range(1, 5):
-                state = notifier.deliver([], state, logging.getLogger("test"), now=float(tick))
+        state = delivered_over_five_ticks(notifier, caplog)
     finally:
         server.shutdown()
         server.server_close()

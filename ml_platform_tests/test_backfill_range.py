@@ -305,6 +305,14 @@ def failing_on(monkeypatch, day: str, error: Exception, times: int) -> list[str]
     return computed
 
 
+def validated_range(tmp_path) -> Platform:
+    """A synthetic platform with DAYS landed and validated, their features not yet built."""
+    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "platform")
+    platform.land(DAYS[0], 3)
+    assert materialize_range(platform, DAYS[0], DAYS[2], ["raw_data", "validated_data"]).success
+    return platform
+
+
 def retries(result: dg.ExecuteInProcessResult) -> int:
     return len(
         [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
@@ -312,9 +320,7 @@ def retries(result: dg.ExecuteInProcessResult) -> int:
 
 
 def test_a_bug_on_one_day_of_a_range_fails_the_step_at_once_naming_the_day(tmp_path, monkeypatch):
-    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "platform")
-    platform.land(DAYS[0], 3)
-    assert materialize_range(platform, DAYS[0], DAYS[2], ["raw_data", "validated_data"]).success
+    platform = validated_range(tmp_path)
     computed = failing_on(monkeypatch, DAYS[1], KeyError("amount"), times=99)
 
     result = materialize_range(platform, DAYS[0], DAYS[2], ["features"])
@@ -334,9 +340,7 @@ def test_a_bug_on_one_day_of_a_range_fails_the_step_at_once_naming_the_day(tmp_p
 
 
 def test_a_dropped_connection_on_one_day_of_a_range_is_retried(tmp_path, monkeypatch):
-    platform = Platform(contract_with(tmp_path, "synthetic"), tmp_path / "platform")
-    platform.land(DAYS[0], 3)
-    assert materialize_range(platform, DAYS[0], DAYS[2], ["raw_data", "validated_data"]).success
+    platform = validated_range(tmp_path)
     computed = failing_on(monkeypatch, DAYS[1], ConnectionResetError("reset by peer"), times=1)
 
     result = materialize_range(platform, DAYS[0], DAYS[2], ["features"])
