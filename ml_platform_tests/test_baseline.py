@@ -93,6 +93,24 @@ def test_the_lift_is_paired_with_the_candidate_on_the_same_samples():
         improvement("rmse", candidate, other_seed)
 
 
+def test_an_interval_needs_most_of_its_draws_defined():
+    # 12 held-out rows, one of them positive: most bootstrap samples draw no positive row, so
+    # their ROC AUC is undefined, and the few left are samples unlike the hold-out.
+    y = np.array([1] + [0] * 11)
+    score = np.linspace(0.9, 0.1, len(y))
+    candidate = score_predictions("classification", y, (score > 0.5).astype(int), score, 200, 7)
+    prior, prior_score = baseline_predictions("classification", LabelSummary.of(y), len(y))
+    baseline = score_predictions("classification", y, prior, prior_score, 200, 7)
+    defined = np.isfinite(candidate.draws["roc_auc"]).mean()
+    assert 0 < defined < 0.95
+
+    assert "roc_auc" not in candidate.intervals
+    lift, low, high = improvement("roc_auc", candidate, baseline)
+    assert lift == pytest.approx(0.5) and math.isnan(low) and math.isnan(high)
+    # The metrics every draw defines keep their intervals.
+    assert {"accuracy", "precision"} <= set(candidate.intervals)
+
+
 def test_the_primary_metric_is_the_one_the_contract_promotes_on():
     assert primary_metric(FLIGHTS) == "roc_auc"
     assert primary_metric(SYNTHETIC) == "rmse"

@@ -433,13 +433,24 @@ def _one_block(seed: int, samples: int, rows: int) -> np.ndarray:
     return drawn
 
 
+# The share of bootstrap draws a 95 % interval needs defined. A draw where the metric is
+# undefined (ROC AUC of a sample with one class) is left out; past a few of them, the draws
+# left are those of samples unlike the hold-out (both classes where it barely has two), and
+# their percentiles are no interval of it.
+MIN_DEFINED_DRAWS = 0.95
+
+
+def _percentiles(draws: np.ndarray) -> tuple[float, float] | None:
+    """The 2.5 and 97.5 percentiles of the finite draws; None when too few are finite."""
+    finite = draws[np.isfinite(draws)]
+    if not len(draws) or len(finite) < MIN_DEFINED_DRAWS * len(draws):
+        return None
+    return float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))
+
+
 def _intervals(draws: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
-    """The 2.5 and 97.5 percentiles of each metric's draws (NaN draws left out)."""
-    return {
-        name: (float(np.nanpercentile(d, 2.5)), float(np.nanpercentile(d, 97.5)))
-        for name, d in draws.items()
-        if not np.isnan(d).all()
-    }
+    """Each metric's 95 % interval from its draws, for those with enough draws defined."""
+    return {name: bounds for name, d in draws.items() if (bounds := _percentiles(d)) is not None}
 
 
 def improvement(metric: str, candidate: Paired, reference: Paired) -> tuple[float, float, float]:
@@ -449,8 +460,8 @@ def improvement(metric: str, candidate: Paired, reference: Paired) -> tuple[floa
     Positive is better whatever the metric's direction (for mae and rmse it is the reference's
     error minus the candidate's). The interval comes from the paired draws: each bootstrap
     sample's difference of the two models on the same rows. A sample where the metric is
-    undefined (ROC AUC of a sample with one class) is left out; with no defined sample the
-    interval is NaN, which clears no threshold.
+    undefined (ROC AUC of a sample with one class) is left out; with fewer than
+    `MIN_DEFINED_DRAWS` of them defined the interval is NaN, which clears no threshold.
     """
     if candidate.pairing != reference.pairing:
         raise ValueError(
@@ -460,10 +471,12 @@ def improvement(metric: str, candidate: Paired, reference: Paired) -> tuple[floa
         )
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
     point = sign * (candidate.values[metric] - reference.values[metric])
-    diffs = sign * (candidate.draws[metric] - reference.draws[metric])
-    if np.isnan(diffs).all():
+    with np.errstate(invalid="ignore"):
+        diffs = sign * (candidate.draws[metric] - reference.draws[metric])
+    bounds = _percentiles(diffs)
+    if bounds is None:
         return point, math.nan, math.nan
-    return point, float(np.nanpercentile(diffs, 2.5)), float(np.nanpercentile(diffs, 97.5))
+    return point, *bounds
 
 
 # The metric a trivial baseline is beaten on when the contract names none to promote on: the
