@@ -2,6 +2,10 @@
 
 import concurrent.futures
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import joblib
 import numpy as np
@@ -68,6 +72,97 @@ def test_a_killed_training_worker_leaves_the_days_to_the_steps_process(monkeypat
     assert {t.model for t in trained} == {"the step's own model"}
     [said] = [line for line in logs if "worker process died" in line]
     assert "train in the step's own process" in said
+
+
+def test_a_later_days_unreadable_window_is_not_an_earlier_days_failure(monkeypatch):
+    monkeypatch.setattr(processes, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(processes, "usable_cores", lambda: 2)
+    days = days_from("2024-01-01", 4)
+    logs: list[str] = []
+
+    def in_process():
+        with StepTelemetry() as telemetry:
+            pass
+        return "the step's own model", telemetry
+
+    def window(day: str):
+        # Read ahead for a worker while the first day trains: a damaged file of the third day.
+        if day == days[2]:
+            raise OSError(f"features partition {day} cannot be read")
+        return None
+
+    with RangeTrainer(load_contract("synthetic"), days, window, logs.append) as trainer:
+        # The first day's training sizes the workers and reads the next days ahead.
+        assert trainer.train(days[0], in_process).model == "the step's own model"
+        assert trainer.workers == 2
+        assert trainer.train(days[1], in_process).model == "the step's own model"
+
+    [said] = [line for line in logs if "was not read ahead" in line]
+    assert said.startswith(f"{days[2]} trains in the step's own process")
+    assert f"features partition {days[2]} cannot be read" in said
+
+
+class HoldsItsWorker:
+    """A window whose unpickling keeps the worker busy for half a minute: a stuck training."""
+
+    def __reduce__(self):
+        return (time.sleep, (30,))
+
+
+def test_a_step_leaving_on_an_error_does_not_wait_for_a_stuck_worker(monkeypatch):
+    monkeypatch.setattr(processes, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(processes, "usable_cores", lambda: 2)
+    days = days_from("2024-01-01", 4)
+
+    def in_process():
+        with StepTelemetry() as telemetry:
+            pass
+        return "the step's own model", telemetry
+
+    windows = {day: {"x1": HoldsItsWorker()} for day in days}
+    started = time.monotonic()
+    # The run terminated (an interrupt) or a later day failed: the step leaves.
+    trainer = RangeTrainer(load_contract("synthetic"), days, windows.get, print)
+    with pytest.raises(KeyboardInterrupt), trainer:
+        trainer.train(days[0], in_process)
+        assert trainer.workers == 2
+        raise KeyboardInterrupt
+    # Not after the workers' trainings, which nobody will read (they end by themselves).
+    assert time.monotonic() - started < 20
+
+
+def test_a_training_worker_ends_when_the_steps_process_is_gone(tmp_path):
+    # A step's process that spawned a worker pool is killed (the OOM killer's largest process).
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import concurrent.futures, multiprocessing, os, sys, time\n"
+        "from ml_platform.training.processes import _die_with_parent\n"
+        "if __name__ == '__main__':\n"
+        "    pool = concurrent.futures.ProcessPoolExecutor(\n"
+        "        1, mp_context=multiprocessing.get_context('spawn'), initializer=_die_with_parent\n"
+        "    )\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    os.kill(os.getpid(), 9)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == -9, done.stderr
+    worker = int(done.stdout.split()[0])
+
+    deadline = time.monotonic() + 30
+    while pid_alive(worker):
+        assert time.monotonic() < deadline, f"worker {worker} outlived its step's process"
+        time.sleep(0.1)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process runs under this pid (not a zombie waiting to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
 
 
 @pytest.mark.slow

@@ -27,7 +27,9 @@ import dataclasses
 import functools
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -84,6 +86,23 @@ def worker_count(days_left: int, peak_mb: float, available_mb: float, cores: int
     """Trainings at once: the cores, at most one a day left, within MEMORY_SHARE of memory."""
     by_memory = int(MEMORY_SHARE * available_mb // max(peak_mb, 1.0))
     return max(1, min(cores, days_left, by_memory))
+
+
+def _die_with_parent() -> None:
+    """In a worker: end the process when the step's process is gone.
+
+    A step's process killed (the OOM killer takes the largest process, the step's own) would
+    leave its workers waiting for work for ever, each holding its memory.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +163,11 @@ class RangeTrainer:
     def __enter__(self) -> "RangeTrainer":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # Leaving on an error or an interrupt (the run terminated) does not wait for trainings
+        # nobody will read: a worker stuck in one would hold the step; it ends with its training
+        # or, the step's process gone, by itself (`_die_with_parent`).
+        self._stop(wait=exc_type is None)
 
     def train(
         self, day: str, in_process: Callable[[], tuple[TrainedModel, StepTelemetry]]
@@ -196,7 +218,9 @@ class RangeTrainer:
             return
         # A new interpreter each: a fork of a run's process would inherit its threads' locks.
         context = multiprocessing.get_context("spawn")
-        self.pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_die_with_parent
+        )
         self.workers = workers
         self.log(
             f"the {left} days after {day} train in up to {workers} worker processes: {day}'s "
@@ -211,14 +235,23 @@ class RangeTrainer:
                 return
             day = self.days[self.next_index]
             self.next_index += 1
-            frames = self.worker_window(day)
+            try:
+                frames = self.worker_window(day)
+            except Exception as exc:
+                # Read ahead for a worker, while an earlier day trains: not that day's failure.
+                # The day meets its own error when the step reaches it, in its own process.
+                self.log(
+                    f"{day} trains in the step's own process: its window was not read "
+                    f"ahead ({type(exc).__name__}: {exc})"
+                )
+                continue
             if frames is not None:
                 self.pending[day] = self.pool.submit(
                     train_in_worker, dict(frames), self.contract_json
                 )
 
-    def _stop(self) -> None:
+    def _stop(self, wait: bool = True) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.shutdown(wait=wait, cancel_futures=True)
         self.pool = None
         self.pending.clear()
