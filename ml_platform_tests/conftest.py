@@ -6,6 +6,7 @@ import errno
 import functools
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -180,6 +181,20 @@ class Platform:
 
     def materialized(self, asset: str) -> set[str]:
         return set(self.instance.get_materialized_partitions(self.key(asset)))
+
+
+@pytest.fixture(autouse=True)
+def sigterm_not_ignored() -> None:
+    """SIGTERM ends what a test starts, as it does outside the test runner.
+
+    A pytest-xdist worker ignores SIGINT, and each main-thread run of Dagster's (capture
+    interrupts) leaves SIGTERM as SIGINT is: ignored from then on in that worker, and in every
+    process it starts. Dagster stops the `tail` processes that copy a step's stdout and stderr
+    to its compute logs with SIGTERM, then waits up to 30 s for each: a test whose steps log
+    under `capsys` waited a minute after any earlier main-thread run in its worker.
+    """
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture

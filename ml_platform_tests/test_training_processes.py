@@ -38,6 +38,13 @@ def test_available_memory_is_a_positive_finite_figure():
     assert 0 < available_memory_mb() < float("inf")
 
 
+def own_training() -> tuple[str, StepTelemetry]:
+    """A day trained in the step's own process, instantly: what the trainer sizes workers from."""
+    with StepTelemetry() as telemetry:
+        pass
+    return "the step's own model", telemetry
+
+
 class EndsItsProcess:
     """A window that ends the worker process unpickling it at once, as the OOM killer does."""
 
@@ -52,21 +59,16 @@ def test_a_killed_training_worker_leaves_the_days_to_the_steps_process(monkeypat
     days = days_from("2024-01-01", 5)
     logs: list[str] = []
 
-    def in_process():
-        with StepTelemetry() as telemetry:
-            pass
-        return "the step's own model", telemetry
-
     windows = {day: {"x1": EndsItsProcess()} for day in days}
     with RangeTrainer(load_contract("synthetic"), days, windows.get, logs.append) as trainer:
         # The first day sizes the workers; they are handed the next two days and die on them.
-        assert not trainer.train(days[0], in_process).in_worker
+        assert not trainer.train(days[0], own_training).in_worker
         assert trainer.workers == 2
         concurrent.futures.wait(trainer.pending.values(), timeout=120)
         # Either the step asks for a day a worker had, or, the next two days being verdicts
         # (never trained), for a later one it trains itself while the pool is broken.
         wanted = days[1:] if asked == "every day" else days[3:]
-        trained = [trainer.train(day, in_process) for day in wanted]
+        trained = [trainer.train(day, own_training) for day in wanted]
 
     assert [t.in_worker for t in trained] == [False] * len(wanted)
     assert {t.model for t in trained} == {"the step's own model"}
@@ -80,11 +82,6 @@ def test_a_later_days_unreadable_window_is_not_an_earlier_days_failure(monkeypat
     days = days_from("2024-01-01", 4)
     logs: list[str] = []
 
-    def in_process():
-        with StepTelemetry() as telemetry:
-            pass
-        return "the step's own model", telemetry
-
     def window(day: str):
         # Read ahead for a worker while the first day trains: a damaged file of the third day.
         if day == days[2]:
@@ -93,9 +90,9 @@ def test_a_later_days_unreadable_window_is_not_an_earlier_days_failure(monkeypat
 
     with RangeTrainer(load_contract("synthetic"), days, window, logs.append) as trainer:
         # The first day's training sizes the workers and reads the next days ahead.
-        assert trainer.train(days[0], in_process).model == "the step's own model"
+        assert trainer.train(days[0], own_training).model == "the step's own model"
         assert trainer.workers == 2
-        assert trainer.train(days[1], in_process).model == "the step's own model"
+        assert trainer.train(days[1], own_training).model == "the step's own model"
 
     [said] = [line for line in logs if "was not read ahead" in line]
     assert said.startswith(f"{days[2]} trains in the step's own process")
@@ -114,17 +111,12 @@ def test_a_step_leaving_on_an_error_does_not_wait_for_a_stuck_worker(monkeypatch
     monkeypatch.setattr(processes, "usable_cores", lambda: 2)
     days = days_from("2024-01-01", 4)
 
-    def in_process():
-        with StepTelemetry() as telemetry:
-            pass
-        return "the step's own model", telemetry
-
     windows = {day: {"x1": HoldsItsWorker()} for day in days}
     started = time.monotonic()
     # The run terminated (an interrupt) or a later day failed: the step leaves.
     trainer = RangeTrainer(load_contract("synthetic"), days, windows.get, print)
     with pytest.raises(KeyboardInterrupt), trainer:
-        trainer.train(days[0], in_process)
+        trainer.train(days[0], own_training)
         assert trainer.workers == 2
         raise KeyboardInterrupt
     # Not after the workers' trainings, which nobody will read (they end by themselves).
