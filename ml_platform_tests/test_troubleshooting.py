@@ -1195,3 +1195,49 @@ def test_json_lines_redact_the_whole_url_password(scheme_user, password, host, m
     )
     assert password not in line
     assert not [part for part in password.split("@") if len(part) > 3 and part in line]
+
+
+# A run process writing the JSON log: it readies its handler, waits for the others, then
+# writes its lines as fast as it can.
+WRITER = """
+import logging, sys, time
+from pathlib import Path
+from ml_platform.platform.logs import JsonFileHandler
+
+name, home = sys.argv[1], Path(sys.argv[2])
+handler = JsonFileHandler(max_bytes=10_000, backup_count=11)
+(home / f"ready-{name}").touch()
+while not (home / "go").exists():
+    time.sleep(0.01)
+for i in range(150):
+    message = {"name": "ml_platform", "levelno": 20, "levelname": "INFO", "msg": f"{name} {i:04d}"}
+    handler.emit(logging.makeLogRecord(message))
+handler.close()
+"""
+
+
+def test_json_log_lines_of_runs_rotating_the_file_together_are_all_kept(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    names = [f"run{n}" for n in range(3)]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, name, str(tmp_path)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    ]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{name}").exists() for name in names):
+        assert time.monotonic() < deadline, "the writers never started"
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    errors = [writer.communicate(timeout=120)[1] for writer in writers]
+
+    assert [writer.returncode for writer in writers] == [0, 0, 0], errors
+    assert not [e for e in errors if "Logging error" in e], errors
+    # 450 lines of about 200 bytes: well within the file and its eleven backups of 10 kB.
+    files = [f for f in (tmp_path / "logs").glob(f"{LOG_FILE_NAME}*") if f.suffix != ".lock"]
+    kept = [json.loads(line)["message"] for f in files for line in f.read_text().splitlines()]
+    assert sorted(kept) == sorted(f"{name} {i:04d}" for name in names for i in range(150))

@@ -19,14 +19,16 @@ Secrets never reach a line: values of environment variables whose names look lik
 """
 
 import datetime as dt
+import fcntl
 import json
 import logging
 import logging.handlers
+import os
 import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ml_platform.platform.failures import error_chain, user_error
 from ml_platform.platform.run_events import partition_of_tags
@@ -130,6 +132,11 @@ class JsonFileHandler(logging.handlers.RotatingFileHandler):
 
     Each run process opens the file in append mode and writes whole lines, so concurrent runs
     interleave lines, never bytes of a line (lines are far below the pipe/atomic-append size).
+    Every process of the machine writes the same file: each line is written under an exclusive
+    lock of `ml_platform.jsonl.lock`, after reopening the file if another process rotated it,
+    so one rotation happens at a time, by the file's own size. Each process rotating by the
+    size of the file its descriptor pointed at renamed away others' fresh files: lines were
+    lost though all fitted the file and its backups.
     """
 
     def __init__(self, max_bytes: int = 50_000_000, backup_count: int = 5) -> None:
@@ -141,7 +148,42 @@ class JsonFileHandler(logging.handlers.RotatingFileHandler):
             backupCount=backup_count,
             encoding="utf-8",
         )
+        self.lock_path = directory / f"{LOG_FILE_NAME}.lock"
+        self.lock_file: TextIO | None = None
         self.setFormatter(JsonFormatter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the line under the machine-wide lock, to the file now at the log's path."""
+        # Opened on use, as the log file is: a closed handler may still be handed records.
+        if self.lock_file is None:
+            self.lock_file = open(self.lock_path, "a")  # noqa: SIM115
+        fcntl.flock(self.lock_file, fcntl.LOCK_EX)
+        try:
+            stream = self.stream
+            if stream is not None and not self._current(stream):
+                stream.close()
+                self.stream = self._open()
+            super().emit(record)
+        finally:
+            fcntl.flock(self.lock_file, fcntl.LOCK_UN)
+
+    def _current(self, stream: TextIO) -> bool:
+        """Whether `stream` is the file at the log's path (not rotated away since)."""
+        try:
+            at_path = os.stat(self.baseFilename)
+        except FileNotFoundError:
+            return False
+        opened = os.fstat(stream.fileno())
+        return (at_path.st_dev, at_path.st_ino) == (opened.st_dev, opened.st_ino)
+
+    def close(self) -> None:
+        """Close the log file and the lock file."""
+        try:
+            super().close()
+        finally:
+            if self.lock_file is not None:
+                self.lock_file.close()
+                self.lock_file = None
 
 
 class JsonStderrHandler(logging.StreamHandler):
