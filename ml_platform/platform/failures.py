@@ -35,6 +35,7 @@ nothing of why a later day's step failed.
 
 import dataclasses
 import re
+from collections.abc import Iterator
 from typing import Any
 
 DATA = "data"
@@ -157,15 +158,24 @@ def transient(exc: BaseException) -> bool:
     that usually passes, which a step's retry policy should meet as it was raised, not wrapped
     in a verdict that forbids retries.
     """
+    for current in exception_chain(exc, context=True):
+        names = {cls.__name__ for cls in type(current).__mro__}
+        if names & TRANSIENT_ERROR_CLASSES or TRANSIENT_PATTERN.search(str(current)):
+            return True
+    return False
+
+
+def exception_chain(exc: BaseException, context: bool = False) -> Iterator[BaseException]:
+    """`exc` and each error it was raised from, outermost first, each once.
+
+    `__cause__`; with `context`, else the error it was raised while handling (`__context__`).
+    """
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        names = {cls.__name__ for cls in type(current).__mro__}
-        if names & TRANSIENT_ERROR_CLASSES or TRANSIENT_PATTERN.search(str(current)):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+        yield current
+        current = current.__cause__ or (current.__context__ if context else None)
 
 
 def out_of_disk(reason: str) -> bool:

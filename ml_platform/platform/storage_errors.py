@@ -14,7 +14,12 @@ from collections.abc import Iterator
 import dagster as dg
 from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
-from ml_platform.platform.failures import CONFIGURATION, RESOURCE_EXHAUSTION, runbook_link
+from ml_platform.platform.failures import (
+    CONFIGURATION,
+    RESOURCE_EXHAUSTION,
+    exception_chain,
+    runbook_link,
+)
 
 REFUSED = (
     "the platform's user is not allowed to: fix the owner and mode of the lake directory, or "
@@ -135,10 +140,7 @@ def permanent_s3_error(exc: BaseException) -> str | None:
     A `LakeStorageError` chains the S3 error it was raised from; a refused permission is not
     looked up here, since its errno (EACCES) already says it (`storage_errno`).
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in exception_chain(exc):
         if isinstance(current, ClientError):
             code = current.response.get("Error", {}).get("Code")
             if code in PERMANENT_S3_ERRORS:
@@ -146,7 +148,6 @@ def permanent_s3_error(exc: BaseException) -> str | None:
         for kind, advice in PERMANENT_CREDENTIAL_ERRORS.items():
             if isinstance(current, kind):
                 return advice
-        current = current.__cause__
     return None
 
 
