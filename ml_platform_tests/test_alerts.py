@@ -13,6 +13,7 @@ import json
 import logging
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,7 +52,7 @@ from ml_platform.platform.failures import (
 from ml_platform.platform.run_events import RunOutcome, run_outcome
 from ml_platform.platform.settings import Settings
 from ml_platform_tests.conftest import REPO
-from ml_platform_tests.services import WebhookServer, webhook_server
+from ml_platform_tests.services import WebhookReceiver, WebhookServer, webhook_server
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 BEHAVIOUR: dict[str, object] = {"fail": None, "drift": False}
@@ -611,6 +612,105 @@ def test_a_webhook_that_may_answer_later_is_retried(caplog, status):
     assert f"webhook delivery failed (attempt 1 of 5): HTTPError: HTTP Error {status}" in errors[0]
     assert "given up on webhook after 5 attempts" in errors[-1]
     assert "SECRET" not in caplog.text
+
+
+class Hanging(socketserver.StreamRequestHandler):
+    """A receiver that takes a request and never answers it (until the test ends)."""
+
+    server: "HangingServer"
+
+    def handle(self):
+        self.server.requests += 1
+        self.rfile.readline()
+        self.server.released.wait(30)
+
+
+class HangingServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    requests: int
+    released: threading.Event
+
+
+def paging_alerts(count: int) -> list[Alert]:
+    """`count` paging alerts about different jobs: none is a duplicate of another."""
+    return [
+        dataclasses.replace(paging_alert(), title=f"job_{n} failed 3 times", subject=f"job_{n}")
+        for n in range(count)
+    ]
+
+
+def test_a_hanging_webhook_costs_one_timeout_a_tick_and_keeps_every_alert(caplog, webhook):
+    hanging = HangingServer(("127.0.0.1", 0), Hanging)
+    hanging.requests, hanging.released = 0, threading.Event()
+    threading.Thread(target=hanging.serve_forever, daemon=True).start()
+    notifier = Notifier(
+        webhook_url=f"http://127.0.0.1:{hanging.server_address[1]}/hook", timeout_seconds=0.5
+    )
+    try:
+        with caplog.at_level(logging.INFO):
+            state = notifier.deliver(
+                paging_alerts(6), DeliveryState(), logging.getLogger("test"), now=0.0
+            )
+    finally:
+        hanging.released.set()
+        hanging.shutdown()
+        hanging.server_close()
+
+    # One post waited out its timeout; the five after it were not tried on this tick, so a
+    # tick stays far within Dagster's limit however many alerts a hanging sink has.
+    assert hanging.requests == 1
+    assert [entry["attempts"] for entry in state.outbox] == [1, 0, 0, 0, 0, 0]
+    assert "5 alert(s) wait for the next tick on webhook: webhook failed on this tick" in (
+        caplog.text
+    )
+
+    # The receiver answers again (here: another one, as after a fix of its URL): the next
+    # tick sends all six, each once, and logs none of them again.
+    caplog.clear()
+    answering = notifier.model_copy(update={"webhook_url": webhook.url})
+    with caplog.at_level(logging.INFO):
+        state = answering.deliver([], state, logging.getLogger("test"), now=1.0)
+    assert state.outbox == []
+    assert sorted(a["ml_platform_alert"]["subject"] for a in webhook.received) == [
+        f"job_{n}" for n in range(6)
+    ]
+    assert "failed 3 times" not in caplog.text
+
+
+class SlowReceiver(WebhookReceiver):
+    """The webhook receiver, answering each post after 0.3 s."""
+
+    def do_POST(self):
+        time.sleep(0.3)
+        super().do_POST()
+
+
+def test_a_tick_sends_for_its_budget_and_leaves_the_rest_for_the_next_ticks(caplog):
+    server = WebhookServer(("127.0.0.1", 0), SlowReceiver)
+    server.received, server.fail_next, server.refused = [], 0, 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    notifier = Notifier(webhook_url=server.url, delivery_seconds=0.5)
+    try:
+        with caplog.at_level(logging.INFO):
+            state = notifier.deliver(
+                paging_alerts(5), DeliveryState(), logging.getLogger("test"), now=0.0
+            )
+            first_tick = len(server.received)
+            for tick in range(1, 6):
+                state = notifier.deliver([], state, logging.getLogger("test"), now=float(tick))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert 1 <= first_tick < 5
+    assert "alert(s) wait for the next tick on webhook: this tick's 0.5 s of sending" in (
+        caplog.text
+    )
+    # Waiting used none of an alert's attempts: every one arrives, once.
+    assert state.outbox == []
+    assert sorted(a["ml_platform_alert"]["subject"] for a in server.received) == [
+        f"job_{n}" for n in range(5)
+    ]
 
 
 class RefusingLogin(socketserver.StreamRequestHandler):

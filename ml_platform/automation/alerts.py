@@ -33,6 +33,7 @@ sent, what still has to be sent after a sink failed) lives in the delivering sen
 it survives restarts and moves with the instance.
 """
 
+import collections
 import dataclasses
 import hashlib
 import http.client
@@ -268,6 +269,14 @@ class Notifier(dg.ConfigurableResource):
     dedup_seconds: int = Field(default=3600, description="identical alerts are sent once per")
     failure_streak: int = Field(default=3, description="failed runs in a row that page")
     timeout_seconds: float = 10.0
+    delivery_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description=(
+            "sending time a sensor tick may spend on the sinks; what is left waits for the next "
+            "tick (Dagster ends a sensor tick after 60 s)"
+        ),
+    )
     owners: dict[str, list[str]] = Field(
         default_factory=dict, description="dataset -> its contract's owners, named by its alerts"
     )
@@ -326,6 +335,12 @@ class Notifier(dg.ConfigurableResource):
         An alert whose fingerprint was sent within the dedup window is dropped. A sink that
         fails keeps the alert in the outbox and is tried again on the next call (the next
         sensor tick), up to MAX_DELIVERY_ATTEMPTS; other sinks are not held up by it.
+
+        A call sends for at most `delivery_seconds` (plus one send's timeout), and tries a sink
+        that failed no more in that call: a webhook that hangs costs one timeout a tick, not
+        one per alert. Alerts not tried wait in the outbox without using an attempt. Otherwise
+        a tick with several alerts for a hanging sink outlasts Dagster's limit on a sensor
+        tick, which then fails without its cursor: every alert logged and sent again, each tick.
         """
         now = time.time() if now is None else now
         sent = {f: t for f, t in state.sent.items() if now - t < self.dedup_seconds}
@@ -344,11 +359,19 @@ class Notifier(dg.ConfigurableResource):
         return DeliveryState(sent=sent, outbox=self._work_outbox(outbox, log))
 
     def _work_outbox(self, outbox: list[dict[str, Any]], log: Any) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + self.delivery_seconds
+        failing: set[str] = set()  # sinks that failed in this call: tried again next call
+        waiting: collections.Counter[str] = collections.Counter()
         remaining = []
         for entry in outbox:
             alert = Alert.from_json(entry["alert"])
             pending = []
+            failed = False  # a sink tried in this call failed: one attempt used
             for sink in entry["sinks"]:
+                if sink in failing or time.monotonic() >= deadline:
+                    pending.append(sink)
+                    waiting[sink] += 1
+                    continue
                 try:
                     self._send(sink, alert)
                 except MisconfiguredSink as exc:
@@ -366,6 +389,8 @@ class Notifier(dg.ConfigurableResource):
                         f"{type(exc).__name__}: {exc}"
                     )
                     pending.append(sink)
+                    failing.add(sink)
+                    failed = True
                 except http.client.HTTPException as exc:
                     # A receiver that answered something other than HTTP. The text of http.client's
                     # errors can quote the request line, which holds the URL's secret path.
@@ -375,7 +400,9 @@ class Notifier(dg.ConfigurableResource):
                         f"{type(exc).__name__} (the receiver's answer was not HTTP)"
                     )
                     pending.append(sink)
-            attempts = entry["attempts"] + 1
+                    failing.add(sink)
+                    failed = True
+            attempts = entry["attempts"] + failed
             if pending and attempts < MAX_DELIVERY_ATTEMPTS:
                 remaining.append({**entry, "sinks": pending, "attempts": attempts})
             elif pending:
@@ -383,6 +410,13 @@ class Notifier(dg.ConfigurableResource):
                     f"alert '{alert.title}' given up on {', '.join(pending)} after "
                     f"{attempts} attempts; see docs/runbook.md#alert-delivery-failed"
                 )
+        for sink, count in sorted(waiting.items()):
+            why = (
+                f"{sink} failed on this tick"
+                if sink in failing
+                else f"this tick's {self.delivery_seconds:g} s of sending are spent"
+            )
+            log.warning(f"{count} alert(s) wait for the next tick on {sink}: {why}")
         return remaining
 
     def _send(self, sink: str, alert: Alert) -> None:
