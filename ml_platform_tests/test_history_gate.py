@@ -73,6 +73,13 @@ def test_a_count_floor_is_relative_to_the_median_and_counts_stay_non_negative():
     assert (one_value.low, one_value.high) == (0.0, 2.0)
 
 
+def test_a_counts_bounds_are_the_whole_counts_inside_as_ge_holds_them():
+    # 4 robust sds of [100, 101, 103] are 5.93: 94.07 to 108.93, so 95 to 108 rows.
+    bound = count_bound([100.0, 101.0, 103.0], spread=4.0, floor=0.0)
+    assert (bound.low, bound.high) == (95.0, 108.0)
+    assert not bound.holds(94) and bound.holds(95) and bound.holds(108) and not bound.holds(109)
+
+
 def test_an_undefined_value_is_never_within_bounds():
     bound = Bound(0.1, 0.2, 0.0, 0.5)
     assert not bound.holds(None) and not bound.holds(math.nan)
@@ -168,6 +175,42 @@ def test_a_column_named_beyond_ascii_is_gated_on_its_own_day(tmp_path):
     # Judged against its history like any column: bounds given to GE, the day within them.
     assert report.of(HISTORY) == [] and report.failures == []
     assert report.evaluated > 0
+
+
+def shop_day(contract: Contract, day: str, rows: int) -> pd.DataFrame:
+    """`rows` typed rows of the ACCENTED contract's day, as landed."""
+    landed = pd.DataFrame(
+        {
+            "ts": [f"{day}T{h % 24:02d}:00:00" for h in range(rows)],
+            "prix_unité": [1.0 + h for h in range(rows)],
+            "y": [h % 2 for h in range(rows)],
+        }
+    ).to_csv(index=False)
+    name = f"shop_{day}.csv"
+    return type_rows(read_landed_file(landed.encode(), name, day, []), contract, where=name)
+
+
+def test_ge_fails_a_row_count_just_below_a_fractional_low_bound(tmp_path):
+    # GE truncates a count expectation's bounds: given 94.07, it would pass 94 rows.
+    path = tmp_path / "shop.yaml"
+    settings = "min_days: 3, spread: 4.0, count_floor: 0.001}"
+    path.write_text(ACCENTED.replace("min_days: 3}", settings))
+    contract = load_contract(path)
+    day = "2024-01-04"
+    history = {
+        d: day_profile(shop_day(contract, d, rows), contract)
+        for d, rows in [("2024-01-01", 100), ("2024-01-02", 101), ("2024-01-03", 103)]
+    }
+    window = window_from_profiles(contract, day, history)
+    assert (window.bounds["row_count"].low, window.bounds["row_count"].high) == (95.0, 108.0)
+
+    gate = quality_gate(contract)
+    short, _ = gate.validate(shop_day(contract, day, 94), day, window)
+    enough, _ = gate.validate(shop_day(contract, day, 95), day, window)
+
+    [finding] = [f.finding for f in short.of(HISTORY)]
+    assert finding is not None and finding.statistic.key == "row_count" and finding.today == 94
+    assert "row_count" not in [f.finding.statistic.key for f in enough.of(HISTORY) if f.finding]
 
 
 @pytest.fixture(scope="module")

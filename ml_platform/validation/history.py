@@ -185,11 +185,13 @@ def count_bound(history: Sequence[float], spread: float, floor: float) -> Bound:
     At least one either way: a count that never moved in a small history (an optional column
     never filled, a category column of one value) would otherwise allow that count alone, and
     the first row to use the column, or one new category, would reject the whole delivery.
+    The bounds are the whole counts inside: GE holds a count expectation's bounds as integers,
+    truncating them, so a low bound of 10.3 would let GE pass a count of 10 that it is not.
     """
     lo, hi = min(history), max(history)
     median = float(statistics.median(history))
     margin = max(spread * robust_sd(history), floor * median, MIN_COUNT_MARGIN)
-    return Bound(lo, hi, max(0.0, lo - margin), hi + margin)
+    return Bound(lo, hi, float(max(0, math.ceil(lo - margin))), float(math.floor(hi + margin)))
 
 
 def bounds_of(

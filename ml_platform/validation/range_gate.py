@@ -255,10 +255,6 @@ class RangeScreen:
             low, high = parameters[stat.parameter("min")], parameters[stat.parameter("max")]
             if stat.is_share:
                 low, high = _narrow(low, high)
-            else:
-                # GE's count expectations hold their bounds as integers (it truncates them);
-                # a count is an integer, so these bounds are exact.
-                low, high = (None if b is None else float(int(b)) for b in (low, high))
             value, rule = profile[stat.key], f"history {stat.key}"
             if stat.kind == "null_share":
                 # GE measures the present share
