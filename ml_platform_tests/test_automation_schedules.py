@@ -105,6 +105,49 @@ def test_daily_schedule_skips_a_day_that_is_already_accepted_and_reruns_a_reject
     assert request.partition_key == "2013-03-04"
 
 
+@pytest.mark.parametrize(
+    ("status", "runs_again"),
+    [
+        # (A queued run needs a code location's origin here; it is in the same list of states.)
+        (dg.DagsterRunStatus.NOT_STARTED, False),
+        (dg.DagsterRunStatus.STARTED, False),
+        (dg.DagsterRunStatus.FAILURE, True),
+        (dg.DagsterRunStatus.SUCCESS, True),  # ended, and the day not accepted (rejected)
+    ],
+)
+def test_daily_schedule_leaves_a_day_to_its_run_in_flight(flights, status, runs_again):
+    # The file landed at 01:55: the landing sensor's run of the day is queued or running at
+    # 02:00. A second run would wait behind it, then compute the same day again.
+    defs, repository = flights
+    at = dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
+    with dg.instance_for_test() as instance:
+        sensors_run = instance.add_run(
+            dg.DagsterRun(
+                job_name=FLIGHTS_DAILY_JOB,
+                status=status,
+                tags={DATASET_PARTITION_TAG: "flights:2013-03-04"},
+            )
+        )
+        # The same day of another dataset is not this one's.
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="synthetic_daily_pipeline_job",
+                status=dg.DagsterRunStatus.STARTED,
+                tags={DATASET_PARTITION_TAG: "synthetic:2013-03-04"},
+            )
+        )
+        result = evaluate(defs, repository, FLIGHTS_DAILY_SCHEDULE, at, instance)
+
+    if runs_again:
+        [request] = result.run_requests
+        assert request.partition_key == "2013-03-04"
+    else:
+        assert result.run_requests == []
+        assert f"2013-03-04 has a run queued or running ({sensors_run.run_id})" in (
+            result.skip_message or ""
+        )
+
+
 def test_weekly_retrain_runs_on_monday_for_sunday(flights):
     defs, repository = flights
     schedule = defs.resolve_schedule_def(FLIGHTS_WEEKLY_RETRAIN_SCHEDULE)

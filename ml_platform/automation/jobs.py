@@ -32,6 +32,24 @@ def day_run_tags(dataset: str, day: str) -> dict[str, str]:
     return {DATASET_PARTITION_TAG: f"{dataset}:{day}"}
 
 
+# A run in one of these will still do its day.
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def day_runs_in_flight(instance: dg.DagsterInstance, dataset: str, day: str) -> list[dg.DagsterRun]:
+    """The single-day runs of a dataset's day that are queued or running (`day_run_tags`)."""
+    return list(
+        instance.get_runs(
+            filters=dg.RunsFilter(tags=day_run_tags(dataset, day), statuses=IN_FLIGHT)
+        )
+    )
+
+
 def build_ingestion_job(dataset: str):
     """raw_data, validated_data and features of a day: cheap, independent days, no training.
 

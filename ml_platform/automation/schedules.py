@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from ml_platform.automation.jobs import day_run_tags
+from ml_platform.automation.jobs import day_run_tags, day_runs_in_flight
 from ml_platform.platform.datasets import dataset_name
 from ml_platform.platform.records import done_days
 
@@ -44,8 +44,8 @@ def build_daily_schedule(
         execution_timezone=partitions.timezone,
         description=(
             "At 02:00 (dataset timezone), runs the day that just ended, unless every asset of "
-            "the job already accepted that day (the landing sensor ran it when its file landed); "
-            "a rejected day runs again."
+            "the job already accepted that day (the landing sensor ran it when its file landed) "
+            "or a run of it is queued or running; a rejected day runs again."
         ),
     )
     def daily_pipeline_schedule(context: dg.ScheduleEvaluationContext):
@@ -60,6 +60,14 @@ def build_daily_schedule(
         ]
         if not missing:
             return dg.SkipReason(f"{day} is already accepted for every asset of {job_name}")
+        # The landing sensor's run of a file that landed just before: a second run of the day
+        # would wait for it in the queue, then do the same day again.
+        in_flight = day_runs_in_flight(context.instance, dataset, day)
+        if in_flight:
+            return dg.SkipReason(
+                f"{day} has a run queued or running ({in_flight[0].run_id}): it does the day; "
+                "if it fails, the failure is alerted and its retries rerun it"
+            )
         return dg.RunRequest(
             run_key=f"{name}:{day}", partition_key=day, tags=day_run_tags(dataset, day)
         )
