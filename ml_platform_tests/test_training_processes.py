@@ -1,6 +1,7 @@
 """A range's models trained side by side in worker processes, sized by memory and cores."""
 
 import concurrent.futures
+import dataclasses
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import joblib
 import numpy as np
+import pandas as pd
 import pytest
 
 from ml_platform.contracts import load_contract
@@ -38,11 +40,90 @@ def test_available_memory_is_a_positive_finite_figure():
     assert 0 < available_memory_mb() < float("inf")
 
 
-def own_training() -> tuple[str, StepTelemetry]:
+MIB = 1024**2
+UNLIMITED_V1 = "9223372036854771712"
+
+
+@pytest.mark.parametrize(
+    ("proc_cgroup", "files", "memory_mb", "cpus"),
+    [
+        (
+            "0::/\n",
+            {"memory.max": 1024 * MIB, "memory.current": 256 * MIB, "cpu.max": "150000 100000"},
+            768,
+            1.5,
+        ),
+        (
+            "0::/\n",
+            {"memory.max": "max", "memory.current": 256 * MIB, "cpu.max": "max 100000"},
+            None,
+            None,
+        ),
+        (
+            # A v1 container without a cgroup namespace: its host's path, its own group mounted.
+            "4:memory:/docker/abc\n1:cpu,cpuacct:/docker/abc\n",
+            {
+                "memory/memory.limit_in_bytes": 2048 * MIB,
+                "memory/memory.usage_in_bytes": 512 * MIB,
+                "cpu/cpu.cfs_quota_us": 200000,
+                "cpu/cpu.cfs_period_us": 100000,
+            },
+            1536,
+            2.0,
+        ),
+        (
+            # v1, the limit on a parent group: the tightest level counts.
+            "4:memory:/jobs/step\n1:cpu,cpuacct:/jobs/step\n",
+            {
+                "memory/jobs/step/memory.limit_in_bytes": UNLIMITED_V1,
+                "memory/jobs/step/memory.usage_in_bytes": 100 * MIB,
+                "memory/jobs/memory.limit_in_bytes": 1024 * MIB,
+                "memory/jobs/memory.usage_in_bytes": 900 * MIB,
+                "memory/memory.limit_in_bytes": UNLIMITED_V1,
+                "memory/memory.usage_in_bytes": 4096 * MIB,
+                "cpu/jobs/step/cpu.cfs_quota_us": -1,
+                "cpu/jobs/step/cpu.cfs_period_us": 100000,
+                "cpu/cpu.cfs_quota_us": -1,
+                "cpu/cpu.cfs_period_us": 100000,
+            },
+            124,
+            None,
+        ),
+    ],
+    ids=["v2 limits", "v2 no limit", "v1 container", "v1 parent's limit"],
+)
+def test_a_cgroups_memory_limit_and_cpu_quota_size_the_trainings(
+    tmp_path, monkeypatch, proc_cgroup, files, memory_mb, cpus
+):
+    root = tmp_path / "cgroup"
+    for name, value in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{value}\n")
+    (tmp_path / "proc_cgroup").write_text(proc_cgroup)
+    monkeypatch.setattr(processes, "CGROUP", root)
+    monkeypatch.setattr(processes, "PROC_CGROUP", tmp_path / "proc_cgroup")
+
+    assert processes.cgroup_available_mb() == (memory_mb or float("inf"))
+    assert processes.cgroup_cpus() == (cpus or float("inf"))
+    if memory_mb is not None:
+        assert available_memory_mb() <= memory_mb
+    cores = len(os.sched_getaffinity(0))
+    assert processes.usable_cores() == (min(cores, int(cpus)) if cpus else cores)
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnModel:
+    """What the trainer reads of a model trained in the step's own process: its window's rows."""
+
+    train_rows: int = 8
+    holdout_rows: int = 2
+
+
+def own_training() -> tuple[OwnModel, StepTelemetry]:
     """A day trained in the step's own process, instantly: what the trainer sizes workers from."""
     with StepTelemetry() as telemetry:
         pass
-    return "the step's own model", telemetry
+    return OwnModel(), telemetry
 
 
 class EndsItsProcess:
@@ -50,6 +131,9 @@ class EndsItsProcess:
 
     def __reduce__(self):
         return (os._exit, (137,))
+
+    def __len__(self) -> int:
+        return 1  # a row, for the trainer's estimate of its training's seconds
 
 
 @pytest.mark.parametrize("asked", ["every day", "after two verdicts"])
@@ -71,7 +155,7 @@ def test_a_killed_training_worker_leaves_the_days_to_the_steps_process(monkeypat
         trained = [trainer.train(day, own_training) for day in wanted]
 
     assert [t.in_worker for t in trained] == [False] * len(wanted)
-    assert {t.model for t in trained} == {"the step's own model"}
+    assert {t.model for t in trained} == {OwnModel()}
     [said] = [line for line in logs if "worker process died" in line]
     assert "train in the step's own process" in said
 
@@ -90,13 +174,44 @@ def test_a_later_days_unreadable_window_is_not_an_earlier_days_failure(monkeypat
 
     with RangeTrainer(load_contract("synthetic"), days, window, logs.append) as trainer:
         # The first day's training sizes the workers and reads the next days ahead.
-        assert trainer.train(days[0], own_training).model == "the step's own model"
+        assert trainer.train(days[0], own_training).model == OwnModel()
         assert trainer.workers == 2
-        assert trainer.train(days[1], own_training).model == "the step's own model"
+        assert trainer.train(days[1], own_training).model == OwnModel()
 
     [said] = [line for line in logs if "was not read ahead" in line]
     assert said.startswith(f"{days[2]} trains in the step's own process")
     assert f"features partition {days[2]} cannot be read" in said
+
+
+def test_a_window_whose_training_would_outlast_the_checkpoint_interval_trains_in_the_step(
+    monkeypatch,
+):
+    # A range from the dataset's start: its first day trains on a one-day window, later days
+    # on ten times the rows. 10 rows took 1 s: 100 rows would take 10, past checkpoint_seconds
+    # (5 s by default), so that day keeps its checkpoints in the step's own process.
+    monkeypatch.setattr(processes, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(processes, "usable_cores", lambda: 2)
+    days = days_from("2024-01-01", 4)
+    rows = {days[1]: 100, days[2]: 30, days[3]: 100}
+    logs: list[str] = []
+
+    def first_day() -> tuple[OwnModel, StepTelemetry]:
+        model, telemetry = own_training()
+        telemetry.wall_seconds = 1.0
+        return model, telemetry
+
+    def window(day: str):
+        return {day: pd.DataFrame({"x1": np.zeros(rows[day])})}
+
+    with RangeTrainer(load_contract("synthetic"), days, window, logs.append) as trainer:
+        trainer.train(days[0], first_day)
+        assert trainer.workers == 2
+        assert list(trainer.pending) == [days[2]]
+
+    said = [line for line in logs if "with checkpoints" in line]
+    assert [line.split()[0] for line in said] == [days[1], days[3]]
+    assert "its window's 100 rows would train for about 10 s" in said[0]
+    assert "training.checkpoint_seconds (5 s)" in said[0]
 
 
 class HoldsItsWorker:
@@ -104,6 +219,9 @@ class HoldsItsWorker:
 
     def __reduce__(self):
         return (time.sleep, (30,))
+
+    def __len__(self) -> int:
+        return 1
 
 
 def test_a_step_leaving_on_an_error_does_not_wait_for_a_stuck_worker(monkeypatch):

@@ -13,9 +13,11 @@ trainings at once follows memory, not a fixed count. A day trains in a worker wh
 
 - its window's frames fit WORKER_WINDOW_BYTES: they are sent to the worker whole (a window of
   big days is streamed a day at a time in the step's process instead, as before);
-- the step's trainings are shorter than the contract's `training.checkpoint_seconds`: a worker
-  writes no checkpoint, and such a training would have written none either, so a kill loses
-  at most what it would have lost in the step's process;
+- its training would be shorter than the contract's `training.checkpoint_seconds`, judged
+  from the step's first training's seconds per window row times this window's rows (a range
+  from a dataset's start grows from a one-day window to a whole one): a worker writes no
+  checkpoint, and such a training would have written none either, so a kill loses at most
+  what it would have lost in the step's process;
 - no checkpoint of it is stored (a killed run's training resumes in the step's process).
 
 Every other day trains in the step's process, as before. Each model is the same whichever
@@ -52,10 +54,83 @@ MIN_PARALLEL_SECONDS = 10.0
 
 MEMINFO = Path("/proc/meminfo")
 CGROUP = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+# cgroup v1 writes "no limit" as the largest page-aligned 64-bit number; anything this large is.
+V1_UNLIMITED = 2**62
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cgroup_levels(controller: str) -> list[Path]:
+    """This process's cgroup directories for `controller`, from its own group up to the root.
+
+    cgroup v2 has one tree (`0::/path` in /proc/self/cgroup), v1 a tree per controller
+    (`4:memory:/path`). A container without a cgroup namespace sees its host's path, which its
+    own /sys/fs/cgroup does not have: its mount's root is then the container's group.
+    """
+    levels: list[Path] = []
+    for line in (_read(PROC_CGROUP) or "").splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and not controllers:
+            root = CGROUP
+        elif controller in controllers.split(","):
+            root = CGROUP / controller
+        else:
+            continue
+        group = root / path.lstrip("/")
+        while group != root and group.is_relative_to(root):
+            if group.is_dir():
+                levels.append(group)
+            group = group.parent
+        levels.append(root)
+    return levels
+
+
+def cgroup_available_mb() -> float:
+    """Memory the cgroups of this process still allow (MiB): the tightest level, inf if none."""
+    available = math.inf
+    for group in cgroup_levels("memory"):
+        for limit_file, used_file in (
+            ("memory.max", "memory.current"),  # v2
+            ("memory.limit_in_bytes", "memory.usage_in_bytes"),  # v1
+        ):
+            limit, used = _read(group / limit_file), _read(group / used_file)
+            if limit is None or used is None or limit == "max":
+                continue
+            try:
+                if int(limit) < V1_UNLIMITED:
+                    available = min(available, (int(limit) - int(used)) / 1024**2)
+            except ValueError:
+                continue
+    return available
+
+
+def cgroup_cpus() -> float:
+    """CPUs the cgroups' CFS quotas allow this process (inf if none): quota over period."""
+    cpus = math.inf
+    for group in cgroup_levels("cpu"):
+        v2 = _read(group / "cpu.max")  # "max 100000", or "150000 100000" for 1.5 CPUs
+        if v2 is not None:
+            quota, _, period = v2.partition(" ")
+        else:
+            quota = _read(group / "cpu.cfs_quota_us") or "-1"  # v1; -1: no quota
+            period = _read(group / "cpu.cfs_period_us") or ""
+        if quota in ("max", "-1"):
+            continue
+        try:
+            cpus = min(cpus, int(quota) / int(period))
+        except (ValueError, ZeroDivisionError):
+            continue
+    return cpus
 
 
 def available_memory_mb() -> float:
-    """Memory this process can still take (MiB): the OS's MemAvailable within its cgroup's limit."""
+    """Memory this process can still take (MiB): the OS's MemAvailable within its cgroups'."""
     available = math.inf
     try:
         for line in MEMINFO.read_text().splitlines():
@@ -63,23 +138,26 @@ def available_memory_mb() -> float:
                 available = int(line.split()[1]) / 1024
     except OSError:
         pass  # not Linux: the free physical pages below
-    try:
-        limit = (CGROUP / "memory.max").read_text().strip()
-        if limit != "max":
-            used = int((CGROUP / "memory.current").read_text())
-            available = min(available, (int(limit) - used) / 1024**2)
-    except (OSError, ValueError):
-        pass  # no cgroup v2 memory controller: the machine's figure stands
+    available = min(available, cgroup_available_mb())
     if math.isinf(available):
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1024**2
     return available
 
 
 def usable_cores() -> int:
-    """The cores this process may run on."""
+    """The cores this process may run on, within its cgroups' CPU quota.
+
+    A container given 1 vCPU on a host of 16 sees the 16 in its affinity: 16 trainings at once
+    would each take 16 times as long, holding 16 windows' memory.
+    """
     if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpus()
+    if math.isfinite(quota):
+        cores = min(cores, int(quota))
+    return max(1, cores)
 
 
 def worker_count(days_left: int, peak_mb: float, available_mb: float, cores: int) -> int:
@@ -158,6 +236,7 @@ class RangeTrainer:
         self.pool: concurrent.futures.ProcessPoolExecutor | None = None
         self.workers = 0
         self.next_index = 0  # the next day `_fill` considers
+        self.seconds_per_row = 0.0  # of the step's first training
         self.pending: dict[str, concurrent.futures.Future[WorkerTraining]] = {}
 
     def __enter__(self) -> "RangeTrainer":
@@ -190,6 +269,8 @@ class RangeTrainer:
                 self._worker_died(f"{day} and the step's days after it")
         model, telemetry = in_process()
         if not self.decided:
+            rows = model.train_rows + model.holdout_rows
+            self.seconds_per_row = telemetry.wall_seconds / max(rows, 1)
             self._decide(day, telemetry)
         try:
             self._fill()
@@ -245,10 +326,18 @@ class RangeTrainer:
                     f"ahead ({type(exc).__name__}: {exc})"
                 )
                 continue
-            if frames is not None:
-                self.pending[day] = self.pool.submit(
-                    train_in_worker, dict(frames), self.contract_json
+            if frames is None:
+                continue
+            rows = sum(len(frame) for frame in frames.values())
+            seconds = self.seconds_per_row * rows
+            if seconds >= self.checkpoint_seconds:
+                self.log(
+                    f"{day} trains in the step's own process, with checkpoints: its window's "
+                    f"{rows} rows would train for about {seconds:.0f} s, at least the contract's "
+                    f"training.checkpoint_seconds ({self.checkpoint_seconds:g} s)"
                 )
+                continue
+            self.pending[day] = self.pool.submit(train_in_worker, dict(frames), self.contract_json)
 
     def _stop(self, wait: bool = True) -> None:
         if self.pool is not None:
