@@ -24,7 +24,7 @@ import pandas as pd
 from ml_platform.contracts import Contract
 from ml_platform.contracts.reference import reference_days
 from ml_platform.drift.categorical import category_counts, summed_counts
-from ml_platform.drift.checks import FEATURES_DRIFT_CHECK, drift_check_result
+from ml_platform.drift.checks import FEATURES_DRIFT_CHECK, drift_check_result, require_features
 from ml_platform.drift.detect import Calibration, calibrate, tested_features
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
@@ -135,9 +135,13 @@ def build_drift_report(
         def day_of_drift_report(day: str, features: pd.DataFrame) -> Iterator:
             wanted = wanted_by_day[day]
             found = {d: stored_features(d) for d in wanted}
+            require_features(
+                contract, day, features, {d: f for d, f in found.items() if f is not None}
+            )
             frames = [frame for frame in found.values() if frame is not None]
             stored = [d for d, frame in found.items() if frame is not None]
             missing = [d for d in wanted if d not in stored]
+            rejected = [d for d in missing if d in records and not records[d].accepted]
             counts = [stored_counts(d) for d in stored]
             outcome = drift_check_result(
                 contract,
@@ -149,6 +153,7 @@ def build_drift_report(
                 calibration_of(tuple(stored)),
                 {name: summed_counts([c[name] for c in counts]) for name in categorical},
                 version_metadata("reference_", {d: records[d] for d in stored if d in records}),
+                rejected,
             )
             yield outcome.check
             yield dg.MaterializeResult(value=outcome.document, metadata=outcome.metadata())

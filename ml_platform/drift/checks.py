@@ -7,7 +7,7 @@ stores the report as its partition, which the model reads as an input.
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -20,6 +20,7 @@ from ml_platform.drift.detect import (
     FeatureVerdict,
     calibrate,
     detect_drift,
+    tested_features,
 )
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 
@@ -55,7 +56,42 @@ REFERENCE_KEYS = (
     "reference_data_versions",
     "reference_runs",
     "missing_reference_partitions",
+    "rejected_reference_partitions",
 )
+
+
+def require_features(
+    contract: Contract, day: str, current: pd.DataFrame, reference: Mapping[str, pd.DataFrame]
+) -> None:
+    """Fail the day when its features or a reference day's lack a feature of the contract.
+
+    Features stored before the contract declared a feature do not have it, and nothing
+    rematerialises them by itself: the error names those days and what to do, where comparing
+    would only raise a KeyError. The step names the day that failed (`steps.each_day`). Not
+    retried: waiting does not add the feature.
+    """
+    names = [spec.name for spec in contract.features]
+    lacking = {
+        d: [name for name in names if name not in frame.columns]
+        for d, frame in {day: current, **reference}.items()
+    }
+    days = [d for d in sorted(lacking) if lacking[d]]
+    if not days:
+        return
+    absent = [name for name in names if any(name in lacking[d] for d in days)]
+    others = [d for d in days if d != day]
+    which = " and ".join(
+        (["the day"] if day in days else [])
+        + ([f"reference day(s) {', '.join(others)}"] if others else [])
+    )
+    raise dg.Failure(
+        description=(
+            f"the features of {which} lack {', '.join(absent)}, which the "
+            "contract declares (stored before it declared them): rematerialise features for "
+            f"{', '.join(days)}, then this day's drift_report"
+        ),
+        allow_retries=False,
+    )
 
 
 def drift_check_result(
@@ -68,6 +104,7 @@ def drift_check_result(
     calibration: Calibration | None = None,
     reference_counts: Mapping[str, pd.Series] | None = None,
     reference_versions: Mapping[str, Any] | None = None,
+    rejected_partitions: Sequence[str] = (),
 ) -> DriftOutcome:
     """Compare, describe, and build the check result and the day's report.
 
@@ -75,7 +112,8 @@ def drift_check_result(
     `reference_partitions`), so each feature's day-to-day movement can calibrate its verdict.
     `reference_counts` holds the reference's category counts when already known.
     `reference_versions` is the metadata naming the version of each reference day that was
-    read (`records.version_metadata`), merged into the check's.
+    read (`records.version_metadata`), merged into the check's. `rejected_partitions` are
+    those of `missing_partitions` that Dagster records as rejected.
     """
     calibration = calibration or calibrate(reference_frames, contract)
     verdicts = (
@@ -98,6 +136,7 @@ def drift_check_result(
         alpha=contract.drift.alpha,
         verdicts=verdicts,
         calibration=calibration.note,
+        rejected_reference_days=[d for d in missing_partitions if d in rejected_partitions],
     )
     summary = describe(report, contract)
     markdown = render_markdown(report, summary, reference, current)
@@ -117,6 +156,7 @@ def drift_check_result(
         "reference_partitions": reference_partitions,
         **(reference_versions or {}),
         "missing_reference_partitions": missing_partitions,
+        "rejected_reference_partitions": report.rejected_reference_days,
         "report": dg.MetadataValue.md(markdown),
     }
     for verdict in report.tested:
@@ -148,23 +188,49 @@ def describe(report: DriftReport, contract: Contract) -> str:
     where = (
         f"vs {report.reference} ({len(report.reference_days)} day(s), {report.reference_rows} rows)"
     )
-    missing = (
-        f" Reference days not stored and left out: {', '.join(report.missing_reference_days)}."
-        if report.missing_reference_days
-        else ""
-    )
+    # A rejected day is run again in vain: its delivery needs correcting first.
+    rejected = report.rejected_reference_days
+    absent = [d for d in report.missing_reference_days if d not in rejected]
+    left_out = [f"{', '.join(rejected)} (rejected)"] if rejected else []
+    left_out += [f"{', '.join(absent)} (not stored)"] if absent else []
+    missing = f" Reference days left out: {'; '.join(left_out)}." if left_out else ""
     if not report.evaluated:
         if report.missing_reference_days:
+            todo = (
+                [
+                    f"Rejected: {', '.join(rejected)}: correct and re-deliver their files "
+                    f"(`ml-platform rejected --dataset {contract.name}` lists them)"
+                ]
+                if rejected
+                else []
+            )
+            if absent:
+                todo.append(
+                    f"{'not' if rejected else 'Not'} stored: {', '.join(absent)}: "
+                    "materialise features for them"
+                )
             return (
                 f"Drift not evaluated for {report.partition}: none of its reference days "
-                f"({report.reference}) is stored. Materialise features for "
-                f"{report.missing_reference_days[0]} to {report.missing_reference_days[-1]}, "
-                "then rerun this check."
+                f"({report.reference}) has accepted features. {'; '.join(todo)}. Then rerun "
+                "this check."
             )
         return (
             f"Drift not evaluated for {report.partition}: its reference ({report.reference}) "
             f"holds no day from the first partition {contract.partitions.start_date} on."
         )
+    # Features the contract tests that the day could not: no values on one side.
+    meant = {spec.name for spec in tested_features(contract)}
+    untested = [v for v in report.verdicts if v.status == "skipped" and v.feature in meant]
+    named = "; ".join(
+        f"{v.feature} ({v.change}{', blocking' if v.blocking else ''})" for v in untested
+    )
+    if not report.tested and untested:
+        return (
+            f"Drift not tested on {report.partition}: none of its {len(untested)} feature(s) "
+            f"had values to compare {where}: {named}. Check the day's rows and its reference "
+            f"days' upstream.{missing}"
+        )
+    not_tested = f" Not tested, without values to compare: {named}." if untested else ""
     usual = [v for v in report.tested if v.fixed_gate and v.status != "drift"]
     held = (
         " Moved, but no more than on an ordinary day of the reference window: "
@@ -178,7 +244,7 @@ def describe(report: DriftReport, contract: Contract) -> str:
         nearest = f" Closest to its threshold: {_short(closest)}." if closest and not usual else ""
         return (
             f"No drift on {report.partition} in {len(report.tested)} tested feature(s) "
-            f"{where}.{nearest}{held}{missing}"
+            f"{where}.{nearest}{held}{not_tested}{missing}"
         )
     # The worst first (furthest past its threshold), then one line per further feature.
     worst, *others = sorted(report.drifting, key=lambda v: -(v.effect or 0.0) / v.threshold)
@@ -208,7 +274,7 @@ def describe(report: DriftReport, contract: Contract) -> str:
         f"{report.partition} {where}, most {_short(worst)}, {worst.change}.{further}\n"
         f"Check the upstream source of "
         f"{'this feature' if len(report.drifting) == 1 else 'these features'} for a change; "
-        f"{action}.{stops}{held}{alone}{missing}"
+        f"{action}.{stops}{held}{alone}{not_tested}{missing}"
     )
 
 

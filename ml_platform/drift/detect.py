@@ -133,17 +133,24 @@ class Calibration:
         distances: per feature, the distance of each reference day from the other reference
             days (KS D or Jensen-Shannon distance); empty when not applied.
         note: how the bounds were set, or why the fixed gate decides alone.
+        min_days: the fewest distances a feature's bound is taken from
+            (`drift.calibration.min_days`).
     """
 
     days: int
     quantile: float
     distances: dict[str, np.ndarray]
     note: str
+    min_days: int = 1
 
     def bound(self, feature: str) -> float | None:
-        """The `quantile` of the feature's day-to-day distances, or None without them."""
+        """The `quantile` of the feature's day-to-day distances; None with fewer than min_days.
+
+        A feature can have values on fewer reference days than the window holds (empty or
+        all-missing days): its few distances would not measure its usual movement either.
+        """
         values = self.distances.get(feature)
-        if values is None or not len(values):
+        if values is None or len(values) < self.min_days:
             return None
         return calibration_bound(values, self.quantile)
 
@@ -259,11 +266,19 @@ def calibrate(
         f"quantile {spec.quantile:g} of each feature's {n} day-to-day distances "
         "(each reference day against the other reference days)"
     )
-    return Calibration(n, spec.quantile, leave_one_out_distances(days, contract, counts), note)
+    distances = leave_one_out_distances(days, contract, counts)
+    return Calibration(n, spec.quantile, distances, note, spec.min_days)
 
 
 def _note(calibration: Calibration, feature: str) -> str:
     if calibration.distances and calibration.bound(feature) is None:
+        compared = len(calibration.distances.get(feature, ()))
+        if compared:
+            return (
+                f"not calibrated: {compared} reference day(s) had values to compare with the "
+                f"others, fewer than drift.calibration.min_days {calibration.min_days}; the "
+                "fixed gate decides alone"
+            )
         return (
             "not calibrated: no reference day had values on both sides of its comparison; "
             "the fixed gate decides alone"

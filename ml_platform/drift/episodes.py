@@ -167,7 +167,8 @@ def advance(
 
     A feature without a verdict on `day` keeps its state: the day is not judged for it. A
     feature no longer among `monitored` (removed from the contract, or excluded from drift)
-    will never be judged again: its open episode ends on `day`, saying so, and its state goes.
+    will never be judged again: its open episode ends on `day`, saying so, and its state goes;
+    a verdict of it on `day` (a drift report made before the contract changed) is left out.
     """
     states = dict(before)
     opened: list[Episode] = []
@@ -178,6 +179,10 @@ def advance(
             if episode is not None:
                 closed.append(dataclasses.replace(episode, closed=day, stopped=NOT_MONITORED))
     for feature, today in verdicts.items():
+        if monitored is not None and feature not in monitored:
+            # Counting it again would reopen the episode just ended, and end it again the
+            # next day: told every day for as long as older reports judge it.
+            continue
         state = states.get(feature, FeatureState())
         recent = (*state.recent, (day, today.drifted, today.effect))[-spec.window :]
         episode, quiet = state.episode, state.quiet

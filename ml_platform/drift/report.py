@@ -19,6 +19,9 @@ ECDF_POINTS = 512
 HISTOGRAM_BINS = 40
 BAR_CATEGORIES = 12
 REFERENCE_COLOUR, CURRENT_COLOUR = "#4c72b0", "#dd8452"
+# Values this large are plotted divided by the largest of them (`_plotted`); far below where
+# the width of an axis or its margins overflows a float.
+PLOT_SCALE_FROM = 1e300
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +33,7 @@ class DriftReport:
         partition: the day D (YYYY-MM-DD).
         reference: the reference in words (e.g. 'the 7 days before').
         reference_days: reference partitions that were read.
-        missing_reference_days: reference partitions that are not stored (left out).
+        missing_reference_days: reference partitions not stored or rejected (left out).
         reference_rows: rows of the reference.
         current_rows: rows of day D.
         correction: the multiple-testing correction of the day's p-values.
@@ -38,6 +41,8 @@ class DriftReport:
         verdicts: one per contract feature.
         calibration: how each feature's day-to-day movement bounded its verdict that day, or
             why the fixed gate decided alone.
+        rejected_reference_days: those of `missing_reference_days` that Dagster records as
+            rejected (their deliveries need correcting, not another run).
     """
 
     dataset: str
@@ -51,6 +56,7 @@ class DriftReport:
     alpha: float
     verdicts: list[FeatureVerdict]
     calibration: str = ""
+    rejected_reference_days: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def evaluated(self) -> bool:
@@ -83,6 +89,7 @@ class DriftReport:
                 "description": self.reference,
                 "partitions": self.reference_days,
                 "missing_partitions": self.missing_reference_days,
+                "rejected_partitions": self.rejected_reference_days,
                 "rows": self.reference_rows,
             },
             "current_rows": self.current_rows,
@@ -135,7 +142,7 @@ def render_markdown(
         f"- Reference: {report.reference}: {len(report.reference_days)} day(s), "
         f"{report.reference_rows} rows"
         + (
-            f" (not stored, left out: {', '.join(report.missing_reference_days)})"
+            f" (left out, not stored or rejected: {', '.join(report.missing_reference_days)})"
             if report.missing_reference_days
             else ""
         ),
@@ -185,17 +192,31 @@ def plot_features(
             cur = current[verdict.feature].dropna()
             title = f"{verdict.feature}: {verdict.status}, effect {_number(verdict.effect)}"
             if verdict.kind == "numeric":
+                ref_values, cur_values, scale = _plotted(ref.to_numpy(), cur.to_numpy())
                 _histogram(
                     figure.add_subplot(grid[row, 0]),
-                    ref.to_numpy(),
-                    cur.to_numpy(),
-                    title,
+                    ref_values,
+                    cur_values,
+                    title + scale,
                     row == 0,
                 )
-                _ecdf(figure.add_subplot(grid[row, 1]), ref.to_numpy(), cur.to_numpy(), verdict)
+                _ecdf(figure.add_subplot(grid[row, 1]), ref_values, cur_values, verdict)
             else:
                 _shares(figure.add_subplot(grid[row, :]), ref, cur, title)
         return plots.svg_image(figure, "drift plots")
+
+
+def _plotted(ref: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
+    """The values as plotted, divided by the largest when they reach `PLOT_SCALE_FROM`.
+
+    The quality gate accepts any finite float, and an axis from -1e308 to 1e308 (a source's
+    "no reading" sentinel) has a width no float holds: bins and ticks cannot be computed.
+    Returns the two samples and the scale to name in the title ('' when not scaled).
+    """
+    largest = float(np.max(np.abs(np.concatenate([ref, cur]))))
+    if largest < PLOT_SCALE_FROM:
+        return ref, cur, ""
+    return ref / largest, cur / largest, f" (values / {largest:.3g})"
 
 
 def _histogram(axes: Any, ref: np.ndarray, cur: np.ndarray, title: str, legend: bool) -> None:
