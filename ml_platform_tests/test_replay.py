@@ -466,7 +466,9 @@ def test_a_replay_that_cannot_be_read_is_not_served_says_so_and_can_be_removed(
     assert set(said) == {"Bad-Name", "half", "stale"}
     for name, message in said.items():
         assert f"in {replays / name} is not served" in message
-        assert f"run `ml-platform replay remove {name}` or delete the folder" in message
+        # Their dataset is known: `remove` takes what they made, a folder deleted by hand not.
+        assert f"run `ml-platform replay remove {name}`, which removes what it made" in message
+        assert "deleting the folder by hand leaves that behind" in message
     assert "lower-case letters, digits and _" in said["Bad-Name"]
     assert "replay.yaml lacks days" in said["half"]
     assert "changes `landing`" in said["stale"]

@@ -13,6 +13,7 @@ from ml_platform.replay.comparison import (
     COMPARED,
     ChainDay,
     ChainSummary,
+    notes,
     paired_difference,
     read_chain,
     render_days,
@@ -77,7 +78,8 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
         )
         live_summary, replay_summary = ChainSummary.of(live), ChainSummary.of(ran)
         said = verdict(difference, metric, changed_target)
-        context.log.info(f"{dataset} against {live_dataset}: {said}")
+        caveats = notes(live, ran)
+        context.log.info(f"{dataset} against {live_dataset}: {' '.join([said, *caveats])}")
         figures: dict[str, float | int] = {}
         for side, summary in (("live", live_summary), ("replay", replay_summary)):
             figures |= {
@@ -85,6 +87,8 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
                 f"{side}_rejected_days": len(summary.rejected),
                 f"{side}_drift_days": summary.drift_days,
                 f"{side}_training_seconds": summary.train_seconds,
+                f"{side}_unrecorded_days": len(summary.unrecorded),
+                f"{side}_weekly_retrains": len(summary.weekly),
             }
             if summary.mean_metric is not None:
                 figures[f"{side}_mean_{metric}"] = summary.mean_metric
@@ -97,6 +101,7 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
                 "metric": metric,
                 "verdict": said,
                 "changed_target": changed_target,
+                "notes": caveats,
                 # Replay minus live means nothing across two targets.
                 "difference": None if changed_target else dataclasses.asdict(difference),
                 "summary": {
@@ -111,6 +116,7 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
             metadata={
                 **figures,
                 "verdict": said,
+                "notes": dg.MetadataValue.md("\n\n".join(caveats) or "none"),
                 "summary": dg.MetadataValue.md(headline),
                 "comparison": dg.MetadataValue.md(
                     f"{headline}\n{_chart(live, ran, metric)}\n\n{render_days(live, ran, metric)}"

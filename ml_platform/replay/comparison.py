@@ -22,8 +22,8 @@ from ml_platform.contracts.model import LabelRule, LabelSpec
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.observability import STEP_PREFIX
-from ml_platform.platform.records import DayRecord, day_records
-from ml_platform.platform.rejected import DAY_ASSETS, where_rejected
+from ml_platform.platform.records import UNCHANGED, DayRecord, day_records
+from ml_platform.platform.rejected import DAY_ASSETS, first_sentence, where_rejected
 from ml_platform.registry.assets import PROMOTE
 
 # The assets whose records the comparison reads, of both chains.
@@ -52,6 +52,16 @@ class ChainDay:
     drifted: bool | None
     train_seconds: float | None
     peak_mb: float | None
+    # What of the day the chain has no record of: None when every day asset recorded it (or it
+    # was rejected, which every asset after the rejecting one records), else "not recorded"
+    # (never run) or the assets missing (a run that failed part way).
+    unrecorded: str | None = None
+    # The weekly full retrain the day's registration judged before its own candidate, and
+    # what it did ("full-2024-01-07: promoted"); None when there was none.
+    weekly: str | None = None
+    # Where and why a re-delivery of the day was rejected while its earlier accepted version,
+    # and all that was computed from it, was kept (the day's figures are that version's).
+    kept: str | None = None
 
 
 def _number(record: DayRecord | None, name: str) -> float | None:
@@ -64,28 +74,70 @@ def _text(record: DayRecord | None, name: str) -> str | None:
     return None if value in (None, "none") else str(value)
 
 
+def outcome_record(
+    instance: dg.DagsterInstance, key: dg.AssetKey, day: str, latest: DayRecord
+) -> DayRecord:
+    """The record of the outcome a day's latest record stands for.
+
+    A day recorded `unchanged` (a re-delivery rejected upstream) kept its earlier outcome, but
+    its record repeats only the entries its readers need (the registry's aliases): the
+    decision, the score and the cost are in the latest record before it that computed the day.
+    """
+    if latest.verdict != UNCHANGED:
+        return latest
+    cursor = None
+    while True:
+        result = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=100, cursor=cursor
+        )
+        for record in result.records:
+            found = DayRecord.of(record)
+            if found.verdict != UNCHANGED:
+                return found
+        if not result.has_more:
+            return latest
+        cursor = result.cursor
+
+
 def read_chain(
     instance: dg.DagsterInstance, dataset: str, days: Sequence[str], metric: str
 ) -> dict[str, ChainDay]:
-    """Each of `days` of `dataset`'s chain as Dagster's latest records hold it."""
-    records = {name: day_records(instance, asset_key(dataset, name), days) for name in COMPARED}
+    """Each of `days` of `dataset`'s chain as Dagster's records hold its outcome."""
+    records = {}
+    for name in COMPARED:
+        key = asset_key(dataset, name)
+        latest = day_records(instance, key, days)
+        records[name] = {day: outcome_record(instance, key, day, r) for day, r in latest.items()}
     chain = {}
     for day in days:
         of_day = {name: records[name][day] for name in COMPARED if day in records[name]}
         found = where_rejected(day, of_day)
         registered = of_day.get("registered_model")
         drift = _number(of_day.get("drift_report"), "drifting_features")
+        missing = [name for name in COMPARED if name not in of_day]
+        weekly = _text(registered, "weekly_candidate")
+        where = f"{found.asset}: {found.verdict}: {found.reason}" if found else None
         chain[day] = ChainDay(
             day=day,
-            rejected=f"{found.asset}: {found.verdict}: {found.reason}" if found else None,
+            rejected=None if found and found.kept else where,
             decision=_text(registered, "decision"),
             champion=_text(registered, "champion"),
             metric=_number(of_day.get("champion_performance"), f"champion_{metric}"),
             drifted=None if drift is None else drift > 0,
             train_seconds=_number(of_day.get("model"), f"{STEP_PREFIX}wall_seconds"),
             peak_mb=_number(of_day.get("model"), f"{STEP_PREFIX}peak_rss_mb"),
+            unrecorded=_unrecorded(missing) if missing and not found else None,
+            weekly=f"{weekly}: {_text(registered, 'weekly_outcome')}" if weekly else None,
+            kept=where if found and found.kept else None,
         )
     return chain
+
+
+def _unrecorded(missing: Sequence[str]) -> str:
+    """What a day that is not rejected lacks, in words."""
+    if len(missing) == len(COMPARED):
+        return "not recorded"
+    return f"no record of {', '.join(missing)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +152,11 @@ class ChainSummary:
     drift_days: int
     train_seconds: float
     peak_mb: float | None
+    # The days it has no whole record of, the days it judged a weekly full retrain on, and the
+    # days it kept an earlier delivery of.
+    unrecorded: list[str]
+    weekly: list[str]
+    kept: list[str]
 
     @classmethod
     def of(cls, chain: Mapping[str, ChainDay]) -> "ChainSummary":
@@ -116,6 +173,9 @@ class ChainSummary:
             drift_days=sum(bool(r.drifted) for r in rows),
             train_seconds=round(sum(r.train_seconds or 0.0 for r in rows), 2),
             peak_mb=max(peaks) if peaks else None,
+            unrecorded=[r.day for r in rows if r.unrecorded],
+            weekly=[r.day for r in rows if r.weekly],
+            kept=[r.day for r in rows if r.kept],
         )
 
 
@@ -197,6 +257,49 @@ def verdict(difference: PairedDifference, metric: str, changed_target: str | Non
     return f"no clear difference in {metric} (the interval holds 0)"
 
 
+def _listed(days: Sequence[str], most: int = 5) -> str:
+    """Days in a sentence, the first `most` of them."""
+    shown = ", ".join(days[:most])
+    return shown + (f" and {len(days) - most} more" if len(days) > most else "")
+
+
+def notes(live: Mapping[str, ChainDay], replay: Mapping[str, ChainDay]) -> list[str]:
+    """What the reader must know before trusting the figures: the chains' days are not alike.
+
+    A chain with days it has no whole record of (never run, or a run that failed part way)
+    counts them in none of its figures, which would otherwise read as days without rejection,
+    promotion or score. A chain that rejected a re-delivery of a day kept its earlier delivery,
+    while the other chain may have read the file landed later. Weekly full retrains judged on
+    different days make the serving champions come from different candidates: the replay's
+    backfill runs the weekly retrain only on the days it is given (`Replay.live_weekly_days`).
+    """
+    said = []
+    for side, chain in (("live", live), ("replay", replay)):
+        summary = ChainSummary.of(chain)
+        if summary.unrecorded:
+            said.append(
+                f"The {side} chain has no whole record of {len(summary.unrecorded)} of the "
+                f"{summary.days} day(s) ({_listed(summary.unrecorded)}): they count in none of "
+                "its figures and in no paired difference; the lines below say what is missing."
+            )
+        if summary.kept:
+            said.append(
+                f"The {side} chain kept an earlier delivery of {len(summary.kept)} day(s) "
+                f"({_listed(summary.kept)}) whose re-delivery it rejected: its figures of those "
+                "days are the earlier delivery's, which the other chain may not have read (a "
+                "replay reads the files landed when it runs)."
+            )
+    live_weekly, replay_weekly = ChainSummary.of(live).weekly, ChainSummary.of(replay).weekly
+    if live_weekly != replay_weekly:
+        said.append(
+            "Not like for like: the live chain judged a weekly full retrain on "
+            f"{len(live_weekly)} day(s) ({_listed(live_weekly) or 'none'}), the replay on "
+            f"{len(replay_weekly)} ({_listed(replay_weekly) or 'none'}); a serving champion may "
+            "come from a weekly candidate the other chain never had."
+        )
+    return said
+
+
 def _value(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
@@ -211,6 +314,8 @@ def summary_rows(
         ("promotions", str(live.promotions), str(replay.promotions)),
         (f"mean next-day {metric}", _value(live.mean_metric), _value(replay.mean_metric)),
         ("days scored", str(live.scored), str(replay.scored)),
+        ("days not wholly recorded", str(len(live.unrecorded)), str(len(replay.unrecorded))),
+        ("weekly retrains judged", str(len(live.weekly)), str(len(replay.weekly))),
         ("drift alarm days", str(live.drift_days), str(replay.drift_days)),
         ("training seconds", f"{live.train_seconds:.1f}", f"{replay.train_seconds:.1f}"),
         ("training peak MB", _value(live.peak_mb, 0), _value(replay.peak_mb, 0)),
@@ -244,6 +349,7 @@ def render_summary(
         "",
         headline,
         "",
+        *(f"{note}\n" for note in notes(live, replay)),
         f"| | {live_name} (live) | {replay_name} (replay) |",
         "|---|---:|---:|",
         *(
@@ -262,10 +368,20 @@ def render_days(live: Mapping[str, ChainDay], replay: Mapping[str, ChainDay], me
         "|---|---|---|---:|---|---|---:|",
     ]
 
+    def one_line(text: str) -> str:
+        # A reason may run over lines (the history gate's) and hold a `|`: a cell is one line.
+        return first_sentence(text).replace("|", "\\|")
+
     def cells(row: ChainDay | None) -> str:
-        if row is None:
+        if row is None or row.unrecorded == "not recorded":
             return "not recorded | | "
-        decision = f"rejected ({row.rejected})" if row.rejected else row.decision or "—"
+        decision = f"rejected ({one_line(row.rejected)})" if row.rejected else row.decision or "—"
+        if row.unrecorded:
+            decision += f" ({row.unrecorded})"
+        if row.kept:
+            decision += f" (re-delivery rejected, earlier version kept: {one_line(row.kept)})"
+        if row.weekly:
+            decision += f"; weekly {one_line(row.weekly)}"
         drift = " (drift)" if row.drifted else ""
         return f"{decision}{drift} | {row.champion or '—'} | {_value(row.metric)}"
 

@@ -3,14 +3,25 @@
 import dataclasses
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import dagster as dg
 
+from ml_platform.automation.alert_sensors import BACKFILL_ENDED
+from ml_platform.automation.jobs import IN_FLIGHT, INGESTION_JOB
 from ml_platform.contracts.editing import editable_contract
+from ml_platform.definitions import DAILY_JOB, WEEKLY_RETRAIN_JOB
+from ml_platform.platform.datasets import dataset_name
 from ml_platform.platform.storage import LakeStorage
 from ml_platform.platform.tracking import MLFLOW_PREFIX, MlflowStores
+from ml_platform.replay.assets import REPLAY_COMPARISON_JOB
 from ml_platform.replay.replays import BrokenReplay, Replay, ReplayError
+
+# A run still writing: one in flight, or one being cancelled (its step may still be writing).
+STILL_WRITING = [*IN_FLIGHT, dg.DagsterRunStatus.CANCELING]
+# The jobs of a dataset a run may be launched by name from, without an asset selection.
+DATASET_JOBS = (DAILY_JOB, WEEKLY_RETRAIN_JOB, INGESTION_JOB, REPLAY_COMPARISON_JOB)
 
 
 def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
@@ -55,7 +66,18 @@ def remove_replay(
     graph no longer names the assets it recorded while it was. `lake` and `stores` may be the
     code location's own resources, whose settings stay `EnvVar`s until a run resolves them:
     removing is no run (`ml-platform replay remove`), so they are resolved here.
+
+    Nothing is removed while a backfill or run of the replay is in progress (`running`): what
+    it wrote after would be left behind, records that a new replay of the same name would read
+    as its own past.
     """
+    going = running(instance, replay.dataset)
+    if going:
+        raise ReplayError(
+            f"replay '{replay.name}' is running: {'; '.join(going)} write(s) its assets. Cancel "
+            "it in the UI (Backfills, Runs) or wait for it to end, then remove the replay: "
+            "removed now, what it writes after would be left behind"
+        )
     recorded = instance.get_asset_keys(prefix=[replay.dataset])
     asset_keys = [
         *asset_keys,
@@ -66,6 +88,31 @@ def remove_replay(
         objects = _remove_stored(replay.dataset, resolved.lake, resolved.mlflow)
     shutil.rmtree(replay.folder)
     return Removed(len(asset_keys), *objects)
+
+
+def running(instance: dg.DagsterInstance, dataset: str) -> list[str]:
+    """The backfills and runs in progress that write `dataset`'s assets, each in words.
+
+    A backfill launches its runs one after another (the daemon's), so between two of them only
+    the backfill says the replay is still running.
+    """
+
+    def ours(keys: Iterable[dg.AssetKey] | None) -> bool:
+        return any(key.path[0] == dataset for key in keys or ())
+
+    said = [
+        f"backfill {backfill.backfill_id} ({backfill.status.value})"
+        for backfill in instance.get_backfills()
+        if backfill.status.value not in BACKFILL_ENDED and ours(backfill.asset_selection)
+    ]
+    jobs = {dataset_name(dataset, job) for job in DATASET_JOBS}
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=STILL_WRITING))
+    said += [
+        f"run {run.run_id} ({run.status.value})"
+        for run in (record.dagster_run for record in records)
+        if ours(run.asset_selection) or run.job_name in jobs
+    ]
+    return said
 
 
 def _remove_stored(dataset: str, lake: LakeStorage, stores: MlflowStores) -> tuple[int, bool, bool]:

@@ -26,13 +26,18 @@ import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import dagster as dg
 import yaml
 
 from ml_platform.contracts import Contract, ContractError, load_contract
 from ml_platform.contracts.model import LabelSpec
 from ml_platform.contracts.reference import reference_days
+from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.partitions import daily_partitions
+from ml_platform.platform.records import day_records
 from ml_platform.platform.rejected import DAY_ASSETS
+from ml_platform.registry.store import version_day
+from ml_platform.replay.comparison import outcome_record
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,8 @@ REPLAY_FILE = "replay.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # The assets a replay computes over the days before it, which its first days look back on.
 WARM_UP_ASSETS = ("raw_data", "validated_data", "features", "drift_report")
+# The weekly full retrain, which the replay runs on the days the live chain's registry took one.
+FULL_RETRAIN_ASSETS = ("full_model", "full_evaluation_report")
 ONE_DAY = dt.timedelta(days=1)
 
 
@@ -98,14 +105,23 @@ class Replay:
     def warm_up_keys(self) -> list[str]:
         """The days before the replay its days look back on, as partition keys, in order.
 
+        Those of `warm_up_days` without weekly full retrains.
+        """
+        return self.warm_up_days()
+
+    def warm_up_days(self, weekly: Sequence[str] = ()) -> list[str]:
+        """The days before the replay its days look back on, as partition keys, in order.
+
         The first day's model trains on the window ending that day, its gate and drift check
         compare it with their reference days: those days' data, computed under the replay's
         contract, make its days judged as the live chain's were. A `previous_days` reference
         looks back from each day; a `baseline` one reads its fixed days, which may lie long
-        before the replayed ones (the days between are not needed). Never before the dataset's
-        first day.
+        before the replayed ones (the days between are not needed). Each of the `weekly` days
+        (see `live_weekly_days`) trains a full retrain on the `full_window_days` ending it.
+        Never before the dataset's first day.
         """
         c = self.contract
+        first_day = c.partitions.start_date
         back = [c.training.window_days - 1]
         needed: set[dt.date] = set()
         for reference in (c.history_reference, c.drift.reference):
@@ -114,25 +130,57 @@ class Replay:
             else:
                 for i in range(self.days):
                     day = self.start + dt.timedelta(days=i)
-                    needed.update(reference_days(reference, day, c.partitions.start_date))
-        first = max(c.partitions.start_date, self.start - dt.timedelta(days=max(back)))
+                    needed.update(reference_days(reference, day, first_day))
+        first = max(first_day, self.start - dt.timedelta(days=max(back)))
         needed.update(first + dt.timedelta(days=i) for i in range((self.start - first).days))
+        for key in weekly:
+            last = dt.date.fromisoformat(key)
+            needed.update(
+                day
+                for day in (last - dt.timedelta(days=i) for i in range(c.training.full_window_days))
+                if day >= first_day
+            )
         return sorted(day.isoformat() for day in needed if day < self.start)
 
-    def backfill_ranges(self) -> dict[str, list[tuple[str, str]]]:
+    def live_weekly_days(self, instance: dg.DagsterInstance) -> list[str]:
+        """The days of the weekly full retrains the live chain judged on the replayed days.
+
+        The live registry takes the weekly candidate of the day before a day when the weekly
+        job made one (`registered_model` records it as `weekly_candidate`): the replay retrains
+        on the same days, so both chains' champions meet the same kinds of candidates. A day
+        that is no partition of the replay's contract (before a `start_date` it moved) is left
+        out, and the comparison says the chains differ there.
+        """
+        key = asset_key(self.live, "registered_model")
+        records = day_records(instance, key, self.day_keys)
+        # A day recorded unchanged (a re-delivery rejected) kept the weekly candidate it judged.
+        outcomes = [outcome_record(instance, key, day, r) for day, r in records.items()]
+        partitions = daily_partitions(self.contract)
+        days = {
+            version_day(str(record.metadata["weekly_candidate"]))
+            for record in outcomes
+            if isinstance(record.metadata.get("weekly_candidate"), str)
+        }
+        return sorted(day for day in days if partitions.has_partition_key(day))
+
+    def backfill_ranges(self, weekly: Sequence[str] = ()) -> dict[str, list[tuple[str, str]]]:
         """The days of each day asset the replay's backfill computes, by asset name, as runs.
 
         Every day asset over the replayed days; the data assets (up to the drift report, which
         a model reads for a blocking feature) over the warm-up days too, a baseline reference
         apart from the replayed days a (first, last) range of its own: the days between are
-        not computed.
+        not computed. With `weekly` days (`live_weekly_days`), the weekly full retrain on those
+        days, and the data of its longer window.
         """
         days = self.day_keys
         ranges = {name: [(days[0], days[-1])] for name in DAY_ASSETS}
         # The warm-up days are all before the replayed ones: together, in order.
-        with_warm_up = _runs([*self.warm_up_keys, *days])
+        with_warm_up = _runs([*self.warm_up_days(weekly), *days])
         for name in WARM_UP_ASSETS:
             ranges[name] = with_warm_up
+        if weekly:
+            for name in FULL_RETRAIN_ASSETS:
+                ranges[name] = _runs(sorted(set(weekly)))
         return ranges
 
     @property
@@ -218,9 +266,13 @@ def create_replay(
         raise ReplayError(f"--start {start} --days {days}: {outside}; replay days within both")
     folder = Path(root) / name
     if folder.exists():
+        of = _replayed(folder) if folder.is_dir() else None
         raise ReplayError(
-            f"a replay named '{name}' exists ({folder}): remove it first "
-            f"(`ml-platform replay remove {name}`) or choose another --name"
+            f"a replay named '{name}' exists ({folder}"
+            + (f", a replay of {of}" if of and of != live.name else "")
+            + f"): remove it first (`ml-platform replay remove {name}`"
+            + (f" where {of} is served" if of and of != live.name else "")
+            + ") or choose another --name"
         )
     folder.mkdir(parents=True)
     shutil.copyfile(changed_file, folder / CONTRACT_FILE)
@@ -346,10 +398,18 @@ def load_replays(root: str | Path | None, served: Sequence[Contract]) -> list[Re
         if isinstance(read, Replay):
             replays.append(read)
             continue
+        # Deleting the folder of a replay whose dataset is known would leave the records, lake
+        # files and MLflow entries it made, which a new replay of that name reads as its own
+        # past (its registry's chain, its comparison): `remove` takes them with the folder.
+        fix = (
+            f"run `ml-platform replay remove {folder.name}`, which removes what it made with its "
+            "folder (deleting the folder by hand leaves that behind)"
+            if of
+            else "delete the folder"
+        )
         logger.error(
             f"replay '{folder.name}'{f' of {of}' if of else ''} in {folder} is not served, it "
-            f"cannot be read: {read}. The live datasets and the other replays are served; run "
-            f"`ml-platform replay remove {folder.name}` or delete the folder."
+            f"cannot be read: {read}. The live datasets and the other replays are served; {fix}."
         )
     return replays
 
@@ -369,4 +429,13 @@ def find_replay(
                 f"delete its folder {folder}"
             )
         return BrokenReplay(name, of, folder, str(read))
+    kept = Path(root) / name if root is not None else None
+    of = _replayed(kept) if kept is not None and kept.is_dir() else None
+    if kept is not None and of is not None:
+        # Kept beside the replays of the datasets served, it is none of theirs: said, or the
+        # name would look free to `replay remove` and taken to `replay CONTRACT --name`.
+        raise ReplayError(
+            f"replay '{name}' in {kept} replays '{of}', a dataset these settings do not serve "
+            f"(ML_PLATFORM_CONTRACTS, ML_PLATFORM_DATASET): run the command where {of} is served"
+        )
     raise ReplayError(f"no replay named '{name}' in {root}: `ml-platform replay list` lists them")
