@@ -289,14 +289,15 @@ def test_a_replay_computes_the_days_its_first_days_look_back_on(tmp_path):
     later = create_replay(tmp_path / "r", changed, flights, "later", dt.date(2013, 3, 1), 10)
     # The flights contract's gate and drift references are both the previous days.
     look_back = max(6, flights.history_reference.days, flights.drift.reference.days)
-    assert later.warm_up_keys[0] == (dt.date(2013, 3, 1) - dt.timedelta(days=look_back)).isoformat()
-    assert later.warm_up_keys[-1] == "2013-02-28"
+    first_warm_up = dt.date(2013, 3, 1) - dt.timedelta(days=look_back)
+    assert later.warm_up_days()[0] == first_warm_up.isoformat()
+    assert later.warm_up_days()[-1] == "2013-02-28"
     ranges = later.backfill_ranges()
-    assert ranges["features"] == [(later.warm_up_keys[0], "2013-03-10")]
+    assert ranges["features"] == [(later.warm_up_days()[0], "2013-03-10")]
     assert ranges["model"] == ranges["registered_model"] == [("2013-03-01", "2013-03-10")]
     # From the dataset's first day there is nothing before to compute.
     first = create_replay(tmp_path / "r", changed, flights, "first", dt.date(2013, 1, 1), 3)
-    assert first.warm_up_keys == []
+    assert first.warm_up_days() == []
     assert all(r == [("2013-01-01", "2013-01-03")] for r in first.backfill_ranges().values())
 
 
@@ -311,7 +312,7 @@ def test_a_replay_warms_up_the_baseline_days_its_days_are_compared_with(tmp_path
     changed = tmp_path / "synthetic_baselines.yaml"
     changed.write_text(yaml.safe_dump(document))
     replay = create_replay(tmp_path / "r", changed, synthetic, "base", dt.date(2024, 3, 1), 5)
-    computed = {*replay.warm_up_keys, *replay.day_keys}
+    computed = {*replay.warm_up_days(), *replay.day_keys}
     c = replay.contract
     for day in replay.day_keys:
         for reference in (c.drift.reference, c.history_reference):

@@ -101,14 +101,6 @@ class Replay:
         """The replayed days, as partition keys, in order."""
         return _day_keys(self.start, self.days)
 
-    @property
-    def warm_up_keys(self) -> list[str]:
-        """The days before the replay its days look back on, as partition keys, in order.
-
-        Those of `warm_up_days` without weekly full retrains.
-        """
-        return self.warm_up_days()
-
     def warm_up_days(self, weekly: Sequence[str] = ()) -> list[str]:
         """The days before the replay its days look back on, as partition keys, in order.
 
