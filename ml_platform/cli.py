@@ -46,15 +46,24 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"not a YYYY-MM-DD date: {text!r}") from exc
 
 
-def _count(text: str) -> int:
-    """A number of days: a whole number of at least one."""
+def _whole(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from exc
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
     return value
+
+
+def _count(text: str) -> int:
+    """A number of days or rows: a whole number of at least one."""
+    return _whole(text, 1)
+
+
+def _lines(text: str) -> int:
+    """A number of log lines to show: a whole number, zero or more."""
+    return _whole(text, 0)
 
 
 def _span(text: str) -> float:
@@ -285,12 +294,14 @@ APPEAR_SECONDS = 30.0
 TERMINATE_SECONDS = 120.0
 
 
-def follow(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str) -> "dg.DagsterRun":
-    """Wait for the command's own run to end; the run as the instance recorded it.
+def follow(
+    instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str, own: bool = True
+) -> "dg.DagsterRun":
+    """Wait for a run to end; the run as the instance recorded it.
 
     A run that the webserver launched but this instance never sees means the two are not the
-    same instance; a run left queued with no daemon to take it is canceled, not waited on
-    forever. Either is a `LaunchError`.
+    same instance; a run left queued with no daemon to take it is canceled if it is the
+    command's `own`, not waited on forever. Either is a `LaunchError`.
     """
     import dagster as dg
 
@@ -315,6 +326,9 @@ def follow(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str) 
             try:
                 webserver.check_queue()
             except LaunchError as problem:
+                if not own:
+                    # Another's run (a sensor's, another terminal's) is not ours to cancel.
+                    raise LaunchError(f"{problem}. Run {run_id} is still queued") from problem
                 # The problem is what the user must fix; whether the run left the queue is
                 # said beside it, never in its place.
                 try:
@@ -381,6 +395,45 @@ def terminated(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: s
     return f"terminated, not recorded ended after {TERMINATE_SECONDS:.0f}s: see it in the UI (Runs)"
 
 
+def outside_partitions(contract: Contract, days: list[str]) -> str | None:
+    """Which of `days` are no partitions of the dataset, and which days are; None if all are.
+
+    Asked before anything else: no run can do such a day, whatever webserver or daemon answers.
+    """
+    from ml_platform.platform.partitions import daily_partitions
+
+    partitions = daily_partitions(contract)
+    outside = [day for day in days if not partitions.has_partition_key(day)]
+    if not outside:
+        return None
+    first, last = partitions.get_first_partition_key(), partitions.get_last_partition_key()
+    # The days are consecutive and so are the partitions: the misfits lie before, after, or both.
+    before = [day for day in outside if first is not None and day < first]
+    groups = [g for g in (before, outside[len(before) :]) if g]
+    shown = ", ".join(g[0] if len(g) == 1 else f"{g[0]} to {g[-1]}" for g in groups)
+    if first is None:
+        span = f"whose first day, {contract.partitions.start_date}, has not ended yet"
+    else:
+        span = f"whose days run from {first} to {last}"
+    ends = (
+        ""
+        if contract.partitions.end_date is not None
+        else f"; a day is one once it has ended ({contract.event_time.timezone})"
+    )
+    return (
+        f"{shown} ({len(outside)} of {len(days)} day(s)) are no partitions of {contract.name}, "
+        f"{span} (its contract's partitions:){ends}"
+    )
+
+
+def launched_by(run: "dg.DagsterRun") -> str:
+    """Who launched a run, in words: its sensor or schedule, else the UI or a command."""
+    for tag, what in (("dagster/sensor_name", "sensor"), ("dagster/schedule_name", "schedule")):
+        if tag in run.tags:
+            return f"launched by the {what} {run.tags[tag]}"
+    return "launched from the UI or another command"
+
+
 def materialize(args: argparse.Namespace) -> int:
     """Launch the daily job's run of each day through the instance, one day after the other.
 
@@ -394,16 +447,20 @@ def materialize(args: argparse.Namespace) -> int:
     (challenger)` or `rejected: <reason>` (a rejected candidate is an outcome, not a failure),
     or that the day's data was rejected (`REJECTED by <asset>: <verdict>: <reason>`). Days
     already accepted are skipped unless `--force`; a rejected day is not done, so it runs again.
+    A day whose run is already queued or running (the landing sensor's, another `materialize`'s)
+    is not launched again unless `--force`: the command follows that run and reports it as its
+    own, except that a signal leaves it to go on.
     Exit codes: 0 every day accepted; 3 some day's data rejected (a data verdict) and no run
     failed; 1 some day's run failed (a software or infrastructure failure), or no webserver or
-    daemon to run it. Ctrl-C (SIGINT) or SIGTERM terminates the day's run, no later day runs, and
-    the exit code is 130 or 143 (128 + the signal's number), as shells expect. A command killed
+    daemon to run it; 2 a day that is no partition of the dataset (nothing launched). Ctrl-C
+    (SIGINT) or SIGTERM terminates the day's run, no later day runs, and the exit code is 130
+    or 143 (128 + the signal's number), as shells expect. A command killed
     outright (SIGKILL) leaves its run to the instance: the run goes on, or run monitoring
     records it failed.
     """
     import dagster as dg
 
-    from ml_platform.automation.jobs import day_run_tags
+    from ml_platform.automation.jobs import day_run_tags, day_runs_in_flight
     from ml_platform.automation.launch import LaunchError, Webserver
     from ml_platform.definitions import DAILY_JOB
     from ml_platform.platform.datasets import asset_key, dataset_name
@@ -415,6 +472,10 @@ def materialize(args: argparse.Namespace) -> int:
     job = dataset_name(contract.name, DAILY_JOB)
     webserver = Webserver(settings.dagster_url)
     days = [d.isoformat() for d in _days(args.start, args.days)]
+    outside = outside_partitions(contract, days)
+    if outside is not None:
+        print(f"error: {outside}; nothing launched", file=sys.stderr)
+        return 2
     failed = []
     rejected = []
     with stop_signals(), dg.DagsterInstance.get() as instance:
@@ -432,6 +493,7 @@ def materialize(args: argparse.Namespace) -> int:
 
         i, prefix = 0, ""
         run_id: str | None = None  # the run of the day in progress
+        own = True  # whether the command launched it
         finished: str | None = None  # the last day whose run ended
         try:
             already = done(days)
@@ -443,9 +505,21 @@ def materialize(args: argparse.Namespace) -> int:
                     print(f"{prefix} already materialised (use --force to rerun)", flush=True)
                     continue
                 started = time.perf_counter()
-                tags = {"dagster/partition": day, **day_run_tags(contract.name, day)}
-                run_id = webserver.launch(job, tags)
-                run = follow(instance, webserver, run_id)
+                # A second run of the day would wait for this one in the queue, then compute
+                # the same day again.
+                in_flight = [] if args.force else day_runs_in_flight(instance, contract.name, day)
+                own = not in_flight
+                if own:
+                    tags = {"dagster/partition": day, **day_run_tags(contract.name, day)}
+                    run_id = webserver.launch(job, tags)
+                else:
+                    run_id = in_flight[0].run_id  # the newest: it ends after any earlier one
+                    print(
+                        f"{prefix} following run {run_id} ({launched_by(in_flight[0])}), "
+                        "already queued or running; --force launches another after it",
+                        flush=True,
+                    )
+                run = follow(instance, webserver, run_id, own=own)
                 seconds = time.perf_counter() - started
                 finished, run_id = day, None
                 if run.status != dg.DagsterRunStatus.SUCCESS:
@@ -465,7 +539,14 @@ def materialize(args: argparse.Namespace) -> int:
                     rejected.append(day)
                 print(f"{prefix} {outcome} ({seconds:.1f}s, run {run.run_id[:8]})", flush=True)
         except StopRequested as stop:
-            if run_id is not None:
+            if run_id is not None and not own:
+                print(
+                    f"{prefix} stopped by {stop}: run {run_id}, not launched by this command, "
+                    f"goes on; {len(days) - i} later day(s) not run",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            elif run_id is not None:
                 status = terminated(instance, webserver, run_id)
                 print(
                     f"{prefix} stopped by {stop}: run {run_id} {status}; "
@@ -575,6 +656,8 @@ def replay_run(args: argparse.Namespace) -> int:
     the comparison's summary and where the whole of it is. Ctrl-C or SIGTERM stops the command;
     a backfill it launched goes on in the daemon.
     """
+    import dagster as dg
+
     from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.replay.assets import REPLAY_COMPARISON, REPLAY_COMPARISON_JOB
@@ -591,14 +674,19 @@ def replay_run(args: argparse.Namespace) -> int:
             ready(webserver, args.wait)
             made = _kept_replay(args, settings, contracts)
             webserver.reload_workspace()
-            ranges = made.backfill_ranges()
+            with dg.DagsterInstance.get() as instance:
+                # The weekly full retrains the live chain's registry judged on these days: the
+                # replay's champions meet the same kinds of candidates.
+                weekly = made.live_weekly_days(instance)
+            ranges = made.backfill_ranges(weekly)
             backfill_id = webserver.backfill(
                 {asset_key(made.dataset, name): days for name, days in ranges.items()}
             )
-            warm_up = made.warm_up_keys
+            warm_up = made.warm_up_days(weekly)
             print(
                 f"backfill {backfill_id}: {made.days} day(s) from {made.start}"
-                + (f", their data from {warm_up[0]}" if warm_up else ""),
+                + (f", their data from {warm_up[0]}" if warm_up else "")
+                + (f", the weekly retrains of {', '.join(weekly)}" if weekly else ""),
                 flush=True,
             )
             status = webserver.backfill_status(backfill_id)
@@ -801,6 +889,7 @@ def diagnose(args: argparse.Namespace) -> int:
 
     from ml_platform.troubleshooting.diagnose import (
         AmbiguousRunIdError,
+        RunEventsGoneError,
         RunNotFoundError,
         diagnose_run,
         tag_failure_class,
@@ -811,7 +900,7 @@ def diagnose(args: argparse.Namespace) -> int:
     with dg.DagsterInstance.get() as instance:
         try:
             diagnosis = diagnose_run(instance, args.run_id, lines=args.lines, contracts=contracts)
-        except (RunNotFoundError, AmbiguousRunIdError) as exc:
+        except (RunNotFoundError, AmbiguousRunIdError, RunEventsGoneError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         tag_failure_class(instance, diagnosis)
@@ -828,7 +917,11 @@ def reproduce(args: argparse.Namespace) -> int:
     import dagster as dg
 
     from ml_platform.definitions import build_definitions
-    from ml_platform.troubleshooting.diagnose import AmbiguousRunIdError, RunNotFoundError
+    from ml_platform.troubleshooting.diagnose import (
+        AmbiguousRunIdError,
+        RunEventsGoneError,
+        RunNotFoundError,
+    )
     from ml_platform.troubleshooting.reproduce import NothingToReproduceError, not_reproduced_advice
     from ml_platform.troubleshooting.reproduce import reproduce as rerun
 
@@ -854,10 +947,15 @@ def reproduce(args: argparse.Namespace) -> int:
                     sample_rows=args.sample,
                     contract=contract,
                 )
-            # No such run id or an ambiguous prefix, no failed asset step, or inputs replaced
-            # since the run read them. Not every LookupError: an asset's own KeyError (a missing
-            # column) is what the user came to debug.
-            except (RunNotFoundError, AmbiguousRunIdError, NothingToReproduceError) as exc:
+            # No such run id or an ambiguous prefix, no events of the run left, no failed asset
+            # step, or inputs replaced since the run read them. Not every LookupError: an
+            # asset's own KeyError (a missing column) is what the user came to debug.
+            except (
+                RunNotFoundError,
+                AmbiguousRunIdError,
+                RunEventsGoneError,
+                NothingToReproduceError,
+            ) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             except Exception:
@@ -927,11 +1025,30 @@ def resources(args: argparse.Namespace) -> int:
     from ml_platform.contracts.model import parse_contract
     from ml_platform.troubleshooting.sizing import advised_resources, render, stage_uses
 
+    if args.contract is not None and not args.write:
+        # Read alone, the table is the served contract's: the file named would be ignored.
+        print(
+            "error: --contract names the file --write writes; add --write, or read a contract "
+            "file with --dataset FILE",
+            file=sys.stderr,
+        )
+        return 2
     settings = Settings()
     contract = dataset_of(args, settings)
     with dg.DagsterInstance.get() as instance:
         uses = stage_uses(instance, contract, args.days)
+        where = instance.root_directory
     print(render(contract, uses, args.days))
+    if not any(use.peaks_mb for use in uses):
+        # Most often another instance than the runs' (DAGSTER_HOME): a section rewritten from
+        # nothing would claim to be advice.
+        print(
+            f"no stage of {contract.name} recorded its use in the last {args.days:g} day(s) of "
+            f"the Dagster instance at {where}: materialise days first, or set DAGSTER_HOME to "
+            "the instance they ran on" + ("; the contract is left as it is" if args.write else ""),
+            file=sys.stderr,
+        )
+        return 1 if args.write else 0
     if not args.write:
         return 0
     if args.contract is not None:
@@ -1040,12 +1157,13 @@ def parser() -> argparse.ArgumentParser:
         "run_id",
         help="the run's id or a unique prefix of it, e.g. the 8 characters `materialize` prints",
     )
-    p.add_argument("--lines", type=int, default=15, help="log lines to show before the failure")
+    p.add_argument("--lines", type=_lines, default=15, help="log lines to show before the failure")
     p.set_defaults(func=diagnose)
 
     p = sub.add_parser("reproduce", help="rerun a failed asset in-process on sampled inputs")
     p.add_argument("run_id", help="the failed run's id or a unique prefix of it")
-    p.add_argument("--sample", type=int, default=100, help="rows per input partition")
+    # A sample of no rows fails the step on no data: a failure of its own, not the run's.
+    p.add_argument("--sample", type=_count, default=100, help="rows per input partition")
     p.add_argument("--pdb", action="store_true", help="open the debugger where it raised")
     p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=reproduce)

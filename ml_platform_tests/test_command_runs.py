@@ -9,6 +9,7 @@ subprocess reaching the webserver. Each test works on days of its own.
 
 import datetime as dt
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,10 +21,12 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient
 
+from ml_platform.automation.jobs import day_run_tags
 from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
 from ml_platform.contracts import load_contract
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.records import recorded_lake_keys
+from ml_platform.troubleshooting.health import pipeline_health
 from ml_platform_tests.conftest import days_from
 from ml_platform_tests.services import DagsterServices, HeldLog, held_log
 
@@ -147,6 +150,34 @@ def test_materialize_of_a_day_queues_behind_a_run_of_the_day_launched_from_the_u
     assert f"[1/1] {day} " in out and f"run {own.run_id[:8]})" in out
 
 
+def test_materialize_follows_the_days_run_in_flight_and_leaves_it_on_ctrl_c(services):
+    day = "2024-02-05"
+    services.land(SYNTHETIC, [day])
+    services.sink.arm(STEP_START.format(asset="raw_data"))
+    # The day's run as the landing sensor launches it, held inside its first step.
+    webserver = Webserver(services.env["ML_PLATFORM_DAGSTER_URL"])
+    tags = {"dagster/partition": day, **day_run_tags("synthetic", day)}
+    sensor_run = webserver.launch("synthetic_daily_pipeline_job", tags)
+    services.sink.wait_held(services.daemon, timeout=RUN_SECONDS, output=services.output)
+
+    follower = services.materialize("--start", day, "--dataset", "synthetic", name="follower")
+    stopped = services.materialize("--start", day, "--dataset", "synthetic", name="stopped")
+    following = f"[1/1] {day} following run {sensor_run}"
+    services.wait_for(lambda: following in services.said("stopped")[0], 120, "the command")
+    stopped.send_signal(signal.SIGINT)
+    assert stopped.wait(timeout=60) == 130, services.said("stopped")
+    services.sink.released.set()
+    assert follower.wait(timeout=RUN_SECONDS) in (0, 3), services.said("follower")
+
+    # One run did the day: neither command launched its own, and Ctrl-C did not stop it.
+    assert [r.run_id for r in services.runs(day)] == [sensor_run]
+    assert services.finished(sensor_run).status == dg.DagsterRunStatus.SUCCESS
+    out, _ = services.said("follower")
+    assert following in out and f"run {sensor_run[:8]})" in out
+    _, err = services.said("stopped")
+    assert f"stopped by SIGINT: run {sensor_run}, not launched by this command, goes on" in err
+
+
 def test_materialize_of_a_day_never_runs_beside_a_backfill_holding_it(services):
     days = ["2024-02-10", "2024-02-11", "2024-02-12"]
     services.land(SYNTHETIC, days)
@@ -227,6 +258,11 @@ def test_two_runs_of_a_pool_the_queue_has_not_met_never_execute_at_once(services
     try:
         one = services.launch_as_the_ui(["registered_model"], first, dataset="flights")
         other = services.launch_as_the_ui(["registered_model"], second, dataset="flights")
+        # Meanwhile `ml-platform health` names the runs waiting and what to start.
+        with services.instance() as instance:
+            said = pipeline_health(instance, 1).render()
+        assert re.search(r"queued now: [2-9] run\(s\), the oldest for \d+s; a dagster-daemon", said)
+        assert "if none runs now, start one (`ml-platform pools && dagster-daemon run" in said
     finally:
         services.start_daemon()
 

@@ -364,6 +364,25 @@ def test_diagnose_refuses_an_ambiguous_or_unknown_run_id_prefix(tmp_path, monkey
     assert f"no run 0badc0de-3 in the Dagster instance at {tmp_path}" in capsys.readouterr().err
 
 
+def test_diagnose_of_a_run_whose_event_log_is_gone_says_so_and_classes_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with dg.DagsterInstance.get() as instance:
+        run_id = dg.materialize([probe], instance=instance, raise_on_error=False).run_id
+    # Its events, as a clean-up of the instance's disk removes them; the run's record stays.
+    (tmp_path / "history" / "runs" / f"{run_id}.db").unlink()
+
+    assert cli.main(["diagnose", run_id]) == 2
+    err = capsys.readouterr().err
+    assert f"run {run_id} is recorded FAILURE, but the instance holds none of its events" in err
+    assert "Rerun it (the UI's Materialize of its assets) and diagnose the new run" in err
+    with dg.DagsterInstance.get() as instance:
+        assert FAILURE_CLASS_TAG not in instance.get_run_by_id(run_id).tags
+    assert cli.main(["reproduce", run_id, "--dataset", "synthetic"]) == 2
+    assert "holds none of its events" in capsys.readouterr().err
+
+
 # Lets the run of the diagnose test end once the test has diagnosed it while it ran.
 RELEASE = threading.Event()
 

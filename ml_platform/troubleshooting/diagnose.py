@@ -12,6 +12,7 @@ import logging
 
 import dagster as dg
 
+from ml_platform.automation.jobs import DATASET_PARTITION_TAG
 from ml_platform.contracts import Contract
 from ml_platform.platform.failures import (
     FAILURE_CLASS_TAG,
@@ -42,6 +43,10 @@ class RunNotFoundError(LookupError):
 
 class AmbiguousRunIdError(LookupError):
     """More than one run's id starts with the prefix given."""
+
+
+class RunEventsGoneError(LookupError):
+    """The run ended without success, and the instance holds none of its events to say why."""
 
 
 def resolve_run_id(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -194,11 +199,30 @@ def diagnose_run(
     `run_id` may be any prefix of one run's id; RunNotFoundError if no run has it,
     AmbiguousRunIdError if several do. With the served `contracts`, a step out of memory is
     shown with its request and its last recorded peak. A run still going, or canceled, is
-    classed by the steps that failed so far, if any did.
+    classed by the steps that failed so far, if any did. RunEventsGoneError if the run ended
+    without success and its events are gone.
     """
     run_id = resolve_run_id(instance, run_id)
     run = instance.get_run_by_id(run_id)
     assert run is not None  # resolved from the instance's own run ids
+    entries = list(instance.all_logs(run_id))
+    if not entries and run.status in FINISHED - {dg.DagsterRunStatus.SUCCESS}:
+        # Every run records events from its launch on: none at all means they were removed
+        # (a clean-up of the event log), and a class guessed from nothing would be tagged on
+        # the run as if it were known.
+        partition = run.tags.get("dagster/partition")
+        dataset = run.tags.get(DATASET_PARTITION_TAG, "").partition(":")[0]
+        option = f" --dataset {dataset}" if dataset else ""
+        again = (
+            f"`ml-platform materialize{option} --start {partition} --force` for its day"
+            if partition
+            else "the UI's Materialize of its assets"
+        )
+        raise RunEventsGoneError(
+            f"run {run_id} is recorded {run.status.value}, but the instance holds none of its "
+            "events (its event log was removed): nothing says where or why it failed. Rerun it "
+            f"({again}) and diagnose the new run"
+        )
     failed = run.status == dg.DagsterRunStatus.FAILURE
     outcome = run_outcome(instance, run_id, succeeded=not failed)
     assert outcome is not None  # the run exists: checked above
@@ -210,7 +234,6 @@ def diagnose_run(
         and classification.failure_class == RESOURCE_EXHAUSTION
         and not out_of_disk(classification.reason)
     )
-    entries = list(instance.all_logs(run_id))
     return Diagnosis(
         run_id=run_id,
         status=run.status.value,

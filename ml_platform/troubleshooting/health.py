@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
+from ml_platform.automation.launch import QUEUE_DAEMON
 from ml_platform.platform.observability import STEP_PREFIX
 from ml_platform.platform.records import DayRecord
 from ml_platform.platform.sizes import MEMORY_HEADROOM, memory_request_mb
@@ -28,6 +29,7 @@ from ml_platform.registry.monitoring import (
 )
 
 PEAK_KEY = f"{STEP_PREFIX}peak_rss_mb"
+START_DAEMON = "`ml-platform pools && dagster-daemon run -w workspace.yaml`"
 EVENTS = {
     dg.DagsterEventType.STEP_SUCCESS,
     dg.DagsterEventType.STEP_FAILURE,
@@ -35,6 +37,15 @@ EVENTS = {
     dg.DagsterEventType.ASSET_CHECK_EVALUATION,
     dg.DagsterEventType.ASSET_MATERIALIZATION,
 }
+
+
+def duration(seconds: float) -> str:
+    """e.g. "40s", "12.5min", "2.0h"."""
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -77,10 +88,30 @@ class HealthReport:
     # Per dataset: its latest monitored day and the drift episodes open at its end (None when
     # no recent day records them: unknown, not none).
     open_episodes: dict[str, tuple[str, list[str] | None]] = dataclasses.field(default_factory=dict)
+    # How long each run still queued has waited so far: never started, so no queue wait above.
+    queued_seconds: list[float] = dataclasses.field(default_factory=list)
+    # Seconds since a dagster-daemon last reported working the run queue; None if none ever did.
+    queue_daemon_seconds: float | None = None
 
     def memory_request_mb(self, asset: str) -> int:
         """Peak memory plus headroom, rounded up to a multiple of MEMORY_STEP_MB."""
         return memory_request_mb(self.peak_rss_mb[asset])
+
+    def queued_line(self) -> str:
+        """The runs waiting in the queue now, and whether a daemon takes them from it."""
+        start = f"start one ({START_DAEMON})"
+        if self.queue_daemon_seconds is None:
+            daemon = f"no dagster-daemon ever worked the queue of this instance: {start}"
+        else:
+            daemon = (
+                f"a dagster-daemon last worked the queue {duration(self.queue_daemon_seconds)} "
+                f"ago: if none runs now, {start}; while one runs, they wait for the limits of "
+                "dagster.yaml (one run a day of a dataset, the pools)"
+            )
+        return (
+            f"queued now: {len(self.queued_seconds)} run(s), the oldest for "
+            f"{duration(max(self.queued_seconds))}; {daemon}"
+        )
 
     def render(self) -> str:
         """The report as text for a terminal."""
@@ -95,6 +126,8 @@ class HealthReport:
             f"queue wait: p50 {seconds(percentile(self.queue_seconds, 50))}, "
             f"p95 {seconds(percentile(self.queue_seconds, 95))}"
         )
+        if self.queued_seconds:
+            lines.append(self.queued_line())
         lines.append("jobs (success rate):")
         lines += [f"  {job}: {tally.text()}" for job, tally in sorted(self.jobs.items())]
         lines.append("assets (success rate, p50/p95 duration, step retries):")
@@ -129,7 +162,8 @@ def pipeline_health(
     instance: dg.DagsterInstance, days: float, now: float | None = None
 ) -> HealthReport:
     """Summarise the runs created in the last `days` days."""
-    since = (now or time.time()) - days * 86400
+    now = now or time.time()
+    since = now - days * 86400
     records = instance.get_run_records(
         filters=dg.RunsFilter(created_after=dt.datetime.fromtimestamp(since, dt.UTC)),
         order_by="create_timestamp",
@@ -141,6 +175,7 @@ def pipeline_health(
     step_retries: collections.Counter[str] = collections.Counter()
     peaks: dict[str, float] = {}
     queue: list[float] = []
+    queued: list[float] = []
     retried_runs = 0
     finished = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}
     for record in records:
@@ -153,6 +188,8 @@ def pipeline_health(
                 tally.failed += 1
         if record.start_time is not None:
             queue.append(max(0.0, record.start_time - record.create_timestamp.timestamp()))
+        elif run.status == dg.DagsterRunStatus.QUEUED:
+            queued.append(max(0.0, now - record.create_timestamp.timestamp()))
         if "dagster/parent_run_id" in run.tags:
             retried_runs += 1
         for event_record in instance.get_records_for_run(run.run_id, of_type=EVENTS).records:
@@ -192,7 +229,18 @@ def pipeline_health(
         checks=dict(checks),
         peak_rss_mb=peaks,
         open_episodes=open_episodes(instance),
+        queued_seconds=queued,
+        queue_daemon_seconds=queue_daemon_seconds(instance, now),
     )
+
+
+def queue_daemon_seconds(instance: dg.DagsterInstance, now: float) -> float | None:
+    """Seconds since a dagster-daemon last reported working the run queue; None if none ever did.
+
+    Read from the heartbeats the daemon stores in the instance, whichever host it runs on.
+    """
+    heartbeat = instance.get_daemon_heartbeats().get(QUEUE_DAEMON)
+    return None if heartbeat is None else max(0.0, now - heartbeat.timestamp)
 
 
 def open_episodes(instance: dg.DagsterInstance) -> dict[str, tuple[str, list[str] | None]]:
