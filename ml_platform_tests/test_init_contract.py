@@ -271,3 +271,181 @@ def test_a_sample_that_does_not_exist_is_named_before_any_rule_on_names(tmp_path
     for missing in (well_named, badly_named):
         assert cli.main(["init-contract", str(missing), "--name", "v"]) == 2
         assert f"error: no such sample file: {missing}" in capsys.readouterr().err
+
+
+def write_samples(folder: Path, frames: dict[str, pd.DataFrame]) -> list[Path]:
+    """Each day's frame as the sample file shop_<day>.csv."""
+    paths = []
+    for day, frame in frames.items():
+        paths.append(folder / f"shop_{day}.csv")
+        frame.to_csv(paths[-1], index=False)
+    return paths
+
+
+def accepts_its_samples(text: str, paths: list[Path], label: str) -> None:
+    """The draft, `label`'s line uncommented, types and passes every sample it was drawn from."""
+    contract = parse_contract(
+        text.replace(f"# label: {{name: {label}", f"label: {{name: {label}"), "d"
+    )
+    gate = quality_gate(contract)
+    text_columns = [c.name for c in contract.columns if c.dtype == "str"]
+    for path in paths:
+        day = path.stem.split("_")[1]
+        raw = read_landed_file(path.read_bytes(), path.name, day, text_columns)
+        report, _ = gate.validate(type_rows(raw, contract, where=path.name), day)
+        assert [f.sentence for f in report.failures] == [], day
+
+
+def test_infinities_in_a_float_column_get_the_finite_values_range_and_a_warning(tmp_path):
+    days = ["2024-01-01", "2024-01-02"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame(
+                {
+                    "ts": [f"{day} {h:02d}:15:00" for h in range(20)],
+                    "ratio": [
+                        "inf" if h == 3 else "-inf" if h == 4 else str(h / 2) for h in range(20)
+                    ],
+                    "amount": [str(h) for h in range(20)],
+                }
+            )
+            for day in days
+        },
+    )
+
+    text = draft_contract(paths, "shop")
+
+    ratio = next(c for c in drafted(text)["columns"] if c["name"] == "ratio")
+    assert ratio["dtype"] == "float" and -1 <= ratio["min"] <= 0 and 9.5 <= ratio["max"] <= 11
+    line = next(line for line in text.splitlines() if "{name: ratio," in line)
+    assert "4 infinite value(s) in the samples, which the quality gate rejects" in line
+
+
+def test_whole_numbers_beyond_64_bits_are_drafted_as_text_the_typing_accepts(tmp_path):
+    days = ["2024-01-01", "2024-01-02"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame(
+                {
+                    "ts": [f"{day} {h:02d}:15:00" for h in range(20)],
+                    # 64-bit unsigned ids, as hashes and some exporters write them.
+                    "order_id": [str(2**63 + 1000 * i + h) for h in range(20)],
+                    "amount": [str(h) for h in range(20)],
+                }
+            )
+            for i, day in enumerate(days)
+        },
+    )
+
+    text = draft_contract(paths, "shop")
+
+    order_id = next(c for c in drafted(text)["columns"] if c["name"] == "order_id")
+    assert order_id["dtype"] == "str"
+    line = next(line for line in text.splitlines() if "{name: order_id," in line)
+    assert "whole numbers beyond 64 bits: text, which holds every digit" in line
+    accepts_its_samples(text, paths, "amount_label")
+
+
+def test_samples_of_one_row_a_day_show_no_column_constant_within_a_day(tmp_path):
+    days = ["2024-01-01", "2024-01-02", "2024-01-03"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame({"ts": [f"{day} 10:15:00"], "amount": [str(3 + i)], "shop": ["n"]})
+            for i, day in enumerate(days)
+        },
+    )
+
+    text = draft_contract(paths, "shop")
+
+    # One row a day says nothing of how a column moves within a day.
+    assert not any("constant_within_day" in c for c in drafted(text)["columns"])
+    assert "# label: {name: amount_label, task: regression, source: amount}" in text
+    accepts_its_samples(text, paths, "amount_label")
+
+
+def date_samples(folder: Path, spelling: str) -> list[Path]:
+    """Two days of sales with the day in a date column spelled as `spelling`, and no hour."""
+    days = ["2024-01-01", "2024-01-02"]
+    return write_samples(
+        folder,
+        {
+            day: pd.DataFrame(
+                {
+                    "sold_on": [dt.date.fromisoformat(day).strftime(spelling)] * 6,
+                    "store": list("abcdef"),
+                    "amount": [str(3 * h + i) for h in range(6)],
+                }
+            )
+            for i, day in enumerate(days)
+        },
+    )
+
+
+@pytest.mark.parametrize("spelling", ["%Y-%m-%d", "%Y-%m-%d 00:00:00"])
+def test_a_date_column_without_an_hour_is_drafted_as_the_event_time(tmp_path, spelling):
+    paths = date_samples(tmp_path, spelling)
+
+    text = draft_contract(paths, "shop")
+
+    assert drafted(text)["event_time"] == {"column": "sold_on", "timezone": "UTC"}
+    assert "'sold_on' holds each file's day, and no column holds an hour" in text
+    accepts_its_samples(text, paths, "amount_label")
+
+
+def test_a_date_spelled_otherwise_without_an_hour_is_named_but_not_drafted(tmp_path):
+    # Without an hour column the typing reads the event time column as ISO 8601 only: drafted
+    # as the event time, 'Jan 01, 2024' would reject every day.
+    text = draft_contract(date_samples(tmp_path, "%b %d, %Y"), "shop")
+
+    assert drafted(text)["event_time"]["column"] is None
+    assert "'sold_on' holds each file's day, but not as ISO 8601 dates" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"", "is not a readable CSV file"),
+        ("città,amount\nRoma,3\n".encode("latin-1"), "it is not utf-8 text"),
+        (b"ts,amount,amount\n2024-01-01 10:00:00,3,4\n", "names 'amount' more than once"),
+        (b"ts,amount,shop\n2024-01-01 10:00:00,3,a\n2024-01-01 11:00:00,4", "looks truncated"),
+    ],
+)
+def test_a_sample_the_landing_zone_cannot_read_is_named_with_the_reason(
+    tmp_path, capsys, content, reason
+):
+    path = tmp_path / "shop_2024-01-01.csv"
+    path.write_bytes(content)
+
+    with pytest.raises(InferenceError, match=f"shop_2024-01-01.csv .*{reason}"):
+        draft_contract([path], "shop")
+    # The command says so, as for any sample it cannot draft from, instead of a traceback.
+    assert cli.main(["init-contract", str(path), "--name", "shop"]) == 2
+    assert reason in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("values", [["0", "-1e308"], ["-1.7e308", "1.7e308"], ["1e300", "3e300"]])
+def test_floats_near_the_largest_get_a_range_that_holds_them(tmp_path, values):
+    days = ["2024-01-01", "2024-01-02"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame(
+                {
+                    "ts": [f"{day} {h:02d}:15:00" for h in range(6)],
+                    "reading": values * 3,
+                    "amount": [str(3 * h + i) for h in range(6)],
+                }
+            )
+            for i, day in enumerate(days)
+        },
+    )
+
+    text = draft_contract(paths, "shop")
+
+    reading = next(c for c in drafted(text)["columns"] if c["name"] == "reading")
+    numbers = [float(v) for v in values]
+    assert reading["min"] <= min(numbers) and reading["max"] >= max(numbers)
+    accepts_its_samples(text, paths, "amount_label")

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import sys
+import unicodedata
 from typing import Any
 
 import pandas as pd
@@ -248,11 +249,8 @@ class QualityGate:
 
     def parameters(self, day: str, history: HistoryWindow | None) -> dict[str, Any]:
         """The suite parameters of one day: its bounds in time and its history's bounds."""
-        start = pd.Timestamp(day)
-        parameters: dict[str, Any] = {
-            "day_start": start,
-            "day_end": start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
-        }
+        start, end = day_bounds(day)
+        parameters: dict[str, Any] = {"day_start": start, "day_end": end}
         if self.contract.quality.history.enabled:
             parameters.update(history_parameters(gated_statistics(self.contract), history))
         return parameters
@@ -297,6 +295,16 @@ class QualityGate:
         failures = [_failure(r, len(frame), judged) for r in result.results if not r.success]
         report = GateReport(rows=len(frame), failures=failures, evaluated=len(result.results))
         return report, result
+
+
+def day_bounds(day: str) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The first and the last instant of a day.
+
+    To the nanosecond, as event times are held (datetime64[ns]): a day ending at its last
+    microsecond would put a row at 23:59:59.9999995 on no day.
+    """
+    start = pd.Timestamp(day).as_unit("ns")
+    return start, start + pd.Timedelta(days=1) - pd.Timedelta(nanoseconds=1)
 
 
 def ge_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -387,6 +395,8 @@ def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> F
             f"({count / max(total, 1):.1%}) {_what(kind, kwargs)}"
             + (f", e.g. {', '.join(repr(_plain(v)) for v in values)}." if values else ".")
         )
+        if kind == "expect_column_values_to_be_in_set":
+            sentence += _other_unicode_forms(values, kwargs.get("value_set") or [])
         rows = [int(i) for i in info.get("unexpected_index_list") or []]
         return Failure(check, kind, column, sentence, count, True, rows, values)
     observed = info.get("observed_value")
@@ -400,6 +410,26 @@ def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> F
     else:
         sentence = f"{kind} failed on {column}: observed {observed}."
     return Failure(check, kind, column, sentence, 0, False, [], [])
+
+
+def _other_unicode_forms(values: list[Any], allowed: list[Any]) -> str:
+    """What to say of unexpected values that are allowed ones written in another Unicode form.
+
+    'Zürich' with its accent as a separate character (NFD, as macOS and some exports write
+    text) is not the contract's 'Zürich' (NFC), yet both print alike: without this the sentence
+    would show a value that looks allowed.
+    """
+    forms = {unicodedata.normalize("NFC", str(v)) for v in allowed}
+    alike = [
+        repr(v) for v in values if isinstance(v, str) and unicodedata.normalize("NFC", v) in forms
+    ]
+    if not alike:
+        return ""
+    return (
+        f" Of these, {', '.join(alike)} read as allowed values but are written in another "
+        "Unicode form than the contract's (accents as separate characters, NFD): have the "
+        "source write its text in NFC, or convert the file to NFC and re-land it."
+    )
 
 
 def _plain(value: Any) -> Any:

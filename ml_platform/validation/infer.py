@@ -11,13 +11,16 @@ once the label line is uncommented.
 
 import dataclasses
 import datetime as dt
+import io
 import itertools
 import math
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -31,10 +34,11 @@ from ml_platform.contracts.schema import (
     parse_times,
     time_of_day,
 )
-from ml_platform.ingestion.assets import read_landed_file
+from ml_platform.ingestion.assets import LandingFileError, read_landed_file
 
 # The day as landing.file_pattern's {date} writes it.
 FILE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+FLOAT_MAX = sys.float_info.max
 # Text with at most this many distinct values (and each seen several times) gets allowed_values.
 MAX_ALLOWED_VALUES = 20
 # An hour column holds at most 24 hours in a few spellings each ('6am', '6 AM', '06:00').
@@ -104,8 +108,15 @@ def read_samples(paths: Sequence[Path]) -> tuple[str, list[Sample]]:
     samples = []
     for path, day in zip(paths, days, strict=True):
         data = path.read_bytes()
-        header = pd.read_csv(path, nrows=0).columns
-        frame = read_landed_file(data, path.name, day.isoformat(), text_columns=list(header))
+        try:
+            header = list(pd.read_csv(io.BytesIO(data), nrows=0).columns)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+            header = []  # no header to read: reading the file next says why, naming it
+        try:
+            frame = read_landed_file(data, path.name, day.isoformat(), text_columns=header)
+        except LandingFileError as exc:
+            # As the landing zone would reject it: the file, its day and why.
+            raise InferenceError(str(exc)) from exc
         if frame.empty:
             raise InferenceError(f"{path.name} holds no rows")
         samples.append(Sample(path, day, frame))
@@ -127,14 +138,25 @@ def _dtype(values: pd.Series) -> tuple[str, pd.Series | None]:
         return "bool", None
     numbers = pd.to_numeric(values, errors="coerce")
     if numbers.notna().all():
-        whole = pd.api.types.is_integer_dtype(numbers)
-        return ("int" if whole else "float"), numbers
+        # pandas reads whole numbers above Int64's range as unsigned or as floats.
+        if pd.api.types.is_signed_integer_dtype(numbers):
+            return "int", numbers
+        if _whole_numbers(values):
+            # Whole numbers no Int64 holds (64-bit ids, hashes): the typing rejects them as
+            # int, and as floats they lose their last digits, so two ids would read the same.
+            return "str", None
+        return "float", numbers
     # As the typing reads them: times of a day whose UTC offset changes (summer time) too.
     times = parse_times(values, "coerce")
     # A column of midnights is a column of dates: text, read as the event time's date.
     if times.notna().all() and (times.dt.floor("D") != times).any():
         return "datetime", None
     return "str", None
+
+
+def _whole_numbers(values: pd.Series) -> bool:
+    """Whether every text value is a whole number in digits."""
+    return bool(len(values)) and bool(values.str.strip().str.fullmatch(r"[+-]?\d+").all())
 
 
 def profile(samples: Sequence[Sample]) -> list[Column]:
@@ -147,8 +169,10 @@ def profile(samples: Sequence[Sample]) -> list[Column]:
         dtype, numbers = _dtype(values)
         nulls = sum(int(v.isna().sum()) for v in per_day)
         distinct_per_day = [v.nunique(dropna=True) for v in per_day]
+        # Only a day of two rows or more shows whether a column moves within it.
         constant = (
             len(samples) > 1
+            and any(len(v) > 1 for v in per_day)
             and nulls == 0
             and all(n == 1 for n in distinct_per_day)
             and values.nunique() > 1
@@ -208,17 +232,26 @@ def guess_event_time(columns: Sequence[Column], samples: Sequence[Sample]) -> Ev
             f"'{date.name}' holds each file's day and '{hour.name}' the hour",
             (date.name, hour.name),
         )
-    if dates:
+    # Alone, the event time column is read as ISO 8601 (only an hour column's date may be
+    # spelled otherwise, 'Mar 05, 2024'): a date spelled otherwise would reject every day.
+    iso = [c for c in dates if parse_times(c.values, "coerce").notna().all()]
+    if iso:
         return EventTimeGuess(
-            {"column": date.name},
-            f"'{dates[0].name}' holds each file's day, and no column holds an hour: every "
+            {"column": iso[0].name},
+            f"'{iso[0].name}' holds each file's day, and no column holds an hour: every "
             "row's event time is midnight",
-            (dates[0].name,),
+            (iso[0].name,),
         )
+    spelled = (
+        f" ('{dates[0].name}' holds each file's day, but not as ISO 8601 dates, which a "
+        "date column without an hour must hold)"
+        if dates
+        else ""
+    )
     return EventTimeGuess(
         {"column": None},
-        "no column holds the event time (a datetime, or a date and an hour): give `column` "
-        "(a datetime column) or `parts` (year, month, day, hhmm int columns)",
+        f"no column holds the event time (a datetime, or a date and an hour){spelled}: give "
+        "`column` (a datetime column) or `parts` (year, month, day, hhmm int columns)",
         (),
     )
 
@@ -232,13 +265,21 @@ def _timezone_column(columns: Sequence[Column]) -> Column | None:
 
 
 def _bounds(column: Column) -> tuple[float, float] | None:
-    """The observed range widened by the margin; None for one value, which shows no spread."""
+    """The finite observed range widened by the margin; None for one value (no spread)."""
     assert column.numbers is not None
-    low, high = float(column.numbers.min()), float(column.numbers.max())
+    finite = column.numbers[np.isfinite(column.numbers)]
+    if finite.empty:
+        return None
+    low, high = float(finite.min()), float(finite.max())
     if low == high:
         return None
-    margin = RANGE_MARGIN * (high - low)
-    wide_low, wide_high = low - margin, high + margin
+    # The span of floats near the largest (-1e308 to 1e308) overflows: then each side is
+    # scaled first. A widened side stays the largest finite float at most.
+    span = high - low
+    margin = (
+        RANGE_MARGIN * span if math.isfinite(span) else RANGE_MARGIN * high - RANGE_MARGIN * low
+    )
+    wide_low, wide_high = max(low - margin, -FLOAT_MAX), min(high + margin, FLOAT_MAX)
     if low >= 0:
         wide_low = max(wide_low, 0.0)  # a count or an amount stays non-negative
     if column.dtype == "int":
@@ -247,8 +288,19 @@ def _bounds(column: Column) -> tuple[float, float] | None:
         return max(math.floor(low) - whole, math.floor(wide_low)), math.ceil(high) + whole
     # Rounded outwards: to the nearest, tiny or close values would lose the samples' own range
     # (1e-8 to 2e-7 became [0, 0]).
+    return _outwards(wide_low, math.floor), _outwards(wide_high, math.ceil)
+
+
+def _outwards(value: float, rounding: Callable[[float], int]) -> float:
+    """`value` rounded to 6 decimals by `rounding` (floor or ceil).
+
+    From 2**53 on every float is a whole number already, and scaled up one near the largest
+    would overflow: such a value is kept as it is.
+    """
+    if abs(value) >= 2**53:
+        return value
     scale = 10**6
-    return math.floor(wide_low * scale) / scale, math.ceil(wide_high * scale) / scale
+    return rounding(value * scale) / scale
 
 
 def _low_cardinality(column: Column) -> bool:
@@ -411,14 +463,24 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             and column.name not in sources
             and column.name not in key_columns
         ):
+            finite = column.numbers[np.isfinite(column.numbers)]
             bounds = _bounds(column)
             if bounds is None:
-                notes.append(f"always {column.numbers.min():g} in the samples: no range guessed")
+                notes.append(
+                    f"always {finite.min():g} in the samples: no range guessed"
+                    if len(finite)
+                    else "no finite value in the samples: no range guessed"
+                )
             else:
                 spec["min"], spec["max"] = bounds
                 notes.append(
-                    f"seen {column.numbers.min():g} to {column.numbers.max():g}, "
+                    f"seen {finite.min():g} to {finite.max():g}, "
                     f"range widened by {RANGE_MARGIN:.0%}"
+                )
+            if len(finite) < len(column.numbers):
+                notes.append(
+                    f"{len(column.numbers) - len(finite)} infinite value(s) in the samples, "
+                    "which the quality gate rejects (no model learns from them)"
                 )
         if (
             column.dtype == "str"
@@ -427,6 +489,8 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             and _low_cardinality(column)
         ):
             spec["allowed_values"] = sorted(column.values.unique().tolist())
+        if column.dtype == "str" and _whole_numbers(column.values):
+            notes.append("whole numbers beyond 64 bits: text, which holds every digit")
         if key == [column.name]:
             spec["unique"] = True
         if column.constant_within_day and column.name not in sources:

@@ -39,6 +39,7 @@ from ml_platform.validation.expectations import (
     SUITE_NOTES,
     GateReport,
     QualityGate,
+    day_bounds,
     ge_frame,
     quality_gate,
     value_bounds,
@@ -278,19 +279,12 @@ class RangeScreen:
         judged = [day for day, frame in days.items() if signature[day] == common and len(frame)]
         if not judged:
             return set(), None
-        rows = pd.concat(
-            [
-                days[day].assign(
-                    **{
-                        DAY: day,
-                        DAY_START: (start := pd.Timestamp(day)),
-                        DAY_END: start + pd.Timedelta(days=1) - pd.Timedelta(microseconds=1),
-                    }
-                )
-                for day in judged
-            ],
-            ignore_index=True,
-        )
+
+        def with_day(day: str) -> pd.DataFrame:
+            start, end = day_bounds(day)
+            return days[day].assign(**{DAY: day, DAY_START: start, DAY_END: end})
+
+        rows = pd.concat([with_day(day) for day in judged], ignore_index=True)
         # BASIC: GE's Data Docs renderer reads the observed column list of the table's rule.
         validation = self._validate(
             "rows", chunk, judged, self.rows_batch, self.rows_suite, ge_frame(rows), [DAY], "BASIC"
