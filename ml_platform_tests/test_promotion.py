@@ -10,8 +10,11 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import PERMISSION_DENIED
 
 from ml_platform import cli
 from ml_platform.contracts import Contract, load_contract
@@ -644,3 +647,116 @@ def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrup
     # A rerun of the range meets what the record says, and decides the same again.
     assert materialize_range(faulty, DAYS[0], DAYS[-1], ["registered_model"]).success
     assert registrations_of(faulty) == uninterrupted
+
+
+class RefusingRegistry(ModelRegistryResource):
+    """The registry, whose store refuses every new model version (a permission revoked)."""
+
+    def for_dataset(self, dataset: str) -> ModelRegistry:
+        return RefusingVersions(self.stores, dataset)
+
+
+class RefusingVersions(ModelRegistry):
+    def upsert(self, version, *args, **kwargs):
+        raise MlflowException(f"permission denied to register {version}", PERMISSION_DENIED)
+
+
+def test_aliases_an_attempt_moved_without_a_record_are_set_back_though_the_next_one_fails(
+    tmp_path,
+):
+    platform = promoting(tmp_path)
+    platform.land(DAYS[0], 2)
+    assert platform.materialize(DAYS[0]).success
+    assert platform.materialize(DAYS[1], selection=UPSTREAM).success
+    recorded = {"champion": f"daily-{DAYS[0]}", "challenger": None}
+    registry = platform.registry()
+    assert registry.aliases() == recorded
+    # An attempt at the second day registered its model and moved the champion to it, then
+    # its process died before Dagster recorded the day (its model here: any whole one).
+    example = pd.read_parquet(platform.stored("features", DAYS[1], "parquet")).head(5)
+    model = registry.load(f"daily-{DAYS[0]}")
+    registry.upsert(f"daily-{DAYS[1]}", model, {"partition": DAYS[1]}, example)
+    registry.set_aliases({"champion": f"daily-{DAYS[1]}"})
+
+    # The next attempt fails too, on an error of the registry's store that no retry fixes.
+    refusing = RefusingRegistry(
+        stores=MlflowStores(lake=LocalStorage(base_dir=str(platform.lake_dir)))
+    )
+    result = dg.materialize(
+        list(platform.defs.assets or []),
+        partition_key=DAYS[1],
+        resources={**(platform.defs.resources or {}), "model_registry": refusing},
+        instance=platform.instance,
+        selection=[platform.key("registered_model")],
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    assert "permission denied to register" in str(
+        result.failure_data_for_node(platform.node("registered_model")).error
+    )
+    assert DAYS[1] not in platform.materialized("registered_model")
+    # Serving is back on what the recorded days chose, not on the unrecorded attempt's model.
+    assert registry.aliases() == recorded
+
+
+def test_a_past_day_judged_after_a_gap_is_said_to_meet_the_champion_it_does_meet(tmp_path):
+    platform = promoting(tmp_path)
+    platform.land(DAYS[0], 3)
+    # The first day's registry step never ran; the next two days did, each promoting.
+    assert platform.materialize(DAYS[0], selection=UPSTREAM).success
+    for day in DAYS[1:3]:
+        assert platform.materialize(day).success
+    assert platform.registry().alias("champion") == f"daily-{DAYS[2]}"
+
+    # The second day again: a rerun of the past, after a day with no record.
+    result = platform.materialize(DAYS[1])
+
+    assert result.success
+    rerun = json.loads(platform.stored("registered_model", DAYS[1], "json").read_text())
+    assert rerun["champion_met"] is None
+    warned = [
+        e.user_message
+        for e in platform.instance.all_logs(result.run_id)
+        if e.step_key and e.step_key.endswith("registered_model") and e.level >= logging.WARNING
+    ]
+    [gap] = [m for m in warned if m.startswith(f"registered_model: {DAYS[0]} has no record")]
+    # The champion it met, not the one the later day left live.
+    assert "the latest recorded day before it left (none)" in gap, gap
+
+
+class ForbiddenRegistry(ModelRegistryResource):
+    """The registry, whose store refuses even to read the registered model (a revoked token)."""
+
+    def for_dataset(self, dataset: str) -> ModelRegistry:
+        return ForbiddenAliases(self.stores, dataset)
+
+
+class ForbiddenAliases(ModelRegistry):
+    def aliases(self):
+        raise MlflowException(f"permission denied to read '{self.name}'", PERMISSION_DENIED)
+
+
+def test_a_registry_store_error_that_waiting_cannot_fix_fails_the_step_at_once(tmp_path):
+    platform = promoting(tmp_path)
+    platform.land(DAYS[0], 1)
+    assert platform.materialize(DAYS[0], selection=UPSTREAM).success
+    forbidden = ForbiddenRegistry(
+        stores=MlflowStores(lake=LocalStorage(base_dir=str(platform.lake_dir)))
+    )
+
+    result = dg.materialize(
+        list(platform.defs.assets or []),
+        partition_key=DAYS[0],
+        resources={**(platform.defs.resources or {}), "model_registry": forbidden},
+        instance=platform.instance,
+        selection=[platform.key("registered_model")],
+        raise_on_error=False,
+    )
+
+    assert not result.success
+    retry = dg.DagsterEventType.STEP_UP_FOR_RETRY
+    assert [e for e in result.all_events if e.event_type == retry] == []
+    failure = result.failure_data_for_node(platform.node("registered_model"))
+    assert failure is not None
+    assert "permission denied to read 'synthetic'" in str(failure.error)

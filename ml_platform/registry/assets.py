@@ -26,6 +26,7 @@ Nothing upstream reads the registry. A rejected candidate is an outcome of the d
 of the run; the check `rejection_streak` warns once several candidates in a row were rejected.
 """
 
+import contextlib
 import datetime as dt
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -57,6 +58,7 @@ from ml_platform.platform.steps import (
     daily_check_spec,
     each_day,
     previous_day_input,
+    retryable,
 )
 from ml_platform.registry.chain import RecordedChain, aliases_of, says_aliases
 from ml_platform.registry.store import (
@@ -95,6 +97,31 @@ def outcome_line(decision: str, cause: str) -> str:
     if decision == SUPERSEDED:
         return f"not promoted: {cause}"
     return f"rejected: {cause}"
+
+
+@contextlib.contextmanager
+def registry_errors(doing: str) -> Iterator[None]:
+    """An error of the registry's store that waiting cannot fix, as a failure never retried.
+
+    For the step's own calls, outside its days (each day's are `each_day`'s to judge): the retry
+    policy retries whatever else a step raises, and a refusal (a permission, a read-only store,
+    a bad request) meets every attempt the same, after the step judged its days again.
+    """
+    try:
+        yield
+    except (dg.Failure, RegistryError):
+        raise  # said already, or the caller's to say (a version that is not whole)
+    except Exception as exc:
+        if retryable(exc):
+            raise  # an outage, a timeout: the retry policy tries again
+        raise dg.Failure(
+            description=(
+                f"registered_model: {doing} failed, which no retry changes: "
+                f"{type(exc).__name__}: {exc}. Fix the registry's store (its URI, credentials, "
+                "permissions; docs/runbook.md), then rerun the day"
+            ),
+            allow_retries=False,
+        ) from exc
 
 
 def day_before(day: str, days: int = 1) -> str:
@@ -295,7 +322,9 @@ def build_registered_model(
         # The latest day after the step's that is recorded already, if any (with its record):
         # the step reruns the past, and the live aliases are that day's, which it never moves.
         past = chain.latest_after(days[-1], partitions.get_last_partition_key() or days[-1])
-        live = aliases_of(past[1]) if past is not None else chain.before(days[0])
+        # The aliases the step's first day meets: what the latest recorded day before it left.
+        met_first = chain.before(days[0])
+        live = aliases_of(past[1]) if past is not None else met_first
         # The chain is judged in day order: a day judged while the day before it never ran (or
         # its run failed) meets an older champion than it would in order. Said, not hidden.
         gap = day_before(days[0])
@@ -303,13 +332,26 @@ def build_registered_model(
             context.log.warning(
                 f"registered_model: {gap} has no record (it never ran, or its run failed), so "
                 f"{days[0]} is judged against the champion the latest recorded day before it "
-                f"left ({live['champion'] or 'none'}); a decision of {gap} recorded later is a "
-                f"rerun of the past. To judge the days in order, run {gap} first"
+                f"left ({met_first['champion'] or 'none'}); a decision of {gap} recorded later "
+                f"is a rerun of the past. To judge the days in order, run {gap} first"
             )
+
+        def cannot_set(aliases: dict[str, str | None], exc: RegistryError) -> dg.Failure:
+            return dg.Failure(
+                description=(
+                    f"registered_model: the aliases cannot be set to {aliases} ({exc}); "
+                    "rerun registered_model for the latest recorded day or fix the registry "
+                    "(docs/runbook.md)"
+                ),
+                allow_retries=False,
+            )
+
         # Each day meets the aliases the record says, never what MLflow's say now: an attempt
-        # that moved them and then failed to record its days left moves no record shows (the
-        # step sets them all once its days are judged, `move_aliases`).
-        now = registry.aliases()
+        # that moved them and then failed to record its days left moves no record shows. The
+        # step sets them back before it judges, and to what its days leave once they are
+        # judged (`move_aliases`).
+        with registry_errors("reading the aliases"):
+            now = registry.aliases()
         found = {alias: now[alias] for alias in live}
         # What MLflow's aliases should be: what the latest recorded day left, which is one of
         # the step's own days when it reruns the latest ones.
@@ -317,13 +359,23 @@ def build_registered_model(
         if found != recorded_now:
             context.log.warning(
                 f"registered_model: the aliases were {found}, which no recorded day left (a "
-                f"run failed after moving them); the days are judged from {live}, and the "
-                "aliases set to what they leave"
+                f"run failed after moving them); they are set back to {recorded_now} before "
+                f"the days are judged from {met_first}, and then set to what the days leave"
             )
+            # At once, not only once the days are judged: were this attempt to fail too,
+            # serving would stay on a model no recorded decision chose.
+            try:
+                with registry_errors("setting the aliases back"):
+                    registry.set_aliases(recorded_now)
+            except RegistryError as exc:
+                # A recorded version that is damaged now: rerunning its day (this step, maybe)
+                # is the repair, so the days are judged still; the aliases move once, at the end.
+                context.log.warning(f"{cannot_set(recorded_now, exc).description}")
         # Where the aliases point as the step judges its days: this step is their one writer.
         current = dict(live)
         # The platform names registered so far, listed once a step and kept as it registers.
-        names = set(registry.versions())
+        with registry_errors("listing the versions"):
+            names = set(registry.versions())
         # Each champion's model, loaded once a step (a champion serves many days in a row).
         loaded: dict[str, TrainedModel] = {}
         # The aliases each day this step judged left: what its next day meets.
@@ -580,20 +632,14 @@ def build_registered_model(
 
             Once every day of the step is judged and before any is recorded: an attempt that
             fails on a day moves nothing; one that fails after this records nothing, and the
-            next step sets them again. A rerun of the past leaves them where the latest
-            recorded day did.
+            next step sets them back before it judges. A rerun of the past leaves them where
+            the latest recorded day did.
             """
             try:
-                registry.set_aliases(current)
+                with registry_errors("setting the aliases"):
+                    registry.set_aliases(current)
             except RegistryError as exc:
-                raise dg.Failure(
-                    description=(
-                        f"registered_model: the aliases cannot be set to {current} ({exc}); "
-                        "rerun registered_model for the latest recorded day or fix the registry "
-                        "(docs/runbook.md)"
-                    ),
-                    allow_retries=False,
-                ) from exc
+                raise cannot_set(current, exc) from exc
 
         # Once per step: it runs git and reads the lock file.
         environment = environment_manifest()

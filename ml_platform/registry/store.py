@@ -55,6 +55,9 @@ SHA256_TAG = f"{TAG}.model_sha256"
 MODEL_FILE = "model.pkl"  # the sklearn flavour's pickle (cloudpickle)
 MODEL_FIELDS = "ml_platform_model.json"
 MANIFEST_FILE = "ml_platform_manifest.json"
+# What `load` and `manifest` read beside the model file: MLflow's description of the model
+# and the platform's two files.
+LOADED_WITH = ("MLmodel", MODEL_FIELDS, MANIFEST_FILE)
 
 
 class _ChosenFormat(logging.Filter):
@@ -329,21 +332,40 @@ class ModelRegistry:
                 + ("is missing" if digest is None else "does not match its checksum")
                 + "; rerun registered_model for its day"
             )
+        # The files a version loads with beside the model: without one it is as damaged as a
+        # model file that fails its checksum, which no retry changes.
+        for name in LOADED_WITH:
+            if not (local / name).is_file():
+                raise RegistryError(
+                    f"version '{version}' (model version {found.version} of '{self.name}') is "
+                    f"damaged: {found.source}/{name} is missing; rerun registered_model for its day"
+                )
         return local, found
+
+    def _read_json(self, local: Path, name: str, version: str, found: "ModelVersion") -> Any:
+        """A JSON file of a downloaded version; RegistryError if it is cut short or not JSON."""
+        try:
+            return json.loads((local / name).read_text())
+        except ValueError as exc:
+            raise RegistryError(
+                f"version '{version}' (model version {found.version} of '{self.name}') is "
+                f"damaged: {found.source}/{name} is not JSON ({exc}); rerun registered_model "
+                "for its day"
+            ) from exc
 
     def manifest(self, version: str) -> dict:
         """The lineage manifest of a whole version; RegistryError if there is none."""
         with tempfile.TemporaryDirectory(prefix="ml_platform-manifest-") as scratch:
-            local, _ = self._download(version, scratch)
-            return dict(json.loads((local / MANIFEST_FILE).read_text()))
+            local, found = self._download(version, scratch)
+            return dict(self._read_json(local, MANIFEST_FILE, version, found))
 
     def load(self, version: str) -> TrainedModel:
         """The model of a whole version; RegistryError saying why when it is absent or damaged."""
         import mlflow.sklearn
 
         with tempfile.TemporaryDirectory(prefix="ml_platform-load-") as scratch:
-            local, _ = self._download(version, scratch)
-            fields = json.loads((local / MODEL_FIELDS).read_text())
+            local, found = self._download(version, scratch)
+            fields = self._read_json(local, MODEL_FIELDS, version, found)
             pipeline = mlflow.sklearn.load_model(str(local))
         if fields.get("initial_loss") is None:
             fields["initial_loss"] = math.nan
