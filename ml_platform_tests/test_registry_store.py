@@ -5,6 +5,7 @@ whole or is damaged; the previous champion keeps serving, and the error says why
 import errno
 import json
 import shutil
+import sqlite3
 from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlparse
@@ -12,6 +13,7 @@ from urllib.parse import urlparse
 import boto3
 import pandas as pd
 import pytest
+import sqlalchemy
 from dagster_aws.s3 import S3Resource
 from mlflow.artifacts import download_artifacts
 from mlflow.exceptions import MlflowException
@@ -387,7 +389,34 @@ def test_a_registry_whose_artifact_store_is_down_raises_the_outage_for_a_retry(
     assert classify_failure([failure], []).failure_class == TRANSIENT_INFRASTRUCTURE
 
 
-def test_a_registry_store_that_refuses_the_new_model_says_why(served, tmp_path):
+def test_a_locked_or_dropped_store_database_is_an_outage_that_passes(tmp_path):
+    # Two datasets registering at once in the embedded SQLite store: one waits for the other's
+    # write and, past its busy timeout, meets "database is locked", which a retry gets past.
+    path = tmp_path / "store.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("create table runs (id)")
+    holder.execute("begin exclusive")
+    writer = sqlite3.connect(path, timeout=0)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="database is locked") as locked:
+            writer.execute("insert into runs values (1)")
+    finally:
+        holder.rollback()
+        writer.close()
+        holder.close()
+    wrapped = sqlalchemy.exc.OperationalError("INSERT INTO runs", {}, locked.value)
+    assert transient(locked.value) and transient(wrapped)
+    # PostgreSQL restarted or failed over under the store's session.
+    dropped = sqlalchemy.exc.OperationalError(
+        "SELECT 1", {}, Exception("server closed the connection unexpectedly")
+    )
+    assert transient(dropped)
+
+
+def test_a_registry_store_that_refuses_the_new_model_says_why(served, tmp_path, monkeypatch):
+    # MLflow makes the folder of a `sqlite:///file:...` URI's path as if it were relative: in
+    # the test's own folder, not the repository's.
+    monkeypatch.chdir(tmp_path)
     platform, _, features = served
     live = platform.registry()
     champion = str(live.alias("champion"))
@@ -403,3 +432,38 @@ def test_a_registry_store_that_refuses_the_new_model_says_why(served, tmp_path):
     )
     with pytest.raises(MlflowException, match="attempt to write a readonly database"):
         ModelRegistry(stores, "synthetic").upsert(champion, model, manifest, features.head(5))
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("ml_platform_model.json", "is missing"),
+        ("MLmodel", "is missing"),
+        ("ml_platform_model.json", "is not JSON"),
+    ],
+)
+def test_a_version_missing_a_file_beside_its_model_is_refused_as_damaged(
+    served, tmp_path, monkeypatch, capsys, name, damage
+):
+    # The model file matches its checksum, but a file the version loads with is gone from the
+    # artifact store or cut short (a partial restore, a clean-up by hand): the version is not
+    # whole, which waiting cannot change, so it is refused by name, never read as an I/O hiccup
+    # that the registry step's retry policy would retry.
+    _, landed, features = served
+    registry, champion, model, manifest = own_lake(served, tmp_path, monkeypatch)
+    registry.upsert(NEW, model, {**manifest, "partition": SECOND}, features.head(5))
+    damaged = Path(urlparse(registry.model_version(NEW).source).path) / name
+    if damage == "is missing":
+        damaged.unlink()
+    else:
+        damaged.write_bytes(damaged.read_bytes()[:20])
+
+    registry = lake_registry(tmp_path / "lake", "synthetic")
+    with pytest.raises(RegistryError, match=f"version '{NEW}' .* is damaged: .*{name} {damage}"):
+        registry.load(NEW)
+    if damage == "is missing":
+        with pytest.raises(RegistryError, match=f"cannot point 'challenger' at version '{NEW}'"):
+            registry.set_alias("challenger", NEW)
+    code, _, err = score(landed, tmp_path, capsys, "--version", NEW)
+    assert code == 2 and f"{name} {damage}" in err and "Traceback" not in err
+    assert registry.load(champion).features == model.features

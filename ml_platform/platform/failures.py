@@ -134,7 +134,10 @@ THROTTLED_OR_5XX = (
 )
 TRANSIENT_PATTERN = re.compile(
     r"Connection refused|Connection reset|timed out|Temporary failure in name resolution"
-    rf"|Max retries exceeded|Service Unavailable|{THROTTLED_OR_5XX}",
+    rf"|Max retries exceeded|Service Unavailable|{THROTTLED_OR_5XX}"
+    # An embedded SQLite store another process holds past the busy timeout (two datasets
+    # registering at once), and a PostgreSQL server restarted or failed over under a session.
+    r"|database is locked|server closed the connection unexpectedly",
     re.IGNORECASE,
 )
 # Dagster's error for a step whose retry policy ran out: it wraps the error the step raised.
