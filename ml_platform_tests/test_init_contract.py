@@ -212,16 +212,7 @@ def test_a_draft_holds_its_own_samples_tiny_floats_and_a_column_never_filled(tmp
     assert columns["score"]["max"] >= 1.0 + 19e-8, columns["score"]
     assert "allowed_values" not in columns["coupon"]
     # The draft, its label chosen, accepts the days it was drawn from.
-    contract = parse_contract(
-        text.replace("# label: {name: amount_label", "label: {name: amount_label"), "draft"
-    )
-    gate = quality_gate(contract)
-    text_columns = [c.name for c in contract.columns if c.dtype == "str"]
-    for path in paths:
-        day = path.stem.split("_")[1]
-        raw = read_landed_file(path.read_bytes(), path.name, day, text_columns)
-        report, _ = gate.validate(type_rows(raw, contract, where=path.name), day)
-        assert [f.sentence for f in report.failures] == [], day
+    accepts_its_samples(text, paths, "amount_label")
 
 
 def test_times_of_a_day_that_changes_to_summer_time_are_drafted_as_times(tmp_path):
