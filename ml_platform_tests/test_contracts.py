@@ -510,3 +510,27 @@ def test_a_file_pattern_of_another_format_than_csv_is_reported(tmp_path, pattern
         (line_of(text, pattern), "landing.file_pattern"): "deliveries are read as CSV "
         "(landing.format): the file name must end in '.csv'"
     }
+
+
+def test_thresholds_that_are_no_numbers_and_allowed_values_with_spaces_are_reported(tmp_path):
+    # NaN never promotes nor rejects, -inf promotes every candidate; the typing strips every
+    # text value, so " JFK" would match no row and reject every day.
+    text = edit(
+        FLIGHTS_TEXT, "change_thresholds: {roc_auc: 0.01}", "change_thresholds: {roc_auc: .nan}"
+    )
+    text = edit(text, "value_thresholds: {roc_auc: 0.55", "value_thresholds: {roc_auc: -.inf")
+    text = edit(text, "allowed_values: [EWR, JFK, LGA]", 'allowed_values: [EWR, " JFK", LGA]')
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert problems == {
+        (line_of(text, "roc_auc: .nan"), "evaluation.change_thresholds.roc_auc"): (
+            "must be a finite number, not nan"
+        ),
+        (line_of(text, "roc_auc: -.inf"), "evaluation.value_thresholds.roc_auc"): (
+            "must be a finite number, not -inf"
+        ),
+        (line_of(text, '" JFK"'), "columns[12].allowed_values"): (
+            "' JFK' has spaces around it, which the typing strips from every value: write 'JFK'"
+        ),
+    }

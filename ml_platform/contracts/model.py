@@ -8,6 +8,7 @@ Loading a contract reports every mistake in it at once, each with its line and p
 import copy
 import dataclasses
 import datetime as dt
+import math
 import re
 import typing
 from collections.abc import Iterator
@@ -618,6 +619,14 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
             yield ("columns", i, "dtype"), f"min/max need a numeric dtype, not '{col.dtype}'"
         if col.allowed_values is not None and col.dtype != "str":
             yield ("columns", i, "allowed_values"), "allowed_values needs dtype 'str'"
+        for value in col.allowed_values or []:
+            if value != value.strip():
+                # The typing strips every text value: such a value would never match a row.
+                yield (
+                    ("columns", i, "allowed_values"),
+                    f"{value!r} has spaces around it, which the typing strips from every value: "
+                    f"write {value.strip()!r}",
+                )
         if col.pattern is not None:
             if col.dtype != "str":
                 yield ("columns", i, "pattern"), "a pattern needs dtype 'str'"
@@ -735,12 +744,16 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         else {"mae", "rmse", "r2"}
     )
     for section in ("value_thresholds", "change_thresholds"):
-        for metric in getattr(c.evaluation, section):
+        for metric, threshold in getattr(c.evaluation, section).items():
             if metric not in known:
                 yield (
                     ("evaluation", section, metric),
                     f"unknown {lab.task} metric '{metric}'; use one of {', '.join(sorted(known))}",
                 )
+            elif not math.isfinite(threshold):
+                # NaN compares false with everything: never promoted, never rejected; -inf
+                # promotes every candidate.
+                yield (("evaluation", section, metric), f"must be a finite number, not {threshold}")
     spec = c.model
     if isinstance(spec, LinearSpec):
         if spec.C is not None and lab.task == "regression":
