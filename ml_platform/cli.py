@@ -819,9 +819,10 @@ def score(args: argparse.Namespace) -> int:
     stores = MlflowStores(lake=lake_storage(settings.lake, settings), **settings.mlflow_config)
     with configured(stores) as resolved:
         registry = ModelRegistry(resolved, contract.name)
-        version = args.version or registry.alias(args.alias)
+        alias = args.alias or "champion"
+        version = args.version or registry.alias(alias)
         if version is None:
-            raise SystemExit(f"error: alias '{args.alias}' points to no version yet")
+            raise SystemExit(f"error: alias '{alias}' points to no version yet")
         try:
             # Only a whole version loads: one whose registration never finished is refused.
             model = registry.load(version)
@@ -848,7 +849,7 @@ def score(args: argparse.Namespace) -> int:
         return 1
     summary = scored["prediction"].describe().to_dict()
     print(
-        f"{len(scored)} rows scored by {version} ({args.alias if not args.version else 'pinned'}"
+        f"{len(scored)} rows scored by {version} ({alias if not args.version else 'pinned'}"
         f", {served_as}) -> {output}; prediction mean {summary['mean']:.4f}"
     )
     return 0
@@ -1146,8 +1147,10 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("score", help="score a file with a registered model")
     p.add_argument("file", type=Path, help="a file in the dataset's landed format (CSV)")
-    p.add_argument("--alias", default="champion", choices=["champion", "challenger"])
-    p.add_argument("--version", help="a registered version instead of an alias")
+    # One model or the other: given both, the alias would be silently ignored.
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--alias", choices=["champion", "challenger"], help="default: champion")
+    which.add_argument("--version", help="a registered version instead of an alias")
     p.add_argument("--output", type=Path, help="default: FILE.scored.csv beside the input")
     p.add_argument("--dataset", help=DATASET_HELP)
     p.set_defaults(func=score)

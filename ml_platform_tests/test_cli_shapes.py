@@ -84,3 +84,11 @@ def test_resources_write_with_no_recorded_day_leaves_the_contract_as_it_is(no_we
 def test_resources_contract_without_write_is_refused(no_webserver, capsys):
     assert cli.main(["resources", "--dataset", "synthetic", "--contract", "mine.yaml"]) == 2
     assert "--contract names the file --write writes" in capsys.readouterr().err
+
+
+def test_score_refuses_an_alias_and_a_version_together(capsys):
+    # Given both, one would be ignored: which model scored the file would not be the one asked.
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["score", "any.csv", "--alias", "challenger", "--version", "daily-2024-01-01"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
