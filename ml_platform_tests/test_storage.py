@@ -2,6 +2,7 @@
 
 import datetime as dt
 import os
+import stat
 
 import numpy as np
 import pandas as pd
@@ -61,6 +62,21 @@ def test_json_round_trip_and_stable_bytes():
     assert deserialise(data, "json") == metrics
     reordered = dict(reversed(list(metrics.items())))
     assert serialise(reordered, "json") == data
+
+
+def test_json_keeps_numpy_scalars_as_the_values_they_hold():
+    value = {
+        "accepted": np.bool_(False),
+        "rows": np.int64(3),
+        "small": np.int8(-1),
+        "share": np.float32(0.5),
+        "huge": np.uint64(2**64 - 1),
+    }
+
+    back = deserialise(serialise(value, "json"), "json")
+
+    assert back == {"accepted": False, "rows": 3, "small": -1, "share": 0.5, "huge": 2**64 - 1}
+    assert back["accepted"] is False
 
 
 def test_json_writes_dates_as_text():
@@ -127,3 +143,30 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path):
 
     assert path.read_bytes() == b"old"
     assert all_files(tmp_path) == ["lake/x.json"]
+
+
+def test_a_file_written_whole_gets_the_mode_a_plain_write_gives_it(tmp_path):
+    """Not mkstemp's owner-only mode: a lake day, a landed file or a scored CSV written whole is
+    readable by whom the umask lets read it, as if written in place."""
+    storage = LocalStorage(base_dir=str(tmp_path / "lake"))
+    umask = os.umask(0o027)
+    try:
+        storage.write_bytes("synthetic/features/2024-01-01/run-0.json", b"{}")
+        storage.write_with("synthetic/model/2024-01-01/run-0.joblib", lambda h: h.write(b"m"))
+        write_atomically(tmp_path / "scored.csv", b"a,b\n")
+        with open(tmp_path / "plain.csv", "wb") as plain:
+            plain.write(b"a,b\n")
+    finally:
+        os.umask(umask)
+
+    modes = {
+        path.name: stat.S_IMODE(path.stat().st_mode)
+        for path in tmp_path.rglob("*")
+        if path.is_file()
+    }
+    assert modes == {
+        "run-0.json": 0o640,
+        "run-0.joblib": 0o640,
+        "scored.csv": 0o640,
+        "plain.csv": 0o640,
+    }

@@ -8,6 +8,7 @@ import json
 from typing import IO, Any
 
 import joblib
+import numpy as np
 import pandas as pd
 
 FORMAT_KEY = "ml_platform/format"
@@ -31,7 +32,18 @@ def serialise_into(value: Any, fmt: str, handle: IO[bytes]) -> None:
     elif fmt == "joblib":
         joblib.dump(value, handle)
     else:
-        handle.write(json.dumps(value, indent=2, sort_keys=True, default=str).encode())
+        handle.write(json.dumps(value, indent=2, sort_keys=True, default=_json_value).encode())
+
+
+def _json_value(value: Any) -> Any:
+    """What JSON stores for a value it has no type for: a numpy scalar's value, else its text.
+
+    As text, a numpy scalar would come back as a string: np.bool_(False) as "False", which is
+    true, and a count (np.int64) as "3", which is no number.
+    """
+    if isinstance(value, (np.bool_, np.integer, np.floating)):
+        return value.item()
+    return str(value)
 
 
 def deserialise(data: bytes, fmt: str) -> Any:

@@ -261,25 +261,49 @@ class LakeIOManager(dg.ConfigurableIOManager):
         """Delete the versions of `days` that no materialisation records; the keys deleted.
 
         Such a file is what a run left when it failed or was killed between storing a day and
-        recording it. Only a run this instance records as ended loses its files: a run still
-        going may yet record them, and a file of a run the instance does not know (another
-        instance's, or one from before the instance was replaced) is not this instance's to judge.
+        recording it; a process killed while it wrote a version leaves part of one
+        (`LakeStorage.partial_writes`), which goes too. Only a run this instance records as
+        ended loses its files: a run still going may yet record them, and a file of a run the
+        instance does not know (another instance's, or one from before the instance was
+        replaced) is not this instance's to judge.
         """
         folder = "/".join(asset_key.path)
         wanted = set(days)
-        by_day: dict[str, list[str]] = collections.defaultdict(list)
-        for key in self.storage.list_keys(folder):
-            parts = key[len(folder) + 1 :].split("/")
-            if len(parts) == 2 and parts[0] in wanted:
-                by_day[parts[0]].append(key)
+
+        def of_days(keys: list[str]) -> dict[str, list[str]]:
+            by_day: dict[str, list[str]] = collections.defaultdict(list)
+            for key in keys:
+                parts = key[len(folder) + 1 :].split("/")
+                if len(parts) == 2 and parts[0] in wanted:
+                    by_day[parts[0]].append(key)
+            return by_day
+
+        def ended_runs(keys: list[str]) -> list[str]:
+            ended = []
+            for key in keys:
+                # `<run id>-<n>.<ext>`, or `.<run id>-<n>.<ext>.<random>.tmp` for a partial write.
+                name = key.rsplit("/", 1)[1].lstrip(".")
+                run = instance.get_run_by_id(name.split(".", 1)[0].rsplit("-", 1)[0])
+                if run is not None and run.is_finished:
+                    ended.append(key)
+            return ended
+
+        # What an ended run's killed process was still writing: no run records it, nor will.
+        partial = of_days(self.storage.partial_writes(folder))
+        deleted = ended_runs(sorted(k for keys in partial.values() for k in keys))
+        for key in deleted:
+            self.storage.delete(key)
+        by_day = of_days(self.storage.list_keys(folder))
         if not by_day:
-            return []
+            return deleted
+        ended = ended_runs(sorted(k for keys in by_day.values() for k in keys))
+        # The records are read after the runs are seen ended, not before: an ended run records
+        # nothing more, whereas a run that records its day and ends between a read of the
+        # records and a look at the run would lose a file it recorded (a concurrent writer of
+        # the same days, or the sweep sensor, sweeping while it finishes).
         recorded = recorded_lake_keys(instance, asset_key, sorted(by_day))
-        deleted = []
-        for key in sorted(k for keys in by_day.values() for k in keys if k not in recorded):
-            run_id = key.rsplit("/", 1)[1].split(".", 1)[0].rsplit("-", 1)[0]
-            run = instance.get_run_by_id(run_id)
-            if run is not None and run.is_finished:
+        for key in ended:
+            if key not in recorded:
                 self.storage.delete(key)
                 deleted.append(key)
         return deleted

@@ -10,7 +10,7 @@ error names the object it failed on (`storage_errors.LakeStorageError`).
 import contextlib
 import io
 import os
-import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -18,7 +18,11 @@ from typing import IO
 import dagster as dg
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ml_platform.platform.storage_errors import LakeStorageError, storage_error
+from ml_platform.platform.storage_errors import (
+    LakeStorageError,
+    UnsafeLakeKeyError,
+    storage_error,
+)
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -29,7 +33,11 @@ def write_atomically(path: Path, data: bytes) -> None:
 def write_file_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> int:
     """Let `write` fill a file that replaces `path` whole, as `write_atomically`; its size."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Created as a plain write creates a file (rw-rw-rw- less the umask), not as mkstemp does
+    # (owner only): the file it becomes is read by others as one written in place would be (a
+    # lake day by another account, the CSV `ml-platform score` writes).
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -99,13 +107,23 @@ class LakeStorage(dg.ConfigurableResource):
         """Keys of the objects under a prefix (a folder), sorted; dot-files are left out."""
         raise NotImplementedError
 
+    def partial_writes(self, prefix: str) -> list[str]:
+        """Keys of what writes cut short left below a folder (a killed process), sorted.
+
+        None here: a backend whose write is one request leaves nothing of a write cut short.
+        """
+        return []
+
     @contextlib.contextmanager
     def naming(self, doing: str, key: str) -> Iterator[None]:
         """Raise the block's storage errors as `LakeStorageError`s that name the object.
 
         A missing object (FileNotFoundError) goes through as it is: its message names it, and
-        readers tell "not stored" from "storage failed" by it.
+        readers tell "not stored" from "storage failed" by it. Every read, write, deletion and
+        listing goes through here, so a key that would leave the lake (`check_key`) is refused
+        before it touches storage.
         """
+        check_key(doing, key)
         try:
             yield
         except (FileNotFoundError, LakeStorageError):
@@ -169,6 +187,37 @@ class LocalStorage(LakeStorage):
                 for p in folder.rglob("*")
                 if p.is_file() and not p.name.startswith(".")
             )
+
+    def partial_writes(self, prefix: str) -> list[str]:
+        """The temporary files below a folder that a process killed mid-write left, sorted.
+
+        `write_file_atomically` removes its temporary file when a write fails, but a process
+        killed (SIGKILL, the OOM killer, a lost node) leaves it: a day's worth of bytes each.
+        """
+        base = Path(self.base_dir)
+        folder = self._path(prefix)
+        with self.naming("listing", prefix):
+            if not folder.is_dir():
+                return []
+            return sorted(str(p.relative_to(base)) for p in folder.rglob(".*.tmp") if p.is_file())
+
+
+def check_key(doing: str, key: str) -> None:
+    """Refuse a key that would name an object outside the lake (UnsafeLakeKeyError).
+
+    A key is relative and '/'-separated, without empty, '.' or '..' parts; a folder's may end
+    with '/', and the empty one is the whole lake. Checked as text, for both backends: a local
+    path joined with '/etc/passwd' or '../..' is outside the lake directory, and an S3 server
+    or proxy that normalises '..' in a path reaches outside the prefix.
+    """
+    name = key.rstrip("/")
+    if name and any(part in {"", ".", ".."} for part in name.split("/")):
+        raise UnsafeLakeKeyError(
+            f"{doing} lake key {key!r} refused: it would name an object outside the lake. A "
+            "lake key is a relative '/'-separated path without empty, '.' or '..' parts; one "
+            "that a materialisation records (its lake_key metadata) was not written by the "
+            "platform: materialise the day again, which records a key of its own"
+        )
 
 
 def is_missing_key(exc: Exception) -> bool:

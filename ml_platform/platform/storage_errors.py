@@ -12,7 +12,12 @@ import errno
 from collections.abc import Iterator
 
 import dagster as dg
-from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+from botocore.exceptions import (
+    ClientError,
+    NoCredentialsError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
 
 from ml_platform.platform.failures import (
     CONFIGURATION,
@@ -86,7 +91,9 @@ PERMANENT_S3_ERRORS = {
         "instance or task role)"
     ),
 }
-# botocore's errors for credentials it could not find or found only in part, before any request.
+# botocore's errors for credentials it could not find or found only in part, and for a request
+# it refuses to send (a location URL whose bucket is no bucket name: `s3://my bucket/lake`,
+# `s3://host:9000/lake`), before any request: every attempt fails the same way.
 PERMANENT_CREDENTIAL_ERRORS: dict[type[Exception], str] = {
     NoCredentialsError: (
         "no S3 credentials were found: give the platform's processes some through "
@@ -95,6 +102,11 @@ PERMANENT_CREDENTIAL_ERRORS: dict[type[Exception], str] = {
     PartialCredentialsError: (
         "the S3 credentials are incomplete: set both AWS_ACCESS_KEY_ID and "
         "AWS_SECRET_ACCESS_KEY, or use a profile or a role that holds both"
+    ),
+    ParamValidationError: (
+        "the S3 client refuses the request's parameters, most often a bucket that is no valid "
+        f"bucket name: correct the location's URL ({LOCATION_URLS}) to s3://bucket/prefix, "
+        "with the endpoint in ML_PLATFORM_S3_ENDPOINT_URL"
     ),
 }
 
@@ -221,6 +233,17 @@ class CorruptLakeFileError(dg.Failure, ValueError):
     Files are written whole (a temporary name, then a rename), so a truncated or garbled one
     was damaged since: a partial copy or restore, a disk or bucket fault. Retrying reads the
     same bytes; materialising the day again rewrites the file.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(description=message, allow_retries=False)
+
+
+class UnsafeLakeKeyError(dg.Failure, ValueError):
+    """A key that would name an object outside the lake: refused before any read or write.
+
+    The lake's own keys never do, but a reader also follows the key a materialisation records
+    (`lake_key`), which anyone who can report an asset event sets. Retrying reads the same key.
     """
 
     def __init__(self, message: str):
