@@ -11,6 +11,9 @@ from ml_platform.contracts import Contract
 def daily_partitions(contract: Contract) -> dg.DailyPartitionsDefinition:
     """One partition per day from the contract's first day (to its last day, if it has one)."""
     end = contract.partitions.end_date
+    # The last date there is (9999-12-31, the usual "no end") has no day after it to end at.
+    if end == dt.date.max:
+        end = None
     return dg.DailyPartitionsDefinition(
         start_date=contract.partitions.start_date.isoformat(),
         end_date=(end + dt.timedelta(days=1)).isoformat() if end else None,

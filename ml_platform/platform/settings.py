@@ -109,6 +109,20 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, f"{prefix}/" if prefix else ""
 
 
+def no_credentials(variable: str, url: str) -> None:
+    """Refuse a URL setting that holds a user or password, without repeating them.
+
+    No setting needs one (S3 takes credentials from the boto3 chain; the links and the webserver
+    take none), and every message or link that names the URL would show them.
+    """
+    parts = urlparse(url)
+    if parts.username is not None or parts.password is not None:
+        raise SettingsError(
+            f"{variable} holds a user or password, which nothing sends and every message or link "
+            "naming it would show: remove them from it"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Location:
     """Where the landing zone or the lake lives: a local directory or an S3 prefix.
@@ -187,10 +201,32 @@ class Settings:
         """Serve only this dataset: a contract's name in the directory, or a contract path."""
         return self._get(DATASET_ENV)
 
+    def _as_set(self, name: str, what: str) -> str | None:
+        """The variable as a resource's `EnvVar` reads it (unstripped); None when it is unset.
+
+        Commands read the stripped value, so a blank value or one with spaces around it would
+        put the runs' `what` elsewhere: Dagster gives "" (the working directory) or the padded
+        value (another directory or prefix). Both are refused.
+        """
+        raw = self.environ.get(name)
+        if raw is None:
+            return None
+        if not raw.strip():
+            raise SettingsError(f"{name} is set but empty: set it to {what}, or unset it")
+        if raw != raw.strip():
+            raise SettingsError(
+                f"{name}={raw!r} has spaces or line breaks around its value, which the runs "
+                "would keep as part of it: remove them"
+            )
+        return raw
+
     def _location(self, url_variable: str, dir_variable: str) -> Location:
         url = self._get(url_variable)
         if url is None:
-            return Location("local", self._get(dir_variable), dir_variable)
+            return Location("local", self._as_set(dir_variable, "a directory"), dir_variable)
+        no_credentials(url_variable, url)
+        # Set and not blank here: only spaces around it are refused.
+        self._as_set(url_variable, "an s3://bucket/prefix URL")
         try:
             parse_s3_url(url)
         except ValueError as exc:
@@ -244,6 +280,8 @@ class Settings:
     def mlflow_ui_url(self) -> str | None:
         """The MLflow UI that assets link their runs and model versions to; None: no links."""
         url = self._get(MLFLOW_UI_ENV)
+        if url is not None:
+            no_credentials(MLFLOW_UI_ENV, url)
         return url.rstrip("/") if url else None
 
     @property
@@ -260,12 +298,8 @@ class Settings:
         nothing sends them, and every message that names the webserver would print them.
         """
         url = self._get(DAGSTER_URL_ENV) or DEFAULT_DAGSTER_URL
+        no_credentials(DAGSTER_URL_ENV, url)
         parts = urlparse(url)
-        if parts.username is not None or parts.password is not None:
-            raise SettingsError(
-                f"{DAGSTER_URL_ENV} holds a user or password, which the commands never send to "
-                "the webserver: remove them from it"
-            )
         try:
             port = parts.port
         except ValueError:
@@ -322,10 +356,17 @@ class Settings:
             if not item.strip():
                 continue
             name, _, memory = (part.strip() for part in item.partition("="))
-            if not POOL_NAME.match(name) or not memory.isdigit() or int(memory) < 1:
+            # isdecimal, not isdigit: int() refuses digits such as '²'.
+            if not POOL_NAME.match(name) or not memory.isdecimal() or int(memory) < 1:
                 raise SettingsError(
                     f"{WORKER_POOLS_ENV}={configured!r}: {item.strip()!r} is not name=MiB "
                     "(e.g. small=1024,large=4096)"
+                )
+            if name in pools:
+                # The last size would win unseen, and steps would go to workers too small.
+                raise SettingsError(
+                    f"{WORKER_POOLS_ENV}={configured!r}: pool {name!r} is given twice; give each "
+                    "pool once, with the memory its workers have"
                 )
             pools[name] = int(memory)
         return dict(sorted(pools.items(), key=lambda pool: pool[1]))
@@ -361,6 +402,8 @@ class Settings:
             if self._get(GIT_BRANCH_ENV):
                 raise SettingsError(f"{GIT_BRANCH_ENV} is set: set {GIT_URL_ENV} to the repository")
             return None
+        # Every asset's code reference shows it in the UI.
+        no_credentials(GIT_URL_ENV, url)
         if not any(host in url for host in ("github", "gitlab")):
             raise SettingsError(
                 f"{GIT_URL_ENV}={url!r}: code references link to GitHub or GitLab repositories "
@@ -408,10 +451,14 @@ class Settings:
     @property
     def secret_values(self) -> list[str]:
         """Values of variables that look like credentials, longest first, to redact from logs."""
+        # A pass phrase has spaces, and a secret mounted from a file often ends with a line
+        # break: a program may write it to a log with or without it, so both forms are redacted.
         values = {
-            value
+            form
             for name, value in self.environ.items()
-            if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH and " " not in value
+            if SECRET_NAME.search(name)
+            for form in (value, value.strip())
+            if len(form.strip()) >= MIN_SECRET_LENGTH
         }
         # A database URI of MLflow's carries its password.
         for name in MLFLOW_URI_ENVS.values():
