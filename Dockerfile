@@ -28,4 +28,6 @@ USER app
 # user's cache into the image, or every run's fresh container would scan again.
 RUN python -c "import matplotlib.font_manager"
 EXPOSE 4000
+# 0.0.0.0 inside the container: the webserver and daemon reach it from their own containers
+# (compose publishes no port of it; on ECS only the platform's tasks may connect to 4000).
 CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "ml_platform.definitions"]

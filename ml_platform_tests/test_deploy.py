@@ -51,8 +51,6 @@ def test_the_production_run_launcher_accepts_its_config_and_sizes_each_run(monke
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     launcher = EcsRunLauncher(**PRODUCTION["run_launcher"]["config"])
     assert set(launcher.run_resources) == {"cpu", "memory"}
-    # The code server computes the backfill policy, each run task loads the same definitions.
-    assert "ML_PLATFORM_BACKFILL_DAYS_PER_RUN" in launcher.env_vars
 
 
 def test_production_keeps_the_concurrency_limits_of_the_embedded_instance():
@@ -77,17 +75,23 @@ def test_every_variable_of_the_configs_is_documented_and_given_by_compose():
     instance = env_names(PRODUCTION) | env_names(
         yaml.safe_load((REPO / "deploy/workspace.yaml").read_text())
     )
-    forwarded = set(PRODUCTION["run_launcher"]["config"]["env_vars"])
     documented = documented_variables()
     assert instance - documented == set(), "variables missing from .env.example"
-    assert forwarded - documented == set()
     for service in ("code-server", "webserver", "daemon"):
         given = set(COMPOSE["services"][service]["environment"])
         assert instance - given == set(), f"{service} lacks variables the instance reads"
-        assert forwarded - given == set()
-    # Run tasks need what the run worker reads: the instance's variables and the platform's.
-    assert env_names(PRODUCTION["storage"]) <= forwarded
-    assert {"ML_PLATFORM_LAKE_URL", "ML_PLATFORM_LANDING_URL"} <= forwarded
+    # Run tasks are copies of the daemon's container on ECS: it holds what the run worker
+    # reads, the instance's variables and the platform's.
+    [daemon] = [
+        container
+        for container in cloudformation()["Resources"]["ControlTask"]["Properties"][
+            "ContainerDefinitions"
+        ]
+        if container["Name"] == "daemon"
+    ]
+    given = {v["Name"] for v in daemon["Environment"]} | {s["Name"] for s in daemon["Secrets"]}
+    assert env_names(PRODUCTION) <= given
+    assert {"ML_PLATFORM_LAKE_URL", "ML_PLATFORM_LANDING_URL", "MLFLOW_TRACKING_URI"} <= given
 
 
 def test_compose_references_existing_files_and_documented_variables():
@@ -185,21 +189,29 @@ def test_the_cloudformation_template_passes_cfn_lint():
 
 def test_on_ecs_each_step_is_a_task_sized_by_its_own_tags():
     resources = cloudformation()["Resources"]
-    # Runs are tasks of the code server's task definition (EcsRunLauncher with the current
-    # task's config), which the steps' tasks inherit, overriding the container named "run".
-    [run] = resources["CodeServerTask"]["Properties"]["ContainerDefinitions"]
-    assert run["Name"] == "run"
-    environment = {e["Name"]: e["Value"] for e in run["Environment"]}
+    # Runs are tasks whose container, named "run", is a copy of the daemon's that launched
+    # them (EcsRunLauncher with the current task's config); the steps' tasks are the run's,
+    # overriding that container.
+    [daemon] = [
+        container
+        for container in resources["ControlTask"]["Properties"]["ContainerDefinitions"]
+        if container["Name"] == "daemon"
+    ]
+    environment = {e["Name"]: e["Value"] for e in daemon["Environment"]}
     assert environment["ML_PLATFORM_EXECUTOR"] == "ecs"
     launcher = yaml.safe_load((REPO / "deploy/dagster.yaml").read_text())["run_launcher"]
     assert launcher["class"] == "EcsRunLauncher"
     assert launcher["config"]["use_current_ecs_task_config"] is True
     settings = Settings({"ML_PLATFORM_EXECUTOR": environment["ML_PLATFORM_EXECUTOR"]})
     assert step_executor(settings).name == "ecs"
-    # The processes may start tasks, and hand them the two roles.
+    # The processes may start tasks, and hand them the two roles (test_deploy_shapes.py).
+    policies = [
+        *resources["TaskRole"]["Properties"]["Policies"],
+        *(r["Properties"] for r in resources.values() if r["Type"] == "AWS::IAM::Policy"),
+    ]
     granted = {
         action
-        for policy in resources["TaskRole"]["Properties"]["Policies"]
+        for policy in policies
         for statement in policy["PolicyDocument"]["Statement"]
         for action in (
             [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
