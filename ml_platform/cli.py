@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -587,11 +587,23 @@ def replay(args: argparse.Namespace) -> int:
 
     try:
         if args.what == "list":
+            if args.replay_name:
+                raise ReplayError(
+                    f"`ml-platform replay list` lists every replay, not '{args.replay_name}'"
+                )
             return replay_list(args)
         if args.what in REPLAY_ACTIONS:
             if not args.replay_name:
                 raise ReplayError(f"`ml-platform replay {args.what} NAME`: name the replay")
             return replay_promote(args) if args.what == "promote" else replay_remove(args)
+        if args.replay_name:
+            # The parser takes a second word for promote and remove; after a contract it would
+            # be dropped, and the replay named after the file instead.
+            raise ReplayError(
+                f"`ml-platform replay {args.what} {args.replay_name}`: '{args.what}' is taken as "
+                f"the changed contract (not one of {', '.join(REPLAY_ACTIONS)}); name the replay "
+                f"with --name {args.replay_name}"
+            )
         return replay_run(args)
     except ReplayError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -610,16 +622,63 @@ def _replays_root(settings: Settings) -> str:
     return root
 
 
+def _left_behind(settings: Settings, contracts: list[Contract]) -> Callable[[str], list[str]]:
+    """What a replay dataset has in the instance, the lake and MLflow (`lifecycle.left_behind`)."""
+    import dagster as dg
+
+    from ml_platform.definitions import build_definitions
+    from ml_platform.replay.lifecycle import left_behind
+    from ml_platform.replay.replays import ReplayError
+
+    def left(dataset: str) -> list[str]:
+        if settings.dagster_home is None:
+            raise ReplayError(
+                "DAGSTER_HOME is not set: the instance whose records a replay leaves cannot be "
+                "read; set it as the webserver's"
+            )
+        resources = build_definitions(contracts, settings).resources or {}
+        with dg.DagsterInstance.get() as instance:
+            return left_behind(dataset, instance, resources["lake"], resources["mlflow"])
+
+    return left
+
+
+def _live_file(settings: Settings, live: str) -> Path:
+    """The file of the live contract `live` the settings serve (a replay's `promote` writes it).
+
+    ML_PLATFORM_DATASET's, when it is a contract file's path (`load_contracts` serves it alone).
+    """
+    from ml_platform.contracts.catalog import contract_file
+
+    if settings.dataset and Path(settings.dataset).suffix in {".yaml", ".yml"}:
+        return Path(settings.dataset)
+    return contract_file(settings.contracts_dir, live)
+
+
 def _kept_replay(
     args: argparse.Namespace, settings: Settings, contracts: list[Contract]
 ) -> "Replay":
-    """Keep the replay of `args`; one the code location would not load with is not kept."""
+    """Keep the replay of `args`; one the code location would not load with is not kept.
+
+    Nor is one whose name an earlier replay's records, lake files or MLflow entries still carry.
+    """
     from ml_platform.definitions import build_definitions
     from ml_platform.replay.replays import ReplayError, create_replay, load_replays
 
     live = choose(contracts, load_contract(args.what).name)
     name = args.name or "".join(c if c.isalnum() else "_" for c in Path(args.what).stem.lower())
-    made = create_replay(_replays_root(settings), args.what, live, name, args.start, args.days)
+    root = _replays_root(settings)
+    left = _left_behind(settings, contracts)
+    made = create_replay(
+        root,
+        args.what,
+        live,
+        name,
+        args.start,
+        args.days,
+        left_behind=left,
+        live_file=_live_file(settings, live.name),
+    )
     try:
         # The code location serves the replay beside the live datasets: it must still load.
         build_definitions(contracts, settings, replays=load_replays(made.folder.parent, contracts))
@@ -727,14 +786,13 @@ def replay_list(args: argparse.Namespace) -> int:
 
 def replay_promote(args: argparse.Namespace) -> int:
     """Make a replay's contract the live dataset's contract file."""
-    from ml_platform.contracts.catalog import contract_file
     from ml_platform.replay.lifecycle import promote_replay
     from ml_platform.replay.replays import find_replay
 
     settings = Settings()
     contracts = load_contracts(settings.contracts_dir, settings.dataset)
     found = find_replay(_replays_root(settings), args.replay_name, contracts)
-    target = promote_replay(found, contract_file(settings.contracts_dir, found.live))
+    target = promote_replay(found, _live_file(settings, found.live))
     print(
         f"{target} is now replay '{found.name}''s contract: review and commit it; {found.live} "
         "runs it from its next day (its champion moves only by the registry's rule)"
@@ -753,7 +811,9 @@ def replay_remove(args: argparse.Namespace) -> int:
 
     settings = Settings()
     contracts = load_contracts(settings.contracts_dir, settings.dataset)
-    found = find_replay(_replays_root(settings), args.replay_name, contracts)
+    # A replay whose folder was deleted by hand is found by what it left.
+    left = _left_behind(settings, contracts)
+    found = find_replay(_replays_root(settings), args.replay_name, contracts, left_behind=left)
     definitions = defs()
     keys = [
         key

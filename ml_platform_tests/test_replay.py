@@ -98,7 +98,8 @@ def replayed(tmp_path_factory):
         "landing": lake_files(platform.landing_dir),
     }
     replays = root / "replays"
-    made = create_replay(replays, changed, live, "sgd", dt.date.fromisoformat(DAYS[0]), len(DAYS))
+    start = dt.date.fromisoformat(DAYS[0])
+    made = create_replay(replays, changed, live, "sgd", start, len(DAYS), live_file=live_file)
     [replay] = load_replays(replays, [live])
     defs = build_definitions(
         live,
@@ -257,6 +258,11 @@ def test_the_command_says_what_is_missing_and_keeps_nothing_without_a_webserver(
     replays = tmp_path / "replays"
     monkeypatch.setenv("ML_PLATFORM_REPLAYS_DIR", str(replays))
     monkeypatch.setenv("ML_PLATFORM_DATASET", "synthetic")
+    # `replay remove NAME` looks for what a replay of that name left where its folder is gone.
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text("")
+    monkeypatch.setenv("ML_PLATFORM_LAKE_DIR", str(tmp_path / "lake"))
+    monkeypatch.delenv("ML_PLATFORM_LAKE_URL", raising=False)
     # Nothing listens there.
     monkeypatch.setenv("ML_PLATFORM_DAGSTER_URL", "http://127.0.0.1:9")
     changed = tmp_path / "synthetic_sgd.yaml"

@@ -16,7 +16,7 @@ from ml_platform.platform.datasets import dataset_name
 from ml_platform.platform.storage import LakeStorage
 from ml_platform.platform.tracking import MLFLOW_PREFIX, MlflowStores
 from ml_platform.replay.assets import REPLAY_COMPARISON_JOB
-from ml_platform.replay.replays import BrokenReplay, Replay, ReplayError
+from ml_platform.replay.replays import BrokenReplay, Replay, ReplayError, file_sha256
 
 # A run still writing: one in flight, or one being cancelled (its step may still be writing).
 STILL_WRITING = [*IN_FLIGHT, dg.DagsterRunStatus.CANCELING]
@@ -30,6 +30,9 @@ def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
     Only the file changes, a change a person reviews (and commits); the live chain runs it from
     its next day on, through its ordinary rules. The replay itself stays until removed. A
     replay that cannot be read is not promoted: what it ran is no longer what its folder says.
+    Nor is one whose live contract file changed since it was made (its recorded digest): the
+    replay's contract is a change of the live contract as it was, and copying it would undo
+    what changed since, unseen.
     """
     if isinstance(replay, BrokenReplay):
         raise ReplayError(
@@ -37,6 +40,22 @@ def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
             f"promoted; run `ml-platform replay remove {replay.name}`"
         )
     target = editable_contract(live_file)
+    if target.read_bytes() == replay.contract_file.read_bytes():
+        # Promoted already: the live file is the replay's contract, nothing to undo.
+        return target
+    if replay.live_sha256 is None:
+        raise ReplayError(
+            f"replay '{replay.name}' records no digest of the live contract it was made against "
+            f"(made by an older version), so whether {target} changed since cannot be told: "
+            f"compare them, and copy {replay.contract_file} over it by hand if it did not"
+        )
+    if file_sha256(target) != replay.live_sha256:
+        raise ReplayError(
+            f"{target} changed since replay '{replay.name}' was made: its contract changes the "
+            "live contract as it was, and copying it would undo what changed since. Make the "
+            f"replay again from the live contract as it is (`ml-platform replay remove "
+            f"{replay.name}`, then `ml-platform replay CONTRACT`), or merge the change by hand"
+        )
     shutil.copyfile(replay.contract_file, target)
     return target
 
@@ -78,16 +97,57 @@ def remove_replay(
             "it in the UI (Backfills, Runs) or wait for it to end, then remove the replay: "
             "removed now, what it writes after would be left behind"
         )
-    recorded = instance.get_asset_keys(prefix=[replay.dataset])
-    asset_keys = [
-        *asset_keys,
-        *(k for k in recorded if k.path[0] == replay.dataset and k not in asset_keys),
-    ]
+    recorded = _recorded(instance, replay.dataset)
+    asset_keys = [*asset_keys, *(k for k in recorded if k not in asset_keys)]
     instance.wipe_assets(asset_keys)
     with dg.build_resources({"lake": lake, "mlflow": stores}) as resolved:
         objects = _remove_stored(replay.dataset, resolved.lake, resolved.mlflow)
-    shutil.rmtree(replay.folder)
+    # A replay whose folder was deleted by hand (`find_replay` given what it left) has none.
+    if replay.folder.exists():
+        shutil.rmtree(replay.folder)
     return Removed(len(asset_keys), *objects)
+
+
+def _recorded(instance: dg.DagsterInstance, dataset: str) -> list[dg.AssetKey]:
+    """The keys of `dataset`'s assets the instance holds records of (a wiped one's it does not)."""
+    return [k for k in instance.get_asset_keys(prefix=[dataset]) if k.path[0] == dataset]
+
+
+def _lake_prefixes(dataset: str) -> tuple[str, str]:
+    """Where `dataset` keeps its lake files: its folder, and its MLflow artifacts."""
+    return f"{dataset}/", f"{MLFLOW_PREFIX}/artifacts/{dataset}/"
+
+
+def left_behind(
+    dataset: str, instance: dg.DagsterInstance, lake: LakeStorage, stores: MlflowStores
+) -> list[str]:
+    """What a replay dataset named `dataset` has in the instance, the lake and MLflow, in words.
+
+    A new replay of that dataset would read it as its own past: the registry's chain of recorded
+    days, the champion alias of its registered model, the comparison's records. `lake` and
+    `stores` may be unresolved resources (see `remove_replay`).
+    """
+    said = []
+    recorded = _recorded(instance, dataset)
+    if recorded:
+        said.append(f"records of {len(recorded)} asset(s) in the Dagster instance")
+    with dg.build_resources({"lake": lake, "mlflow": stores}) as resolved:
+        prefixes = _lake_prefixes(dataset)
+        objects = sum(len(resolved.lake.list_keys(prefix)) for prefix in prefixes)
+        client = resolved.mlflow.client()
+        registered = client.search_registered_models(f"name = '{dataset}'")
+        experiment = client.get_experiment_by_name(dataset)
+    if objects:
+        said.append(f"{objects} lake object(s) under {' and '.join(prefixes)}")
+    if registered:
+        said.append(f"MLflow's registered model '{dataset}'")
+    if experiment is not None:
+        deleted = experiment.lifecycle_stage == "deleted"
+        said.append(
+            f"MLflow's experiment '{dataset}'"
+            + (" (deleted, its name still taken)" if deleted else "")
+        )
+    return said
 
 
 def running(instance: dg.DagsterInstance, dataset: str) -> list[str]:
@@ -121,8 +181,7 @@ def _remove_stored(dataset: str, lake: LakeStorage, stores: MlflowStores) -> tup
     The number of lake objects removed, and whether its registered model and experiment were
     there.
     """
-    prefixes = (f"{dataset}/", f"{MLFLOW_PREFIX}/artifacts/{dataset}/")
-    keys = [key for prefix in prefixes for key in lake.list_keys(prefix)]
+    keys = [key for prefix in _lake_prefixes(dataset) for key in lake.list_keys(prefix)]
     for key in keys:
         lake.delete(key)
     client = stores.client()
@@ -131,6 +190,10 @@ def _remove_stored(dataset: str, lake: LakeStorage, stores: MlflowStores) -> tup
         client.delete_registered_model(dataset)
     experiment = client.get_experiment_by_name(dataset)
     if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            # Deleted in MLflow's UI or API, its name still taken: MLflow renames only an active
+            # experiment, so it is restored for the rename.
+            client.restore_experiment(experiment.experiment_id)
         # MLflow keeps a deleted experiment's name taken: renamed first, a replay of the same
         # name can be made again.
         client.rename_experiment(

@@ -15,15 +15,19 @@ freshness policy (it runs only when launched) and its alerts page no one.
 A replay folder that cannot be read as a replay of the live contract (its replay.yaml
 half-written, a folder name the name pattern refuses, or a live contract whose `landing` changed
 since) is not served: the code location logs why and serves the live datasets and the other
-replays, and `ml-platform replay remove NAME` still removes it from its folder alone.
+replays, and `ml-platform replay remove NAME` still removes it from its folder alone. A folder
+deleted by hand leaves the records, lake files and MLflow entries made under the replay's dataset
+name: a new replay of that name is refused until `ml-platform replay remove NAME`, which finds
+them by the name alone, removes them.
 """
 
 import dataclasses
 import datetime as dt
+import hashlib
 import logging
 import re
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -90,6 +94,9 @@ class Replay:
     folder: Path
     # The live contract's label: the comparison gives no verdict when the replay's differs.
     live_label: LabelSpec
+    # The sha256 of the live contract file the replay was made against: `promote` refuses to
+    # write over a live contract changed since. None: a replay made before it was recorded.
+    live_sha256: str | None = None
 
     @property
     def dataset(self) -> str:
@@ -236,12 +243,18 @@ def create_replay(
     name: str,
     start: dt.date,
     days: int,
+    left_behind: Callable[[str], Sequence[str]] | None = None,
+    live_file: str | Path | None = None,
 ) -> Replay:
     """Keep `changed_file` as replay `name` of `live` over `days` days from `start`.
 
     A replay of that name already there is an error: each replay's records belong to the
-    contract it ran (`ml-platform replay remove NAME` first). Every day is checked first, against
-    both contracts' partitions: nothing is kept for a replay that cannot run.
+    contract it ran (`ml-platform replay remove NAME` first). So is one whose folder is gone but
+    whose dataset `left_behind` (`lifecycle.left_behind`: what a dataset has in the instance, the
+    lake and MLflow, in words) says has records, files or MLflow entries: an earlier replay's,
+    which the new one would read as its own past. Every day is checked first, against both
+    contracts' partitions: nothing is kept for a replay that cannot run. `live_file`, the live
+    contract's file, is recorded by its digest: `promote` compares it with the file then.
     """
     if not NAME.match(name):
         raise ReplayError(f"replay name {name!r}: use lower-case letters, digits and _")
@@ -266,11 +279,27 @@ def create_replay(
             + (f" where {of} is served" if of and of != live.name else "")
             + ") or choose another --name"
         )
+    left = left_behind(contract.name) if left_behind is not None else []
+    if left:
+        raise ReplayError(
+            f"an earlier replay named '{name}' of {live.name} left {'; '.join(left)} (its folder "
+            "deleted by hand, or kept by an older version): a new replay of that name would read "
+            f"them as its own past (its registry's chain, its comparison). Remove them first "
+            f"(`ml-platform replay remove {name}`) or choose another --name"
+        )
+    digest = file_sha256(Path(live_file)) if live_file is not None else None
     folder.mkdir(parents=True)
     shutil.copyfile(changed_file, folder / CONTRACT_FILE)
     plan = {"of": live.name, "start": start.isoformat(), "days": days}
+    if digest is not None:
+        plan["live_sha256"] = digest
     (folder / REPLAY_FILE).write_text(yaml.safe_dump(plan, sort_keys=False))
-    return Replay(name, live.name, start, days, contract, folder, live.label)
+    return Replay(name, live.name, start, days, contract, folder, live.label, digest)
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of `path`'s bytes, in hex."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _plan(folder: Path) -> dict:
@@ -308,7 +337,17 @@ def read_replay(folder: Path, live: Contract) -> Replay:
     except (ContractError, OSError) as exc:
         raise ReplayError(str(exc)) from exc
     contract = _renamed(changed, live, folder.name, str(folder))
-    return Replay(folder.name, live.name, start, days, contract, folder, live.label)
+    digest = plan.get("live_sha256")
+    return Replay(
+        folder.name,
+        live.name,
+        start,
+        days,
+        contract,
+        folder,
+        live.label,
+        str(digest) if digest is not None else None,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -407,9 +446,17 @@ def load_replays(root: str | Path | None, served: Sequence[Contract]) -> list[Re
 
 
 def find_replay(
-    root: str | Path | None, name: str, served: Sequence[Contract]
+    root: str | Path | None,
+    name: str,
+    served: Sequence[Contract],
+    left_behind: Callable[[str], Sequence[str]] | None = None,
 ) -> Replay | BrokenReplay:
-    """Replay `name` of one of the datasets `served`; a `BrokenReplay` when it cannot be read."""
+    """Replay `name` of one of the datasets `served`; a `BrokenReplay` when it cannot be read.
+
+    With `left_behind` (see `create_replay`), a replay whose folder is gone is found by what it
+    left, a `BrokenReplay` whose folder does not exist: `ml-platform replay remove NAME` removes
+    it.
+    """
     for folder, of, read in _kept(root, served):
         if folder.name != name:
             continue
@@ -430,4 +477,22 @@ def find_replay(
             f"replay '{name}' in {kept} replays '{of}', a dataset these settings do not serve "
             f"(ML_PLATFORM_CONTRACTS, ML_PLATFORM_DATASET): run the command where {of} is served"
         )
+    if left_behind is not None and kept is not None and NAME.match(name):
+        left = {c.name: left_behind(replay_dataset(c.name, name)) for c in served}
+        left = {live: said for live, said in left.items() if said}
+        if left and kept.exists():
+            # Not a replay's folder: removing what the replay left would delete it too.
+            raise ReplayError(
+                f"replay '{name}' left what it made, and {kept} is no replay's folder (no "
+                f"{REPLAY_FILE} or {CONTRACT_FILE}): move it away, then remove the replay"
+            )
+        if len(left) > 1:
+            raise ReplayError(
+                f"replays named '{name}' of {' and '.join(left)} left what they made, their "
+                "folders gone: set ML_PLATFORM_DATASET to the dataset whose replay to remove"
+            )
+        if left:
+            [(live, said)] = left.items()
+            gone = f"its folder {kept} is gone, it left {'; '.join(said)}"
+            return BrokenReplay(name, live, kept, gone)
     raise ReplayError(f"no replay named '{name}' in {root}: `ml-platform replay list` lists them")
