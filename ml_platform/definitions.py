@@ -13,7 +13,12 @@ import dagster as dg
 from ml_platform.automation.alert_sensors import build_alert_sensors
 from ml_platform.automation.alerts import Notifier
 from ml_platform.automation.freshness import build_freshness_sensors, with_freshness_policy
-from ml_platform.automation.jobs import TRAINING_TAGS, build_ingestion_job
+from ml_platform.automation.jobs import (
+    DAILY_JOB,
+    TRAINING_TAGS,
+    WEEKLY_RETRAIN_JOB,
+    build_ingestion_job,
+)
 from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
 from ml_platform.automation.landing_sensor import build_landing_sensor
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
@@ -37,9 +42,6 @@ from ml_platform.replay.replays import Replay, load_replays
 from ml_platform.training.assets import build_model
 from ml_platform.validation.assets import build_validated_data
 from ml_platform.validation.rejected_days import build_rejected_days
-
-DAILY_JOB = "daily_pipeline_job"
-WEEKLY_RETRAIN_JOB = "weekly_retrain_job"
 
 
 def dataset_definitions(

@@ -33,7 +33,13 @@ from ml_platform.automation.alert_sensors import (
     build_alert_sensors,
     pending_alerts,
 )
-from ml_platform.automation.alerts import Alert, DeliveryState, Notifier, evaluate_run
+from ml_platform.automation.alerts import (
+    Alert,
+    DeliveryState,
+    Notifier,
+    dataset_of_job,
+    evaluate_run,
+)
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions
@@ -1195,3 +1201,28 @@ def test_a_contract_routes_its_alerts_by_kind_over_the_defaults(tmp_path, webhoo
         "synthetic/features_drift_asset:features_drift",
         "synthetic/loss_plateau_asset:loss_plateau",
     ]
+
+
+def test_a_job_is_its_own_datasets_though_another_dataset_name_is_longer():
+    # taxi's daily job is taxi_daily_pipeline_job, which also starts with the dataset
+    # taxi_daily: a job's own name decides, the longest prefix only for names of no known job.
+    datasets = ["taxi", "taxi_daily", "flights", "flights__replay_hgb"]
+    assert dataset_of_job("taxi_daily_pipeline_job", datasets) == "taxi"
+    assert dataset_of_job("taxi_daily_daily_pipeline_job", datasets) == "taxi_daily"
+    assert dataset_of_job("flights__replay_hgb_weekly_retrain_job", datasets) == (
+        "flights__replay_hgb"
+    )
+    assert dataset_of_job("flights__replay_hgb_replay_comparison_job", datasets) == (
+        "flights__replay_hgb"
+    )
+    assert dataset_of_job("__ephemeral_asset_job__", datasets) is None
+
+
+def test_a_location_url_botocore_refuses_to_send_is_a_configuration_failure():
+    refused = StepFailure(
+        "flights__raw_data",
+        "ParamValidationError",
+        'Parameter validation failed: Invalid bucket name "minio.internal:9000"',
+        user_failure=False,
+    )
+    assert classify_failure([refused], []).failure_class == CONFIGURATION

@@ -52,7 +52,9 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from ml_platform.automation.jobs import DATASET_JOBS
 from ml_platform.drift.episodes import Episode
+from ml_platform.platform.datasets import dataset_name
 from ml_platform.platform.run_events import EpisodeNews, RunOutcome, classify_outcome
 from ml_platform.platform.runbook import check_anchor
 from ml_platform.validation.assets import DELIVERY_CHECK
@@ -532,8 +534,13 @@ def dataset_of_job(job_name: str, datasets: Iterable[str]) -> str | None:
     """Which of `datasets` a job is of (`flights_daily_pipeline_job`: flights); None if none.
 
     Every job of the code location is one dataset's, named `<dataset>_<job>`
-    (`platform.datasets.dataset_name`).
+    (`platform.datasets.dataset_name`). A dataset's own job names decide first: of `taxi` and
+    `taxi_daily`, `taxi_daily_pipeline_job` is taxi's daily job, though taxi_daily is longer.
     """
+    datasets = list(datasets)
+    for dataset in datasets:
+        if any(job_name == dataset_name(dataset, job) for job in DATASET_JOBS):
+            return dataset
     return longest_dataset(job_name, datasets, "_")
 
 

@@ -20,6 +20,10 @@ INGESTION = "ingestion"
 TRAINING_TAGS = {WORKLOAD_TAG: TRAINING}
 INGESTION_TAGS = {WORKLOAD_TAG: INGESTION}
 INGESTION_JOB = "ingestion_job"
+DAILY_JOB = "daily_pipeline_job"
+WEEKLY_RETRAIN_JOB = "weekly_retrain_job"
+# Every job a dataset has, named `<dataset>_<job>` (`platform.datasets.dataset_name`).
+DATASET_JOBS = (DAILY_JOB, WEEKLY_RETRAIN_JOB, INGESTION_JOB)
 INGESTION_ASSETS = ["raw_data", "validated_data", "features"]
 
 

@@ -91,7 +91,15 @@ RESOURCE_PATTERN = re.compile(
 # answers for a bucket that does not exist or is closed to every request, and credentials
 # that are expired (S3's codes) or missing or incomplete (botocore's errors).
 CONFIGURATION_ERROR_CLASSES = frozenset(
-    {"PermissionError", "DeletedInMlflowError", "NoCredentialsError", "PartialCredentialsError"}
+    {
+        "PermissionError",
+        "DeletedInMlflowError",
+        "NoCredentialsError",
+        "PartialCredentialsError",
+        # botocore refuses to send a request whose bucket is no bucket name (a location URL
+        # holding an endpoint's host:port, a space): the URL is to correct.
+        "ParamValidationError",
+    }
 )
 CONFIGURATION_PATTERN = re.compile(
     r"\[Errno (?:1|13|30)\]|Read-only file system|Permission denied|Operation not permitted"

@@ -9,9 +9,8 @@ from pathlib import Path
 import dagster as dg
 
 from ml_platform.automation.alert_sensors import BACKFILL_ENDED
-from ml_platform.automation.jobs import IN_FLIGHT, INGESTION_JOB
+from ml_platform.automation.jobs import DATASET_JOBS, IN_FLIGHT
 from ml_platform.contracts.editing import editable_contract
-from ml_platform.definitions import DAILY_JOB, WEEKLY_RETRAIN_JOB
 from ml_platform.platform.datasets import dataset_name
 from ml_platform.platform.storage import LakeStorage
 from ml_platform.platform.tracking import MLFLOW_PREFIX, MlflowStores
@@ -20,8 +19,8 @@ from ml_platform.replay.replays import BrokenReplay, Replay, ReplayError, file_s
 
 # A run still writing: one in flight, or one being cancelled (its step may still be writing).
 STILL_WRITING = [*IN_FLIGHT, dg.DagsterRunStatus.CANCELING]
-# The jobs of a dataset a run may be launched by name from, without an asset selection.
-DATASET_JOBS = (DAILY_JOB, WEEKLY_RETRAIN_JOB, INGESTION_JOB, REPLAY_COMPARISON_JOB)
+# The jobs of a replay's dataset a run may be launched by name from, without an asset selection.
+REPLAY_JOBS = (*DATASET_JOBS, REPLAY_COMPARISON_JOB)
 
 
 def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
@@ -165,7 +164,7 @@ def running(instance: dg.DagsterInstance, dataset: str) -> list[str]:
         for backfill in instance.get_backfills()
         if backfill.status.value not in BACKFILL_ENDED and ours(backfill.asset_selection)
     ]
-    jobs = {dataset_name(dataset, job) for job in DATASET_JOBS}
+    jobs = {dataset_name(dataset, job) for job in REPLAY_JOBS}
     records = instance.get_run_records(filters=dg.RunsFilter(statuses=STILL_WRITING))
     said += [
         f"run {run.run_id} ({run.status.value})"
