@@ -14,7 +14,9 @@ import yaml
 from ml_platform.automation.alert_sensors import ALERT_SENSORS
 from ml_platform.automation.freshness import FRESHNESS_SENSOR
 from ml_platform.automation.lake_sweep import LAKE_SWEEP_SENSOR
+from ml_platform.cli import main
 from ml_platform.contracts import load_contract, load_contracts
+from ml_platform.contracts.catalog import contract_file
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import DAILY_JOB, build_definitions, defs
 from ml_platform.platform.datasets import asset_key, dataset_name, source_version, writer_pool
@@ -160,6 +162,25 @@ def test_two_contracts_of_one_dataset_name_fail_naming_both_files(monkeypatch, t
         defs()
 
 
+def test_a_yml_contract_is_served_and_hidden_files_beside_the_contracts_are_not(
+    monkeypatch, tmp_path
+):
+    document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
+    document["name"] = "sales"
+    (tmp_path / "sales.yml").write_text(yaml.safe_dump(document))
+    shutil.copy(bundled_contracts()["flights"], tmp_path / "flights.yaml")
+    # Emacs's lock file while flights.yaml is open (a link to nowhere), and the metadata file
+    # macOS writes beside a copied one: neither is a contract.
+    (tmp_path / ".#flights.yaml").symlink_to("someone@host.1234:1700000000")
+    (tmp_path / "._flights.yaml").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
+    monkeypatch.setenv("ML_PLATFORM_CONTRACTS", str(tmp_path))
+    monkeypatch.delenv("ML_PLATFORM_DATASET", raising=False)
+
+    keys = defs().resolve_asset_graph().get_all_asset_keys()
+    assert {key.path[0] for key in keys} == {"flights", "sales"}
+    assert contract_file(tmp_path, "sales") == tmp_path / "sales.yml"
+
+
 def test_every_read_of_another_asset_or_the_registry_is_in_the_graph(tmp_path):
     """What a step reads is what the UI's lineage and resources show it reading."""
     document = yaml.safe_load(bundled_contracts()["synthetic"].read_text())
@@ -227,6 +248,21 @@ def test_an_unknown_dataset_fails_with_the_served_names(monkeypatch):
     monkeypatch.setenv("ML_PLATFORM_DATASET", "weather")
     with pytest.raises(ValueError, match="no dataset named 'weather'; the datasets are: flights"):
         defs()
+
+
+def test_a_stale_dataset_variable_is_named_when_a_command_asks_for_another_dataset(
+    monkeypatch, capsys
+):
+    monkeypatch.delenv("ML_PLATFORM_CONTRACTS", raising=False)
+    monkeypatch.setenv("ML_PLATFORM_DATASET", "weather")
+
+    code = main(["landing-status", "--dataset", "flights", "--landing-dir", "."])
+
+    # The command asked for flights: the message says where 'weather' comes from.
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith("error: ML_PLATFORM_DATASET='weather': "), err
+    assert "no dataset named 'weather'; the datasets are: flights, synthetic" in err, err
 
 
 def code_references(loaded: dg.Definitions, key: dg.AssetKey) -> list:

@@ -4,6 +4,8 @@ comes before the command has anything to stop.
 A real instance with Dagster's queued run coordinator holds the run; the webserver's address is
 one nothing listens on, as after the UI was stopped or crashed. (A queued run needs the code
 location's origin: its case runs against the daemon's queue in test_automation_integration.)
+A server at the webserver's address that is not it (a login page, another web app, a failing
+server) is a clear error, not a traceback.
 """
 
 import http.server
@@ -107,3 +109,61 @@ def test_a_webserver_served_under_a_path_is_asked_there_for_every_request():
             server.shutdown()
 
     assert Recorder.paths and set(Recorder.paths) == {"/dagster/graphql"}, Recorder.paths
+
+
+class Impostor(http.server.BaseHTTPRequestHandler):
+    """Answers as a server that is not the Dagster webserver at its address: a proxy's login
+    page behind a redirect, another web app on the port, or a failing server.
+    """
+
+    answer = "login redirect"
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.answer == "login redirect":
+            self.reply(302, b"", Location="/login")
+        elif self.answer == "html":
+            self.reply(200, b"<html><body>Welcome to nginx!</body></html>")
+        else:
+            self.reply(500, b"Internal Server Error")
+
+    def do_GET(self):
+        # urllib follows a POST's 302 with a GET: the login page.
+        self.reply(200, b"<html><body>Sign in</body></html>")
+
+    def reply(self, code: int, body: bytes, **headers: str) -> None:
+        self.send_response(code)
+        for name, value in {"Content-Type": "text/html", **headers}.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("answer", ["login redirect", "html", "server error"])
+def test_a_server_answering_no_graphql_is_a_clear_error_of_the_command(
+    answer, tmp_path, monkeypatch, capsys
+):
+    Impostor.answer = answer
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Impostor) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+        monkeypatch.setenv("ML_PLATFORM_DAGSTER_URL", url)
+        try:
+            code = main(["materialize", "--dataset", "synthetic", "--start", "2024-01-01"])
+            with pytest.raises(LaunchError) as backfill:
+                Webserver(url).backfill({dg.AssetKey(["synthetic", "raw_data"]): [("a", "b")]})
+        finally:
+            server.shutdown()
+
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    # Something answers there: not "start the UI", but what answered and what to check.
+    expected = {"login redirect": "Sign in", "html": "nginx", "server error": "HTTP 500"}[answer]
+    for message in (err, str(backfill.value)):
+        assert f"the server at {url} answered" in message and expected in message, message
+        assert "no Dagster webserver answers" not in message, message

@@ -79,7 +79,25 @@ class LaunchError(Exception):
 def client_failure(exc: Exception) -> str:
     """What the GraphQL client's error was caused by, without the query it puts in its text."""
     cause = exc.__cause__
-    return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+    if cause is not None:
+        return f"{type(cause).__name__}: {cause}"
+    # The client's own refusals carry (kind, message): `JobNotFoundError: No jobs with ...`.
+    return ": ".join(str(arg) for arg in exc.args) or type(exc).__name__
+
+
+def _start_of(body: bytes, limit: int = 200) -> str:
+    """The first characters of an answer's body, on one line, for a message."""
+    text = " ".join(body.decode("utf-8", errors="replace").split())
+    return repr(text[:limit] + ("..." if len(text) > limit else "")) if text else "an empty body"
+
+
+def _errors_in(body: bytes) -> str:
+    """The GraphQL errors an error answer carries (`, errors: [...]`), else its first characters."""
+    try:
+        errors = json.loads(body).get("errors")
+    except (ValueError, AttributeError):
+        errors = None
+    return f", errors: {errors}" if errors else f" ({_start_of(body)})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,15 +128,35 @@ class Webserver:
         )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                payload = json.loads(response.read())
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            # Something answers, but with an error status (a 500, a redirect urllib does not
+            # follow for a POST): saying nothing answers would send the user to start a UI.
+            body = exc.read()
+            raise LaunchError(
+                f"the server at {self.url} answered HTTP {exc.code} {exc.reason}"
+                f"{_errors_in(body)}: is ML_PLATFORM_DAGSTER_URL the Dagster webserver itself?"
+            ) from exc
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             raise LaunchError(
                 f"no Dagster webserver answers at {self.url} ({exc}): start the UI and daemon "
                 "(`make serve`, or `dg dev`), or set ML_PLATFORM_DAGSTER_URL to the "
                 "webserver of this instance"
             ) from exc
-        if payload.get("errors"):
-            raise LaunchError(f"the webserver at {self.url} answered {payload['errors']}")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or not ({"data", "errors"} & payload.keys()):
+            # A login page a redirect led to, or another service on the port.
+            raise LaunchError(
+                f"the server at {self.url} answered no GraphQL result ({_start_of(body)}): is "
+                "ML_PLATFORM_DAGSTER_URL the Dagster webserver itself?"
+            )
+        if payload.get("errors") or not isinstance(payload.get("data"), dict):
+            raise LaunchError(
+                f"the webserver at {self.url} answered {payload.get('errors') or payload}"
+            )
         return payload["data"]
 
     def check_queue(self) -> None:

@@ -9,21 +9,43 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ml_platform.contracts.model import BUNDLED_DIR, Contract, ContractError, load_contract
+from ml_platform.platform.settings import DATASET_ENV
+
+# The names a contract file may have; `load_contracts` takes a path with either as one file.
+SUFFIXES = (".yaml", ".yml")
+
+
+def contract_files(folder: Path) -> list[Path]:
+    """The contract files of `folder`, by name: `*.yaml` and `*.yml`, hidden files left out.
+
+    A hidden name is no one's contract: an editor's lock file (`.#flights.yaml`, a link to
+    nowhere while the file is open in Emacs) or the metadata macOS writes beside a copied file
+    (`._flights.yaml`); loading one would take every dataset of the code location down.
+    None in a folder that does not exist, as in an empty one.
+    """
+    if not folder.is_dir():
+        return []
+    return sorted(
+        path
+        for path in folder.iterdir()
+        if path.suffix in SUFFIXES and not path.name.startswith(".")
+    )
 
 
 def load_contracts(directory: str | Path | None = None, only: str | None = None) -> list[Contract]:
-    """The contracts (`*.yaml`) of `directory` (default: the bundled ones), sorted by name.
+    """The contracts (`contract_files`) of `directory` (default: the bundled ones), by name.
 
-    `only` keeps one: the name of a contract in the directory, or the path of a contract file
-    (anywhere). Two files declaring the same dataset name are an error naming both.
+    `only` (ML_PLATFORM_DATASET) keeps one: the name of a contract in the directory, or the path
+    of a contract file (anywhere). Two files declaring the same dataset name are an error naming
+    both.
     """
     folder = Path(directory) if directory else BUNDLED_DIR
-    if only and Path(only).suffix in {".yaml", ".yml"}:
+    if only and Path(only).suffix in SUFFIXES:
         return [load_contract(only)]
     if not folder.is_dir():
         raise ContractError(str(folder), ["no such contracts directory"])
     by_name: dict[str, tuple[Path, Contract]] = {}
-    for path in sorted(folder.glob("*.yaml")):
+    for path in contract_files(folder):
         contract = load_contract(path)
         if contract.name in by_name:
             raise ContractError(
@@ -32,11 +54,16 @@ def load_contracts(directory: str | Path | None = None, only: str | None = None)
             )
         by_name[contract.name] = (path, contract)
     if not by_name:
-        raise ContractError(str(folder), ["the directory holds no contract (*.yaml)"])
+        raise ContractError(str(folder), ["the directory holds no contract (*.yaml, *.yml)"])
     contracts = [contract for _, contract in sorted(by_name.values(), key=lambda p: p[1].name)]
     if only is None:
         return contracts
-    return [choose(contracts, only, where=str(folder))]
+    try:
+        return [choose(contracts, only, where=str(folder))]
+    except DatasetChoiceError as exc:
+        # The filter comes from the environment (a stale .env, say), not from the command's
+        # own --dataset, which the message would otherwise seem to be about.
+        raise DatasetChoiceError(f"{DATASET_ENV}={only!r}: {exc}") from None
 
 
 class DatasetChoiceError(ValueError):
@@ -63,7 +90,7 @@ def choose(
 def contract_file(directory: str | Path | None, name: str) -> Path:
     """The file in `directory` (default: the bundled contracts) that declares dataset `name`."""
     folder = Path(directory) if directory else BUNDLED_DIR
-    for path in sorted(folder.glob("*.yaml")):
+    for path in contract_files(folder):
         if load_contract(path).name == name:
             return path
     raise DatasetChoiceError(f"{folder} holds no contract of a dataset named '{name}'")

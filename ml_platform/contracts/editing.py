@@ -38,8 +38,12 @@ def render_resources(spec: ResourcesSpec, note: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def section_lines(text: str) -> tuple[int, int] | None:
-    """The 0-based [start, end) lines of the top-level `resources:` section; None if absent."""
+def section_lines(text: str, source: str = "the contract") -> tuple[int, int] | None:
+    """The 0-based [start, end) lines of the top-level `resources:` section; None if absent.
+
+    A file with two `resources:` keys is a ContractError naming `source` and their lines: YAML
+    loads the last, so rewriting either would leave the sizes the code location serves unclear.
+    """
     root = yaml.compose(text)
     if not isinstance(root, yaml.MappingNode):
         return None
@@ -47,9 +51,20 @@ def section_lines(text: str) -> tuple[int, int] | None:
     keys = [key.value for key, _ in root.value]
     if SECTION not in keys:
         return None
+    if keys.count(SECTION) > 1:
+        twice = [str(start + 1) for start, key in zip(starts, keys, strict=True) if key == SECTION]
+        raise ContractError(
+            source,
+            [
+                f"lines {' and '.join(twice)}: '{SECTION}' is a key twice; YAML keeps the "
+                "last: remove one"
+            ],
+        )
     index = keys.index(SECTION)
     lines = text.splitlines(keepends=True)
-    end = starts[index + 1] if index + 1 < len(starts) else len(lines)
+    # The last section ends with the document: a `...` end marker and what follows it stay.
+    end_of_document = root.end_mark.line + (1 if root.end_mark.column else 0)
+    end = starts[index + 1] if index + 1 < len(starts) else min(end_of_document, len(lines))
     # The next section's own comment (and the blank lines around it) stays with it.
     while end > starts[index] + 1 and _margin_note(lines[end - 1]):
         end -= 1
@@ -60,18 +75,24 @@ def _margin_note(line: str) -> bool:
     return not line.strip() or line.startswith("#")
 
 
-def replace_resources(text: str, section: str) -> str:
-    """`text` with its `resources:` section replaced by `section` (appended if absent)."""
-    where = section_lines(text)
+def replace_resources(text: str, section: str, source: str = "the contract") -> str:
+    """`text` with its `resources:` section replaced by `section` (appended if absent).
+
+    `source` names the file in a ContractError. The section takes the file's line endings: a
+    file written on Windows (CRLF) stays CRLF, with no line of another kind in it.
+    """
+    newline = "\r\n" if "\r\n" in text else "\n"
+    section = section.replace("\r\n", "\n").replace("\n", newline)
+    where = section_lines(text, source)
     if where is None:
-        separator = "" if not text or text.endswith("\n") else "\n"
+        separator = "" if not text or text.endswith("\n") else newline
         return f"{text}{separator}{section}"
     start, end = where
     lines = text.splitlines(keepends=True)
     tail = lines[end:]
     body = section
     if not lines[end - 1].endswith("\n") and not tail:
-        body = section.rstrip("\n")
+        body = section.rstrip("\r\n")
     return "".join(lines[:start]) + body + "".join(tail)
 
 
