@@ -1126,9 +1126,10 @@ def resources(args: argparse.Namespace) -> int:
         f"days recorded in the last {args.days:g} day(s). Review before committing."
     )
     section = render_resources(advised_resources(contract, uses), note)
-    text = replace_resources(path.read_text(), section)
+    # As bytes: text mode would turn a CRLF file's line endings into LF everywhere.
+    text = replace_resources(path.read_bytes().decode(), section, str(path))
     parse_contract(text, str(path))  # a section that would not load is never written
-    path.write_text(text)
+    path.write_bytes(text.encode())
     print(f"wrote the resources: section of {path}")
     return 0
 

@@ -534,3 +534,14 @@ def test_thresholds_that_are_no_numbers_and_allowed_values_with_spaces_are_repor
             "' JFK' has spaces around it, which the typing strips from every value: write 'JFK'"
         ),
     }
+
+
+def test_a_contract_saved_in_another_encoding_is_named_not_a_traceback(tmp_path):
+    path = tmp_path / "shop.yaml"
+    path.write_bytes(FLIGHTS_TEXT.replace("# ", "# café ", 1).encode("latin-1"))
+
+    with pytest.raises(ContractError) as info:
+        load_contract(path)
+
+    assert str(path) in str(info.value)
+    assert "not UTF-8 text" in str(info.value) and "0xe9" in str(info.value)

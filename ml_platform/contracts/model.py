@@ -1140,4 +1140,15 @@ def load_contract(name_or_path: str | Path) -> Contract:
         raise ContractError(
             str(name_or_path), [f"no such contract file; bundled contracts are: {known}"]
         )
-    return parse_contract(path.read_text(), str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        # Saved in another encoding (Latin-1 by an older editor): named, not a traceback.
+        raise ContractError(
+            str(path),
+            [
+                f"not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}): "
+                "save the file as UTF-8"
+            ],
+        ) from exc
+    return parse_contract(text, str(path))
