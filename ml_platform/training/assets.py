@@ -280,9 +280,12 @@ def blocking_drift(
 class LakeCheckpoints(Checkpoints):
     """Training state of one asset partition, kept in lake storage between epochs."""
 
-    def __init__(self, storage: LakeStorage, key: str):
+    def __init__(
+        self, storage: LakeStorage, key: str, warn: Callable[[str], object] = warnings.warn
+    ):
         self.storage = storage
         self.key = key
+        self.warn = warn
 
     def save(self, state: TrainingState) -> None:
         """Replace the checkpoint atomically."""
@@ -292,8 +295,24 @@ class LakeCheckpoints(Checkpoints):
         """The last checkpoint, if a run stopped before finishing."""
         if not self.storage.exists(self.key):
             return None
-        state: TrainingState = deserialise(self.storage.read_bytes(self.key), "joblib")
-        return state
+        # Read outside the `try`: a storage error is the retry policy's to judge.
+        data = self.storage.read_bytes(self.key)
+        try:
+            state = deserialise(data, "joblib")
+        except Exception as exc:  # whatever unpickling bytes cut short raises
+            state, why = None, f"{type(exc).__name__}: {exc}"
+        else:
+            why = f"it holds a {type(state).__name__}, not a TrainingState"
+        if isinstance(state, TrainingState):
+            return state
+        # A checkpoint only saves time: one that cannot be read (cut short, or written by
+        # another release) would fail every rerun of the day, while training afresh ends
+        # with the same model. The next checkpoint replaces it.
+        self.warn(
+            f"checkpoint {self.key} ({len(data)} bytes) cannot be resumed ({why}); training "
+            "starts afresh"
+        )
+        return None
 
     def clear(self) -> None:
         """Forget the checkpoint of a finished model."""
@@ -617,7 +636,9 @@ def build_model(
             )
 
         def checkpoints_of(day: str) -> LakeCheckpoints:
-            return LakeCheckpoints(lake, f"{contract.name}/checkpoints/{name}/{day}.joblib")
+            return LakeCheckpoints(
+                lake, f"{contract.name}/checkpoints/{name}/{day}.joblib", context.log.warning
+            )
 
         def worker_window(day: str) -> Mapping[str, pd.DataFrame] | None:
             """A later day's window, when a worker may train it (`training.processes`)."""

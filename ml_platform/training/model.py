@@ -49,6 +49,7 @@ from ml_platform.contracts.model import (
 )
 from ml_platform.platform.threads import thread_pools
 from ml_platform.training.window import (
+    MIN_CLASS_ROWS,
     VALIDATION_FRACTION,
     LabelSummary,
     Segment,
@@ -57,6 +58,7 @@ from ml_platform.training.window import (
     chunked,
     holdout_count,
     label_summary,
+    overflowing_features,
     scan_window,
     segment_rows,
     split_window,
@@ -72,6 +74,10 @@ if TYPE_CHECKING:
 MISSING_CATEGORY = "missing"
 # A category seen in fewer training rows than this is one-hot encoded as "infrequent".
 MIN_CATEGORY_ROWS = 5
+# Categories of a feature gradient boosting splits on natively: scikit-learn refuses a feature
+# with more than its `max_bins` (255). Above it, the rarest categories share one code, as
+# "infrequent" ones do in one-hot encoding.
+BOOSTING_CATEGORIES = 255
 # Encoded rows SGD keeps in memory between epochs. Rows beyond it are read and encoded again
 # each epoch (the same values: the encoding is fixed once fitted), so training holds at most
 # this plus one day. A 28-day flights window (sparse one-hot rows) and a 28-day window of 20k
@@ -255,6 +261,7 @@ def make_preprocessing(contract: Contract) -> Any:
                 (
                     "categorical",
                     OrdinalEncoder(
+                        max_categories=BOOSTING_CATEGORIES,
                         handle_unknown="use_encoded_value",
                         unknown_value=np.nan,
                         encoded_missing_value=np.nan,
@@ -447,6 +454,11 @@ def fingerprint_of(contract: Contract, data_versions: dict[str, str]) -> str:
     # cadence resumes under another.
     settings = contract.training.model_dump_json(exclude={"checkpoint_seconds"})
     settings += contract.model.model_dump_json()
+    # What the model reads and predicts: a feature added, dropped or turned categorical, or
+    # another label, leaves the stored days (so their versions) unchanged, while the saved
+    # preprocessing and estimator were fitted on the earlier columns.
+    read = (contract.numeric_features, contract.categorical_features, contract.label_name)
+    settings += repr((*read, contract.task))
     # The training algorithm itself: a checkpoint of an earlier release (another row order or
     # imputer) must not be resumed by this one.
     text = CHECKPOINT_FORMAT + settings + repr(sorted(data_versions.items()))
@@ -691,9 +703,20 @@ def train_model(
     t = contract.training
     saver = _Saver(checkpoints or Checkpoints(), t.checkpoint_seconds)
     label = contract.label_name
-    scan = scan_window(partitions, label)
+    scan = scan_window(
+        partitions, label, features=contract.numeric_features + contract.categorical_features
+    )
     fingerprint = fingerprint_of(contract, scan.versions)
-    split = split_window(scan, t.holdout_fraction)
+    try:
+        split = split_window(scan, t.holdout_fraction)
+    except TrainingDataError as exc:
+        # Which window and column: a label column all missing (not yet known, or its source
+        # column empty) reads as "0 labelled row(s)".
+        raise TrainingDataError(
+            f"window {scan.days[0]}..{scan.days[-1]} ({len(scan.days)} feature partition(s)): "
+            f"{exc}; its rows with a {label} value per day: "
+            f"{dict(zip(scan.days, scan.rows, strict=True))}"
+        ) from exc
     classification = contract.task == "classification"
     train_labels = label_summary(partitions, scan, split.train, label)
     if classification and (train_labels.class_counts() == 0).any():
@@ -709,12 +732,27 @@ def train_model(
             "(columns[].min / max) so the gate rejects such values, fix the file upstream and "
             "re-land the day"
         )
+    spec = contract.model
+    if not isinstance(spec, HistGradientBoostingSpec):
+        # Boosting bins values, infinity included; the linear estimators scale them.
+        numeric = contract.numeric_features
+        if overflowing := overflowing_features(partitions, scan.days, label, numeric):
+            sources = {f.name: f.source for f in contract.features}
+            listed = "; ".join(
+                f"{column} (from {sources[column]}) on {', '.join(days)}"
+                for column, days in overflowing.items()
+            )
+            raise TrainingDataError(
+                f"numeric features of window {scan.days[0]}..{scan.days[-1]} hold infinite "
+                f"values or values whose squares overflow, which {spec.estimator} cannot scale: "
+                f"{listed}. Bound those columns in the contract (columns[].min / max) so the "
+                "gate rejects such values, fix the files upstream and re-land the days"
+            )
     state = saver.checkpoints.load()
     if state is not None and state.fingerprint != fingerprint:
         state = None  # inputs or settings changed since that checkpoint: start afresh
     resumed_from = state.epoch if state is not None else 0
     notify = on_epoch or (lambda record: None)
-    spec = contract.model
     sampled: int | None = None
     if isinstance(spec, SgdSpec):
         state, initial_loss = _train_sgd(
@@ -769,6 +807,22 @@ def _train_held_rows(
     classification = contract.task == "classification"
     features = contract.numeric_features + contract.categorical_features
     y_fit = train[contract.label_name].astype("int64" if classification else "float64").to_numpy()
+    if classification and isinstance(spec, HistGradientBoostingSpec):
+        # Boosting's early stopping draws a stratified validation split of
+        # ceil(VALIDATION_FRACTION * rows) rows, which scikit-learn refuses unless it holds a
+        # row of each class and leaves one of each to train on.
+        rows_of_class = np.bincount(y_fit, minlength=2)
+        validation_rows = math.ceil(VALIDATION_FRACTION * len(y_fit))
+        if rows_of_class.min() < MIN_CLASS_ROWS or validation_rows < 2:
+            raise TrainingDataError(
+                f"the {len(y_fit)} training rows gradient boosting learns from "
+                f"({rows_of_class[0]} of class 0, {rows_of_class[1]} of class 1) are too few "
+                "for its early stopping, which splits off a validation share holding each "
+                f"class: it needs {MIN_CLASS_ROWS} rows of each class and "
+                f"{int(1 / VALIDATION_FRACTION) + 1} rows. Lengthen the window (training."
+                "window_days), raise training.max_training_rows if it sampled them, or use "
+                "model.estimator linear or sgd"
+            )
     validation = 0
     if len(train) > 1:
         validation = len(train) - holdout_count(len(train), VALIDATION_FRACTION)
@@ -822,6 +876,15 @@ def _train_sgd(
     classification = task == "classification"
     fit_labels = label_summary(partitions, split.scan, split.fit, label)
     val_labels = label_summary(partitions, split.scan, split.validation, label)
+    if classification and (fit_labels.class_counts() == 0).any():
+        days = split.scan.days
+        raise TrainingDataError(
+            f"the {fit_labels.rows} training rows SGD learns from in window {days[0]}.."
+            f"{days[-1]} hold a single class ({int(fit_labels.total > 0)}): the other class is "
+            "only in its validation slice (the latest 10 % of the training rows), and a "
+            "classifier needs both. Lengthen the window (training.window_days) or use "
+            "model.estimator linear or hist_gradient_boosting, which learn from every training row"
+        )
     if state is None:
         preprocess = fit_streamed_preprocessing(
             contract, lambda: chunked(stream(partitions, split.fit, label), CHUNK_ROWS)

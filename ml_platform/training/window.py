@@ -124,12 +124,36 @@ class WindowScan:
 
 
 def scan_window(
-    partitions: Mapping[str, pd.DataFrame], label: str, versions: bool = True
+    partitions: Mapping[str, pd.DataFrame],
+    label: str,
+    versions: bool = True,
+    features: Sequence[str] = (),
 ) -> WindowScan:
-    """Read the window once, a day at a time, oldest first: rows, label sums, data versions."""
+    """Read the window once, a day at a time, oldest first: rows, label sums, data versions.
+
+    Every day must hold the event time, the label and `features`: a day stored before the
+    contract gained a feature lacks its column, and joining it to the other days would make
+    the whole day's values missing, imputed without a word.
+    """
     if not partitions:
         raise TrainingDataError("the training window holds no feature partitions")
     days = sorted(partitions)
+    wanted = [EVENT_TIME, label, *features]
+    lacking = {}
+    for day in days:
+        columns = of_partition(partitions, day, "columns", lambda frame: set(frame.columns))
+        if absent := [c for c in wanted if c not in columns]:
+            lacking[day] = absent
+    if lacking:
+        listed = "; ".join(f"{day} lacks {', '.join(absent)}" for day, absent in lacking.items())
+        first, last = min(lacking), days[-1]
+        count = (dt.date.fromisoformat(last) - dt.date.fromisoformat(first)).days + 1
+        raise TrainingDataError(
+            f"features partitions of the training window {days[0]}..{last} lack columns the "
+            f"contract trains on ({listed}): they were stored before the contract gained them. "
+            f"Rematerialise those days' features, e.g. `ml-platform materialize --dataset "
+            f"<dataset> --start {first} --days {count} --force`"
+        )
     rows, labels, hashes = [], [], {}
     for day in days:
         if versions:
@@ -146,6 +170,35 @@ def day_labels(frame: pd.DataFrame, label: str) -> tuple[int, LabelSummary]:
     """A day's labelled rows and their label summary."""
     present = frame[label].dropna()
     return len(present), LabelSummary.of(present)
+
+
+def overflowing_features(
+    partitions: Mapping[str, pd.DataFrame], days: Sequence[str], label: str, numeric: Sequence[str]
+) -> dict[str, list[str]]:
+    """Numeric features whose labelled rows hold infinity or values whose squares overflow.
+
+    Each with the days that hold them (every day, when only their sum over the window
+    overflows). Imputation and scaling sum squares: such a value makes the scaler's variance
+    infinite or NaN, and the linear estimators then refuse every row.
+    """
+
+    def squares(frame: pd.DataFrame) -> pd.Series:
+        values = frame.loc[frame[label].notna(), list(numeric)].astype("float64")
+        with np.errstate(over="ignore"):
+            return (values**2).sum()
+
+    per_day = {
+        day: of_partition(partitions, day, ("squares", label, tuple(numeric)), squares)
+        for day in days
+    }
+    found = {}
+    for column in numeric:
+        bad = [day for day in days if not math.isfinite(per_day[day][column])]
+        with np.errstate(over="ignore"):
+            total = sum(float(per_day[day][column]) for day in days)
+        if bad or not math.isfinite(total):
+            found[column] = bad or list(days)
+    return found
 
 
 def of_partition(
@@ -283,6 +336,29 @@ def allocate(counts: np.ndarray, total: int) -> np.ndarray:
     return np.minimum(quotas, counts)
 
 
+# Rows of each class a classifier's sample keeps when the window has them: a stratified
+# validation split (gradient boosting's early stopping) needs two of a class.
+MIN_CLASS_ROWS = 2
+
+
+def keep_each_class(quotas: np.ndarray, counts: np.ndarray, rows: int) -> np.ndarray:
+    """`quotas` (segments x classes) moved so each class keeps `MIN_CLASS_ROWS` where it can.
+
+    Proportional shares round a rare class to nothing (3 positives in 100,000 rows sampled to
+    1,000 get 0.03 rows), and a classifier cannot learn from one class. The rows a class lacks
+    come from the other class's largest quotas, and go to the segments holding most of the
+    rare class's unsampled rows; the total stays `rows`.
+    """
+    quotas = quotas.copy()
+    keep = MIN_CLASS_ROWS if rows >= 2 * MIN_CLASS_ROWS else 1
+    for rare, other in ((0, 1), (1, 0)):
+        lacking = min(keep, int(counts[:, rare].sum())) - int(quotas[:, rare].sum())
+        for _ in range(max(lacking, 0)):
+            quotas[int(np.argmax(counts[:, rare] - quotas[:, rare])), rare] += 1
+            quotas[int(np.argmax(quotas[:, other])), other] -= 1
+    return quotas
+
+
 def stratified_sample(
     partitions: Mapping[str, pd.DataFrame],
     scan: WindowScan,
@@ -305,6 +381,8 @@ def stratified_sample(
     else:
         counts = np.array([[s.rows] for s in segments], dtype="int64")
     quotas = allocate(counts.ravel(), rows).reshape(counts.shape)
+    if classification:
+        quotas = keep_each_class(quotas, counts, rows)
     parts = []
     for segment, quota in zip(segments, quotas, strict=True):
         frame = segment_rows(partitions, segment, label)
