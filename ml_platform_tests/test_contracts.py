@@ -545,3 +545,12 @@ def test_a_contract_saved_in_another_encoding_is_named_not_a_traceback(tmp_path)
 
     assert str(path) in str(info.value)
     assert "not UTF-8 text" in str(info.value) and "0xe9" in str(info.value)
+
+
+def test_an_sgd_learning_rate_of_zero_is_reported(tmp_path):
+    text = edit(FLIGHTS_TEXT, "  max_epochs: 30\n", "  max_epochs: 30\n  eta0: 0\n")
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert list(problems) == [(line_of(text, "eta0: 0"), "model.eta0")]
+    assert "greater than 0" in problems[(line_of(text, "eta0: 0"), "model.eta0")]

@@ -217,7 +217,8 @@ class SgdSpec(_Strict):
     batch_size: int = Field(default=65_536, ge=1)
     # L2 regularisation and initial learning rate.
     alpha: float = Field(default=1e-4, gt=0.0)
-    eta0: float = Field(default=0.01, ge=0.0)
+    # SGD's invscaling learning rate starts at eta0: at 0 scikit-learn refuses to train.
+    eta0: float = Field(default=0.01, gt=0.0)
 
 
 class LinearSpec(_Strict):
