@@ -212,3 +212,25 @@ def test_a_chart_with_no_point_on_a_kept_figure_shows_no_earlier_charts_axes():
     assert earlier
     unscored = texts(svg_of(champion([0.0, 1.0], [float("nan")] * 2), alt))
     assert not earlier & set(unscored)
+
+
+def test_a_point_no_segment_joins_is_drawn_as_a_dot_and_only_it():
+    # A model of one epoch (or a replay of one day): a line of one point drew nothing, and the
+    # chart showed empty axes under its legend, as if the training had no loss at all.
+    def loss(epochs: list[float], values: list[float]) -> ET.Element:
+        series = [Series("training", epochs, values), Series("validation", epochs, values)]
+        return svg_of(line_chart("Loss per epoch", series, "epoch", "loss"), "Loss per epoch")
+
+    def dots(root: ET.Element, index: int) -> int:
+        group = root.find(f".//{SVG}g[@id='series-{index}']")
+        return len(list(group.iter(f"{SVG}use")))
+
+    plots._line_figure.cache_clear()
+    one = loss([1], [0.5])
+    assert dots(one, 0) == 1 and dots(one, 1) == 1
+    # A value between NaN or inf is alone too; points a segment joins keep a plain line.
+    gap = loss([1, 2, 3, 4, 5, 6], [0.5, np.nan, 0.4, np.inf, 0.3, 0.2])
+    assert dots(gap, 0) == 2
+    # The kept figure's next chart of the layout has no dot left of the last one.
+    many = loss([1, 2, 3], [0.5, 0.4, 0.3])
+    assert dots(many, 0) == 0 and dots(many, 1) == 0

@@ -15,9 +15,12 @@ range, "start...end". `JsonFileHandler` always writes a rotating file under
 nothing otherwise, because Dagster's console logger already prints text there.
 
 Secrets never reach a line: values of environment variables whose names look like secrets
-(`*SECRET*`, `*PASSWORD*`, `*TOKEN*`, `*KEY*`, `*WEBHOOK*`) and passwords in URLs are replaced.
+(`*SECRET*`, `*PASSWORD*`, `*TOKEN*`, `*KEY*`, `*WEBHOOK*`), as written, JSON-escaped or
+percent-encoded, and passwords in URLs are replaced. A line that cannot be written (a read-only
+or full log directory) is reported on stderr and dropped: a log line never fails a run.
 """
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
@@ -26,13 +29,14 @@ import logging.handlers
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from ml_platform.platform.failures import error_chain, user_error
 from ml_platform.platform.run_events import partition_of_tags
-from ml_platform.platform.settings import Settings
+from ml_platform.platform.settings import MIN_SECRET_LENGTH, Settings
 
 LOG_FILE_NAME = "ml_platform.jsonl"
 REDACTED = "***"
@@ -108,14 +112,37 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        plain = Settings().secret_values
+        secrets = Settings().secret_values
+        # A secret of several lines (a key file, a JSON credential) reaches a line with other
+        # line breaks (CRLF), or a line at a time (a file read line by line, a traceback's
+        # source line): each of its lines is redacted too.
+        parts = {
+            part.strip()
+            for secret in secrets
+            for part in secret.splitlines()
+            if len(part.strip()) >= MIN_SECRET_LENGTH
+        }
+        plain = set(secrets) | parts
         # A secret with quotes or backslashes appears escaped in the JSON text.
         escaped = {json.dumps(secret, ensure_ascii=False)[1:-1] for secret in plain}
-        self.secrets = sorted(set(plain) | escaped, key=len, reverse=True)
+        # A token put in a URL (a webhook's query, a URI's password) appears percent-encoded:
+        # base64 tokens hold '/', '+' and '=', which then read %2F, %2B and %3D.
+        quoted = {
+            form
+            for secret in plain
+            for form in (urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret))
+        }
+        self.secrets = sorted(plain | escaped | quoted, key=len, reverse=True)
 
     def format(self, record: logging.LogRecord) -> str:
         """One line of JSON; values that are not JSON types are written as their text."""
         line = json.dumps(log_fields(record), default=str, ensure_ascii=False)
+        # A lone surrogate (a file name that is not UTF-8, decoded with surrogateescape) has no
+        # UTF-8 form, and the file refused the whole line: it is written as JSON's escape
+        # (`\udcff`), the only characters `backslashreplace` changes. An ASCII line, the usual
+        # one, is known as such without a scan and left as it is.
+        if not line.isascii():
+            line = line.encode("utf-8", "backslashreplace").decode("utf-8")
         return redact(line, self.secrets)
 
 
@@ -141,29 +168,45 @@ class JsonFileHandler(logging.handlers.RotatingFileHandler):
 
     def __init__(self, max_bytes: int = 50_000_000, backup_count: int = 5) -> None:
         directory = log_dir()
-        directory.mkdir(parents=True, exist_ok=True)
+        # A log directory that cannot be made (a read-only or full DAGSTER_HOME) must not stop
+        # the runs: the file is opened at the first line (`delay`), whose failure is reported
+        # on stderr by `handleError` and the line dropped.
+        with contextlib.suppress(OSError):
+            directory.mkdir(parents=True, exist_ok=True)
         super().__init__(
             directory / LOG_FILE_NAME,
             maxBytes=max_bytes,
             backupCount=backup_count,
             encoding="utf-8",
+            delay=True,
         )
         self.lock_path = directory / f"{LOG_FILE_NAME}.lock"
         self.lock_file: TextIO | None = None
         self.setFormatter(JsonFormatter())
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Write the line under the machine-wide lock, to the file now at the log's path."""
-        # Opened on use, as the log file is: a closed handler may still be handed records.
-        if self.lock_file is None:
-            self.lock_file = open(self.lock_path, "a")  # noqa: SIM115
-        fcntl.flock(self.lock_file, fcntl.LOCK_EX)
+        """Write the line under the machine-wide lock, to the file now at the log's path.
+
+        A line that cannot be written (a read-only or full log directory, a lock file that
+        cannot be opened) is reported on stderr and dropped, as `logging` does for a write that
+        fails: the run whose `context.log` call it was goes on.
+        """
+        try:
+            # Opened on use, as the log file is: a closed handler may still be handed records.
+            if self.lock_file is None:
+                self.lock_file = open(self.lock_path, "a")  # noqa: SIM115
+            fcntl.flock(self.lock_file, fcntl.LOCK_EX)
+        except Exception:
+            self.handleError(record)
+            return
         try:
             stream = self.stream
             if stream is not None and not self._current(stream):
                 stream.close()
                 self.stream = self._open()
             super().emit(record)
+        except Exception:
+            self.handleError(record)
         finally:
             fcntl.flock(self.lock_file, fcntl.LOCK_UN)
 

@@ -156,6 +156,7 @@ def _line_figure(layout: _LineLayout) -> _LineFigure:
             linestyle="--" if dashed else "-",
             drawstyle="steps-post" if steps else "default",
             linewidth=1.8,
+            markersize=4.0,
             label=f"series {i}",
             gid=f"series-{i}",
         )
@@ -198,9 +199,15 @@ def line_chart(
         chart = _line_figure(layout)
         texts: list[Text] = chart.legend.get_texts()
         for s, line, text in zip(series, chart.lines, texts, strict=True):
-            line.set_data(np.asarray(s.x, dtype="float64"), np.asarray(s.y, dtype="float64"))
+            x, y = np.asarray(s.x, dtype="float64"), np.asarray(s.y, dtype="float64")
+            line.set_data(x, y)
             line.set_label(s.name)
             text.set_text(s.name)
+            # A line needs two points: a point alone (a single epoch, a replay of one day, a
+            # value between two NaN) would draw nothing, so it gets a dot, and only it.
+            alone = _lone_points(x, y)
+            line.set_marker("o" if alone else "None")
+            line.set_markevery(alone or None)
         if not (x_limits and y_limits):
             # The limits of this chart's data alone, as a new figure would take them; with no
             # point to show, relim keeps the last chart's, so the new figure's are put back.
@@ -216,6 +223,14 @@ def line_chart(
         # same on every chart with fixed y limits.
         _keep_label_positions(chart.axes, y=y_limits is not None)
         return image
+
+
+def _lone_points(x: np.ndarray, y: np.ndarray) -> list[int]:
+    """Indices of the finite points that no segment joins: no finite neighbour either side."""
+    finite = np.isfinite(x) & np.isfinite(y)
+    before = np.concatenate([[False], finite[:-1]])
+    after = np.concatenate([finite[1:], [False]])
+    return [int(i) for i in np.flatnonzero(finite & ~before & ~after)]
 
 
 def _keep_label_positions(axes: "Axes", y: bool = True) -> None:

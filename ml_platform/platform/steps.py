@@ -499,7 +499,9 @@ def each_day(
                 f"stored or recorded (a rerun computes them all again). {reasons}"
             ),
             metadata={"failed_partitions": list(failed)},
-            allow_retries=any(retryable(error) for error in errors),
+            # A retry computes every day again: it can only succeed when waiting can fix each
+            # failed day, not when one of them fails the same way whatever the wait.
+            allow_retries=bool(errors) and all(retryable(error) for error in errors),
         ) from next(iter(errors), None)
     if before_recording is not None:
         try:

@@ -125,7 +125,9 @@ def _client(tracking: str, registry: str) -> "MlflowClient":
     return MlflowClient(tracking_uri=tracking, registry_uri=registry)
 
 
-@functools.cache
+# Looked up at each use (one query), not kept for the process: a range's run trains and
+# registers day after day, and an experiment deleted (or purged and created again) meanwhile
+# must be named as such, not written to by the id an earlier day found.
 def _experiment_id(tracking: str, registry: str, dataset: str, artifacts: str) -> str:
     from mlflow.exceptions import MlflowException
 
