@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
+import pydantic
 import pytest
 import yaml
 
@@ -1226,3 +1227,8 @@ def test_a_location_url_botocore_refuses_to_send_is_a_configuration_failure():
         user_failure=False,
     )
     assert classify_failure([refused], []).failure_class == CONFIGURATION
+
+
+def test_a_negative_dedup_window_is_refused_not_read_as_no_dedup():
+    with pytest.raises(pydantic.ValidationError, match="dedup_seconds"):
+        Notifier(dedup_seconds=-1)

@@ -147,6 +147,23 @@ def test_a_bad_file_fails_its_day_and_names_file_partition_and_reason(platform, 
         assert verdicts[DAILY_ASSETS[position + 1]] == "no accepted input"
 
 
+def test_an_offending_value_holding_a_bar_keeps_the_rows_table_whole(platform):
+    # A '|' in a value would start a column of its own in the markdown table of the rows.
+    platform.land(BAD_DAY, 1, fault="unknown_category")
+    path = platform.landing_dir / BAD_FILE
+    landed = pd.read_csv(path, dtype=str, keep_default_na=False)
+    landed.loc[landed["segment"] == "Z", "segment"] = "Z|Y"
+    landed.to_csv(path, index=False)
+
+    result = platform.materialize(BAD_DAY)
+
+    check = next(c for c in result.get_asset_check_evaluations() if c.check_name == "gx_validity")
+    table = str(check.metadata["offending_rows"].value).splitlines()
+    columns = {line.replace("\\|", "").count("|") for line in table}
+    assert len(columns) == 1, table
+    assert "Z\\|Y" in table[2], table
+
+
 def test_gate_failures_carry_samples_values_and_links(platform):
     platform.land(BAD_DAY, 1, fault="unknown_category")
     result = platform.materialize(BAD_DAY)

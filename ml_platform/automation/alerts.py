@@ -268,7 +268,7 @@ class Notifier(dg.ConfigurableResource):
     smtp_starttls: bool = True
     email_from: str = "ml-platform@localhost"
     email_to: str = Field(default="", description="comma-separated recipients")
-    dedup_seconds: int = Field(default=3600, description="identical alerts are sent once per")
+    dedup_seconds: int = Field(default=3600, ge=0, description="identical alerts are sent once per")
     failure_streak: int = Field(default=3, description="failed runs in a row that page")
     timeout_seconds: float = 10.0
     delivery_seconds: float = Field(

@@ -262,7 +262,7 @@ def check_results(
                         if f.unexpected_values
                     },
                     "offending_rows": dg.MetadataValue.md(
-                        sample.to_markdown(index=True) if len(sample) else "none"
+                        markdown_cells(sample).to_markdown(index=True) if len(sample) else "none"
                     ),
                     **extra,
                     **links,
@@ -270,6 +270,22 @@ def check_results(
             )
         )
     return results
+
+
+def markdown_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its text cells escaped for a markdown table.
+
+    An offending value is whatever the file held: a '|' in it would start a column of its own,
+    a line break a row.
+    """
+
+    def cell(value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        return value.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+    text = frame.select_dtypes(include=["object", "string"]).columns
+    return frame.assign(**{str(name): frame[name].map(cell) for name in text})
 
 
 def verdict_reason(where: str, checks: list[dg.AssetCheckResult], report: GateReport) -> str:
