@@ -440,3 +440,90 @@ def test_floats_near_the_largest_get_a_range_that_holds_them(tmp_path, values):
     numbers = [float(v) for v in values]
     assert reading["min"] <= min(numbers) and reading["max"] >= max(numbers)
     accepts_its_samples(text, paths, "amount_label")
+
+
+def test_codes_with_leading_zeros_are_drafted_as_text_that_keeps_them(tmp_path):
+    days = ["2024-01-01", "2024-01-02"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame(
+                {
+                    "ts": [f"{day} {h:02d}:15:00" for h in range(20)],
+                    # Branch codes as the source system writes them: five digits, zero-padded.
+                    "branch": [f"{h % 4 + 1:05d}" for h in range(20)],
+                    "amount": [str(3 * h + i) for h in range(20)],
+                }
+            )
+            for i, day in enumerate(days)
+        },
+    )
+
+    text = draft_contract(paths, "shop")
+
+    branch = next(c for c in drafted(text)["columns"] if c["name"] == "branch")
+    assert branch["dtype"] == "str"
+    assert branch["allowed_values"] == ["00001", "00002", "00003", "00004"]
+    line = next(line for line in text.splitlines() if "{name: branch," in line)
+    assert "leading zeros ('00001'): text, which keeps them" in line
+    feature = next(f for f in drafted(text)["features"] if f["source"] == "branch")
+    assert feature["kind"] == "categorical"
+    accepts_its_samples(text, paths, "amount_label")
+    # A later day's code keeps its zeros in the typed rows.
+    contract = parse_contract(
+        text.replace("# label: {name: amount_label", "label: {name: amount_label"), "d"
+    )
+    raw = read_landed_file(paths[0].read_bytes(), paths[0].name, days[0], ["ts", "branch"])
+    assert type_rows(raw, contract, where="d")["branch"].iloc[0] == "00001"
+
+
+def test_a_column_never_filled_in_the_samples_is_drafted_as_no_feature(tmp_path):
+    days = ["2024-01-01", "2024-01-02"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame(
+                {
+                    "ts": [f"{day} {h:02d}:15:00" for h in range(20)],
+                    "coupon": [""] * 20,  # an optional field nobody used yet
+                    "amount": [str(3 * h + i) for h in range(20)],
+                }
+            )
+            for i, day in enumerate(days)
+        },
+    )
+
+    text = draft_contract(paths, "shop")
+
+    assert "coupon" not in {f["source"] for f in drafted(text)["features"]}
+    assert (
+        "# - {name: coupon, kind: categorical, source: coupon}  # empty in every sample: no "
+        "feature until its values are known" in text
+    )
+    accepts_its_samples(text, paths, "amount_label")
+
+
+def test_zero_padded_numbers_are_no_hour_unless_named_so(tmp_path):
+    # Text now (they keep their zeros), a month's "03" still reads as no hour of the day.
+    days = ["2024-03-01", "2024-03-02"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame(
+                {
+                    "sale_date": [day] * 20,
+                    "shelf": [f"{h % 12 + 1:02d}" for h in range(20)],
+                    "sale_hour": [str(h) for h in range(20)],
+                    "amount": [str(3 * h + i) for h in range(20)],
+                }
+            )
+            for i, day in enumerate(days)
+        },
+    )
+
+    text = draft_contract(paths, "shop")
+
+    event_time = drafted(text)["event_time"]
+    assert (event_time["column"], event_time["hour"]) == ("sale_date", "sale_hour")
+    shelf = next(c for c in drafted(text)["columns"] if c["name"] == "shelf")
+    assert shelf["dtype"] == "str"

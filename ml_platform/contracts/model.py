@@ -11,6 +11,7 @@ import datetime as dt
 import math
 import re
 import typing
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -57,7 +58,8 @@ class ColumnSpec(_Strict):
     max: float | None = None
     allowed_values: list[str] | None = None
     # A regular expression each non-null value must match whole (text columns only), e.g.
-    # "[A-Z]{3}" for an airport code; checked by gx_validity.
+    # "[A-Z]{3}" for an airport code; checked by gx_validity. Written so that RE2 and Python's
+    # re read it alike: the gate runs it with either (`_pattern_problem`).
     pattern: str | None = None
     unique: bool = False
     # Every row of a day holds the same value (a holiday flag, the weekday): its distribution on
@@ -606,6 +608,71 @@ class Contract(_Strict):
         return self.quality.history.reference or self.drift.reference
 
 
+def whole_pattern(pattern: str) -> str:
+    """A contract pattern as the gate applies it: GE searches values, a pattern matches whole."""
+    return f"^(?:{pattern})$"
+
+
+# One value for each regex engine pandas picks for Arrow-backed text: RE2 (pyarrow) for plain
+# ASCII, Python's re when a value has a line break (RE2's `$` differs there) or non-ASCII
+# letters (RE2's \w, \d and \b are ASCII only).
+PATTERN_PROBES = ("A", "A\n", "É")
+# `{,n}`, not after an escaping backslash: a repetition for Python's re, literal text for RE2.
+OPEN_REPETITION = re.compile(r"(?<!\\)(?:\\\\)*\{,(\d*)\}")
+
+
+def _pattern_problem(pattern: str) -> str | None:
+    """Why the quality gate could not apply `pattern` the same way every day, or None.
+
+    GE applies a pattern with pandas to Arrow-backed text, which runs it with RE2 or with
+    Python's re depending on the pattern and on the day's values. A pattern only one of them
+    can run would fail every day it reaches the other; one they read differently would judge
+    a day by its values' engine. Both are refused here, on the pattern's line.
+    """
+    if not pattern:
+        return (
+            "an empty pattern matches no value (the typing reads empty text as missing): "
+            "write the pattern of the values, or remove it"
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"not a valid regular expression: {exc}"
+    nested = [w for w in caught if "nested set" in str(w.message)]
+    if nested:
+        return (
+            f"{nested[0].message}: RE2 reads '[[:alpha:]]' as a class of letters, Python's re "
+            "as '[', ':', 'a'... then ']', and a day's values choose the engine; escape a "
+            "literal '[' as '\\[' or list the characters ('[A-Za-z]')"
+        )
+    repetition = OPEN_REPETITION.search(pattern)
+    if repetition is not None:
+        return (
+            f"'{{,{repetition[1]}}}' is a repetition for Python's re but literal text for RE2, "
+            f"and a day's values choose the engine; write {{0,{repetition[1]}}}"
+        )
+    # pandas is loaded by every step; only a contract with a pattern needs it to load.
+    import pandas as pd
+
+    for probe in PATTERN_PROBES:
+        # As GE applies a pattern to a text column (`column.astype(str).str.contains`).
+        values = pd.Series([probe], dtype="str").astype(str)
+        try:
+            with warnings.catch_warnings():
+                # "has match groups": a group is only grouping here.
+                warnings.simplefilter("ignore", UserWarning)
+                values.str.contains(whole_pattern(pattern))
+        except (re.error, ValueError) as exc:
+            return (
+                f"the quality gate's regex engine (RE2, as pandas applies patterns to text) "
+                f"cannot run it: {exc}; RE2 has no possessive quantifiers ('a++'), atomic "
+                "groups ('(?>...)'), conditionals ('(?(1)...)') or repetitions above 1000"
+            )
+    return None
+
+
 def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     """Cross-field mistakes, each with the path in the YAML document where it is."""
     names = [col.name for col in c.columns]
@@ -631,10 +698,24 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         if col.pattern is not None:
             if col.dtype != "str":
                 yield ("columns", i, "pattern"), "a pattern needs dtype 'str'"
-            try:
-                re.compile(col.pattern)
-            except re.error as exc:
-                yield ("columns", i, "pattern"), f"not a valid regular expression: {exc}"
+            problem = _pattern_problem(col.pattern)
+            if problem is not None:
+                yield ("columns", i, "pattern"), problem
+            else:
+                # Every row holding such a value would fail the pattern, every day. Values as
+                # the typing leaves them: spaces around one are a problem of their own above.
+                unmatched = [
+                    repr(v)
+                    for v in col.allowed_values or []
+                    if not re.fullmatch(col.pattern, v.strip())
+                ]
+                if unmatched:
+                    yield (
+                        ("columns", i, "pattern"),
+                        f"the pattern {col.pattern!r} does not match the allowed value(s) "
+                        f"{', '.join(unmatched)}: each row holding one would fail gx_validity; "
+                        "correct the values or the pattern",
+                    )
         if col.max_null_fraction is not None and col.nullable:
             yield (
                 ("columns", i, "max_null_fraction"),

@@ -236,10 +236,17 @@ def check_results(
         elif not failures:
             description = f"{where}: all {name} expectations pass."
         elif passed:
+            quarantined = {row for f in failures for row in f.quarantined_rows}
+            # A duplicated row's first copy is the row as delivered: it stays in the day.
+            copies = (
+                " (of each duplicated row its later copies; the first copy is kept)"
+                if any(f.first_copies for f in failures)
+                else ""
+            )
             description = (
-                f"{where}: {findings_description(failures, None)}\nThese {len(rows)} row(s) "
-                "were quarantined with their reasons; the day passes because their share is "
-                "within the contract's limit."
+                f"{where}: {findings_description(failures, None)}\nThese {len(quarantined)} "
+                f"row(s) were quarantined with their reasons{copies}; the day passes because "
+                "their share is within the contract's limit."
             )
         else:
             description = (

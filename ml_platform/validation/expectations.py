@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ml_platform.contracts import ColumnSpec, Contract
-from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
+from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME, whole_pattern
 from ml_platform.contracts.schema import expected_typed_dtypes
 from ml_platform.validation.history import (
     Finding,
@@ -67,6 +67,7 @@ SUITE_NOTES = (
     "flights suite had)."
 )
 SAMPLE_ROWS = 5
+UNIQUE_KINDS = ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique")
 FLOAT_MAX = sys.float_info.max
 
 
@@ -84,6 +85,15 @@ class Failure:
     unexpected_values: list[Any]
     # A history failure: today's value, the history's range and the bounds.
     finding: Finding | None = None
+    # A uniqueness failure: of `rows` (every copy), the first copy of each duplicated value,
+    # which the quarantine keeps: only the later copies are the bad rows.
+    first_copies: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def quarantined_rows(self) -> list[int]:
+        """The rows the quarantine sets aside for this failure: all of `rows` but first copies."""
+        kept = set(self.first_copies)
+        return [row for row in self.rows if row not in kept]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +113,7 @@ class GateReport:
         reasons: dict[int, list[str]] = {}
         for failure in self.failures:
             if failure.row_level:
-                for row in failure.rows:
+                for row in failure.quarantined_rows:
                     reasons.setdefault(row, []).append(f"{failure.expectation}({failure.column})")
         return reasons
 
@@ -190,8 +200,11 @@ def value_bounds(col: ColumnSpec) -> tuple[float | None, float | None] | None:
 
 
 def whole_value(pattern: str) -> str:
-    """A contract pattern as GE's regex: GE searches values, the contract matches them whole."""
-    return f"^(?:{pattern})$"
+    """A contract pattern as GE's regex: GE searches values, the contract matches them whole.
+
+    The contract's loader checks the pattern in this very form (`whole_pattern`).
+    """
+    return whole_pattern(pattern)
 
 
 def _history_expectation(stat: Statistic) -> Any:
@@ -292,7 +305,7 @@ class QualityGate:
         # Without a history every history statistic is unbounded, yet GE fails one whose value
         # it cannot measure (no rows): such a failure is told against an empty history.
         judged = history if history is not None else window_from_profiles(self.contract, day, {})
-        failures = [_failure(r, len(frame), judged) for r in result.results if not r.success]
+        failures = [_failure(r, frame, judged) for r in result.results if not r.success]
         report = GateReport(rows=len(frame), failures=failures, evaluated=len(result.results))
         return report, result
 
@@ -356,12 +369,13 @@ def _what(kind: str, kwargs: dict) -> str:
         return "are not among the contract's allowed values"
     if kind == "expect_column_values_to_match_regex":
         return f"do not match the contract's pattern {kwargs.get('regex')}"
-    if kind in ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique"):
+    if kind in UNIQUE_KINDS:
         return "are duplicates"
     return "fail the expectation"
 
 
-def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> Failure:
+def _failure(result: Any, frame: pd.DataFrame, history: HistoryWindow | None = None) -> Failure:
+    total = len(frame)
     config = result.expectation_config
     kind, kwargs = config.type, dict(config.kwargs)
     check = (config.meta or {}).get("check", SCHEMA)
@@ -398,7 +412,11 @@ def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> F
         if kind == "expect_column_values_to_be_in_set":
             sentence += _other_unicode_forms(values, kwargs.get("value_set") or [])
         rows = [int(i) for i in info.get("unexpected_index_list") or []]
-        return Failure(check, kind, column, sentence, count, True, rows, values)
+        first: list[int] = []
+        if kind in UNIQUE_KINDS:
+            columns = [kwargs["column"]] if "column" in kwargs else list(kwargs["column_list"])
+            first = first_copies(frame, columns, rows)
+        return Failure(check, kind, column, sentence, count, True, rows, values, None, first)
     observed = info.get("observed_value")
     if kind == "expect_table_row_count_to_be_between":
         sentence = (
@@ -410,6 +428,17 @@ def _failure(result: Any, total: int, history: HistoryWindow | None = None) -> F
     else:
         sentence = f"{kind} failed on {column}: observed {observed}."
     return Failure(check, kind, column, sentence, 0, False, [], [])
+
+
+def first_copies(frame: pd.DataFrame, columns: list[str], rows: list[int]) -> list[int]:
+    """Of the duplicated rows at positions `rows`, the first copy of each value of `columns`.
+
+    GE names every copy of a duplicated value; the first one in the file is the row as
+    delivered, the later ones its repetitions.
+    """
+    ordered = sorted(rows)
+    later = frame.iloc[ordered].duplicated(subset=columns, keep="first").to_numpy()
+    return [row for row, repeated in zip(ordered, later, strict=True) if not repeated]
 
 
 def _other_unicode_forms(values: list[Any], allowed: list[Any]) -> str:

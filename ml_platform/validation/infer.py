@@ -138,6 +138,9 @@ def _dtype(values: pd.Series) -> tuple[str, pd.Series | None]:
         return "bool", None
     numbers = pd.to_numeric(values, errors="coerce")
     if numbers.notna().all():
+        if _whole_numbers(values) and _zero_padded(values) is not None:
+            # Codes ('00123', a zip code): as numbers every later day would lose the zeros.
+            return "str", None
         # pandas reads whole numbers above Int64's range as unsigned or as floats.
         if pd.api.types.is_signed_integer_dtype(numbers):
             return "int", numbers
@@ -157,6 +160,12 @@ def _dtype(values: pd.Series) -> tuple[str, pd.Series | None]:
 def _whole_numbers(values: pd.Series) -> bool:
     """Whether every text value is a whole number in digits."""
     return bool(len(values)) and bool(values.str.strip().str.fullmatch(r"[+-]?\d+").all())
+
+
+def _zero_padded(values: pd.Series) -> str | None:
+    """The first text value that is a whole number written with leading zeros, or None."""
+    padded = values[values.str.strip().str.fullmatch(r"[+-]?0\d+")]
+    return None if padded.empty else str(padded.iloc[0])
 
 
 def profile(samples: Sequence[Sample]) -> list[Column]:
@@ -206,8 +215,11 @@ def _is_hour_column(column: Column) -> bool:
     distinct = column.values.nunique()
     if column.dtype not in ("int", "str") or not 2 <= distinct <= MAX_HOUR_SPELLINGS:
         return False
-    if column.dtype == "int" and "hour" not in column.name.lower():
-        return False  # any small whole number reads as an hour: only a named one is a guess
+    # Any small whole number reads as an hour, zero-padded text ('03', a month) too: only a
+    # named one is a guess.
+    numbers = column.dtype == "int" or _whole_numbers(column.values)
+    if numbers and "hour" not in column.name.lower():
+        return False
     return bool(time_of_day(column.values).notna().all())
 
 
@@ -489,7 +501,10 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             and _low_cardinality(column)
         ):
             spec["allowed_values"] = sorted(column.values.unique().tolist())
-        if column.dtype == "str" and _whole_numbers(column.values):
+        padded = _zero_padded(column.values) if column.dtype == "str" else None
+        if padded is not None and _whole_numbers(column.values):
+            notes.append(f"whole numbers with leading zeros ({padded!r}): text, which keeps them")
+        elif column.dtype == "str" and _whole_numbers(column.values):
             notes.append("whole numbers beyond 64 bits: text, which holds every digit")
         if key == [column.name]:
             spec["unique"] = True
@@ -528,6 +543,19 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
 
     for column in columns:
         if column.name in sources or column.name in (key or []) or column in label_candidates:
+            continue
+        if column.values.empty:
+            # Nothing to learn from, and its first real values would read as a change of
+            # coding to the drift check: a person adds it once its values are known.
+            feature = {
+                "name": feature_name_of(column),
+                "kind": "categorical",
+                "source": column.name,
+            }
+            out.append(
+                f"  # - {_flow(feature)}  # empty in every sample: no feature until its values "
+                "are known"
+            )
             continue
         if column.dtype in ("int", "float"):
             kind = "numeric"
