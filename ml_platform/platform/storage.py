@@ -8,7 +8,9 @@ error names the object it failed on (`storage_errors.LakeStorageError`).
 """
 
 import contextlib
+import errno
 import io
+import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ml_platform.platform.storage_errors import (
     LakeStorageError,
+    MissingLakeObjectError,
     UnsafeLakeKeyError,
     storage_error,
 )
@@ -31,7 +34,13 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def write_file_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> int:
-    """Let `write` fill a file that replaces `path` whole, as `write_atomically`; its size."""
+    """Let `write` fill a file that replaces `path` whole, as `write_atomically`; its size.
+
+    Durable once it returns: the file's bytes and its name in its folder (and the names of
+    the folders it created) are on disk, so a power loss after the run records the day
+    cannot take the recorded file away, nor bring back the one it replaced.
+    """
+    created = list(itertools.takewhile(lambda folder: not folder.exists(), path.parents))
     path.parent.mkdir(parents=True, exist_ok=True)
     # Created as a plain write creates a file (rw-rw-rw- less the umask), not as mkstemp does
     # (owner only): the file it becomes is read by others as one written in place would be (a
@@ -45,10 +54,30 @@ def write_file_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> i
             os.fsync(handle.fileno())
             size = handle.tell()
         os.replace(tmp, path)
+        # A rename is a change of the folder, which the file's fsync does not write: sync
+        # the folder, then each folder created for it in its own parent, deepest first.
+        for folder in [path.parent, *(folder.parent for folder in created)]:
+            fsync_folder(folder)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return size
+
+
+def fsync_folder(folder: Path) -> None:
+    """Write a folder's entries (a rename, a new name) to disk.
+
+    POSIX opens a folder to fsync it; Windows cannot open one at all (no O_DIRECTORY), so
+    there it is left to the file system.
+    """
+    directory = getattr(os, "O_DIRECTORY", None)
+    if directory is None:
+        return
+    fd = os.open(folder, os.O_RDONLY | directory)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class LakeStorage(dg.ConfigurableResource):
@@ -118,15 +147,25 @@ class LakeStorage(dg.ConfigurableResource):
     def naming(self, doing: str, key: str) -> Iterator[None]:
         """Raise the block's storage errors as `LakeStorageError`s that name the object.
 
-        A missing object (FileNotFoundError) goes through as it is: its message names it, and
-        readers tell "not stored" from "storage failed" by it. Every read, write, deletion and
-        listing goes through here, so a key that would leave the lake (`check_key`) is refused
-        before it touches storage.
+        A missing object (FileNotFoundError) stays one, so readers tell "not stored" from
+        "storage failed" by it; a read's is a `MissingLakeObjectError` naming the key, which
+        `partition_errors` fails at once (waiting does not store it again). Every read, write,
+        deletion and listing goes through here, so a key that would leave the lake
+        (`check_key`) is refused before it touches storage.
         """
         check_key(doing, key)
         try:
             yield
-        except (FileNotFoundError, LakeStorageError):
+        except MissingLakeObjectError:
+            raise
+        except FileNotFoundError as exc:
+            if doing != "reading":
+                raise
+            raise MissingLakeObjectError(
+                errno.ENOENT,
+                f"{doing} {self.uri(key)} failed: no object is stored under lake key {key!r}",
+            ) from exc
+        except LakeStorageError:
             raise
         except (OSError, BotoCoreError, ClientError) as exc:
             raise storage_error(doing, self.uri(key), exc) from exc

@@ -120,6 +120,15 @@ class LakeStorageError(OSError):
     """
 
 
+class MissingLakeObjectError(FileNotFoundError):
+    """A read found no object under its key: the message names the key and where it lives.
+
+    One that was there when the reader looked it up, or that a record names, was deleted since.
+    Waiting does not store it again: `partition_errors` makes it a `MissingPartitionError`
+    naming the asset and the day, never retried.
+    """
+
+
 class PartitionStorageError(LakeStorageError):
     """A `LakeStorageError` that also names the asset and the partition it was for."""
 
@@ -193,14 +202,21 @@ def partition_errors(asset_key: dg.AssetKey, partition: str | None) -> Iterator[
     An error with an errno of `PERMANENT_STORAGE_ERRORS`, or from an S3 answer or a botocore
     error of `PERMANENT_S3_ERRORS` / `PERMANENT_CREDENTIAL_ERRORS`, becomes a
     `PermanentStorageError`, any other `LakeStorageError` a `PartitionStorageError` (retried).
-    A missing object (FileNotFoundError, `MissingPartitionError`) and errors that are not
-    storage errors go through as they are.
+    An object a read found missing (`MissingLakeObjectError`) becomes a `MissingPartitionError`
+    (never retried); other errors that are not storage errors go through as they are.
     """
     where = asset_key.to_user_string() + (f" partition {partition}" if partition else "")
     try:
         yield
     except PartitionStorageError:
         raise
+    except MissingLakeObjectError as exc:
+        # Deleted after it was recorded or looked up (by hand, a lifecycle rule, a restore
+        # that left it out): retries would read the same absence.
+        raise MissingPartitionError(
+            f"{where}: {exc.strerror or exc}. Retrying cannot bring it back: materialise "
+            f"{where} again"
+        ) from exc
     except OSError as exc:
         permanent = permanent_advice(exc)
         if permanent is not None:
