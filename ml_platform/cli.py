@@ -359,25 +359,6 @@ def withdraw(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str
             raise
 
 
-def ready(webserver: "Webserver", wait: float) -> None:
-    """Return once the webserver answers and a daemon works its queue, waiting up to `wait` s.
-
-    `make run` starts the command beside the UI it launches through, which needs a few seconds
-    to answer; past `wait`, the `LaunchError` says what to start.
-    """
-    from ml_platform.automation.launch import LaunchError
-
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            webserver.check_queue()
-            return
-        except LaunchError:
-            if time.monotonic() >= deadline:
-                raise
-        time.sleep(1.0)
-
-
 def terminated(instance: "dg.DagsterInstance", webserver: "Webserver", run_id: str) -> str:
     """Terminate the command's run and wait until it is recorded ended; its status, in words."""
     from ml_platform.automation.launch import FINISHED, LaunchError
@@ -498,7 +479,7 @@ def materialize(args: argparse.Namespace) -> int:
         try:
             already = done(days)
             if args.force or set(days) - already:
-                ready(webserver, args.wait)
+                webserver.wait_until_up(args.wait)
             for i, day in enumerate(days, start=1):
                 prefix = f"[{i:>{len(str(len(days)))}}/{len(days)}] {day}"
                 if day in already and not args.force:
@@ -730,7 +711,7 @@ def replay_run(args: argparse.Namespace) -> int:
     backfill_id = None
     try:
         with stop_signals():
-            ready(webserver, args.wait)
+            webserver.wait_until_up(args.wait)
             made = _kept_replay(args, settings, contracts)
             webserver.reload_workspace()
             with dg.DagsterInstance.get() as instance:

@@ -11,6 +11,8 @@ run that goes on (or that run monitoring records failed), never one STARTED fore
 
 import dataclasses
 import json
+import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -67,12 +69,27 @@ BACKFILL_DONE = frozenset(
 FINISHED = frozenset(
     {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 )
+# What a proxy in front of the webserver answers while the webserver is not up (yet): a bad
+# gateway, unavailable, a gateway timeout. Any other error status is an answer of a server
+# that is up: the webserver's own 500 (its instance's storage refusing, a bug) or another
+# service's, which waiting does not mend.
+NOT_UP_STATUSES = frozenset({502, 503, 504})
+# Seconds between two looks at a webserver that is not up yet.
+UP_POLL_SECONDS = 1.0
 
 
 class LaunchError(Exception):
     """The webserver cannot take the run: not reachable, no daemon, or it refused the run.
 
     Nothing was launched; the message says what to start or fix. Waiting does not help.
+    """
+
+
+class NotUpYetError(LaunchError):
+    """A `LaunchError` that waiting can mend: the webserver or its daemon is not up yet.
+
+    Nothing answers at the webserver's address, a proxy says it is not up (`NOT_UP_STATUSES`),
+    or no daemon works its queue yet.
     """
 
 
@@ -133,16 +150,23 @@ class Webserver:
             # Something answers, but with an error status (a 500, a redirect urllib does not
             # follow for a POST): saying nothing answers would send the user to start a UI.
             body = exc.read()
-            raise LaunchError(
+            kind = NotUpYetError if exc.code in NOT_UP_STATUSES else LaunchError
+            raise kind(
                 f"the server at {self.url} answered HTTP {exc.code} {exc.reason}"
                 f"{_errors_in(body)}: is ML_PLATFORM_DAGSTER_URL the Dagster webserver itself?"
             ) from exc
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            raise LaunchError(
-                f"no Dagster webserver answers at {self.url} ({exc}): start the UI and daemon "
-                "(`make serve`, or `dg dev`), or set ML_PLATFORM_DAGSTER_URL to the "
-                "webserver of this instance"
-            ) from exc
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLError):
+                # A server answers, but not in the TLS the URL asks for (an https URL for a
+                # plain-HTTP webserver, a certificate not trusted): every try fails the same.
+                raise LaunchError(
+                    f"the server at {self.url} did not complete a TLS handshake "
+                    f"({exc.reason}): is ML_PLATFORM_DAGSTER_URL's scheme (http or https) the "
+                    "webserver's, and is its certificate trusted here (SSL_CERT_FILE)?"
+                ) from exc
+            raise self._not_up(exc) from exc
+        except (ConnectionError, TimeoutError) as exc:
+            raise self._not_up(exc) from exc
         try:
             payload = json.loads(body)
         except ValueError:
@@ -159,6 +183,13 @@ class Webserver:
             )
         return payload["data"]
 
+    def _not_up(self, exc: Exception) -> NotUpYetError:
+        return NotUpYetError(
+            f"no Dagster webserver answers at {self.url} ({exc}): start the UI and daemon "
+            "(`make serve`, or `dg dev`), or set ML_PLATFORM_DAGSTER_URL to the webserver of "
+            "this instance"
+        )
+
     def check_queue(self) -> None:
         """Raise `LaunchError` unless the webserver answers and a daemon works the run queue.
 
@@ -166,12 +197,31 @@ class Webserver:
         """
         data = self._query(DAEMON_HEALTH, {"daemonType": QUEUE_DAEMON})
         if not data["instance"]["daemonHealth"]["daemonStatus"]["healthy"]:
-            raise LaunchError(
+            raise NotUpYetError(
                 f"no dagster-daemon works the run queue of the instance served at {self.url}: "
                 "a run launched now would wait in the queue. Start it (`make serve` starts one; "
                 "alone: `ml-platform pools && dagster-daemon run -w workspace.yaml`, the pools' "
                 "limits first) and run this again"
             )
+
+    def wait_until_up(self, wait: float) -> None:
+        """Return once the webserver answers and a daemon works its queue, waiting up to `wait` s.
+
+        `make run` starts a command beside the UI it launches through, which needs a few
+        seconds to answer: only that is waited for (`NotUpYetError`). An answer waiting cannot
+        mend (a page that is not the webserver's, its own server error, a GraphQL error) is
+        raised at once, not after the whole wait; past `wait`, the last `NotUpYetError` says
+        what to start.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.check_queue()
+                return
+            except NotUpYetError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(UP_POLL_SECONDS)
 
     def launch(self, job: str, tags: dict[str, str]) -> str:
         """Submit a run of `job` with `tags` to the instance's queue; its run id."""
