@@ -1,10 +1,11 @@
 """Pipeline health over the last N days, read from the instance's runs and event log.
 
-Success rates per job and per asset step, p50/p95 step durations, queue wait (from a run's
-creation to its start), retries, check pass rates, and a memory request per asset: the largest
-`step_peak_rss_mb` its materialisations recorded (steps.day_metrics) plus headroom,
-rounded up (`platform.sizes.memory_request_mb`, which `ml-platform resources` also applies), to
-size container requests from what the steps really used.
+Success rates per job (a canceled run counts as no success, and is named) and per asset step,
+p50/p95 step durations, queue wait (from a run's creation to its start), retries, check pass
+rates, and a memory request per asset: the largest `step_peak_rss_mb` its materialisations
+recorded (steps.day_metrics) plus headroom, rounded up (`platform.sizes.memory_request_mb`,
+which `ml-platform resources` also applies), to size container requests from what the steps
+really used.
 """
 
 import collections
@@ -55,20 +56,28 @@ def percentile(values: list[float], q: float) -> float | None:
 
 @dataclasses.dataclass
 class Tally:
-    """Successes and failures of one job, step or check."""
+    """Successes and failures of one job, step or check, and a job's runs canceled."""
 
     ok: int = 0
     failed: int = 0
+    # A canceled run delivered nothing, as a failed one: it counts against the rate, and is
+    # named apart, since someone stopped it rather than it failing.
+    canceled: int = 0
+
+    @property
+    def total(self) -> int:
+        """Every one counted."""
+        return self.ok + self.failed + self.canceled
 
     @property
     def rate(self) -> float:
         """Share of successes."""
-        total = self.ok + self.failed
-        return self.ok / total if total else 0.0
+        return self.ok / self.total if self.total else 0.0
 
     def text(self) -> str:
-        """e.g. "92% of 12"."""
-        return f"{self.rate:.0%} of {self.ok + self.failed}"
+        """e.g. "92% of 12", "50% of 4 (1 canceled)"."""
+        canceled = f" ({self.canceled} canceled)" if self.canceled else ""
+        return f"{self.rate:.0%} of {self.total}{canceled}"
 
 
 @dataclasses.dataclass
@@ -177,15 +186,14 @@ def pipeline_health(
     queue: list[float] = []
     queued: list[float] = []
     retried_runs = 0
-    finished = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}
     for record in records:
         run = record.dagster_run
-        if run.status in finished:
-            tally = jobs[run.job_name]
-            if run.status == dg.DagsterRunStatus.SUCCESS:
-                tally.ok += 1
-            else:
-                tally.failed += 1
+        if run.status == dg.DagsterRunStatus.SUCCESS:
+            jobs[run.job_name].ok += 1
+        elif run.status == dg.DagsterRunStatus.FAILURE:
+            jobs[run.job_name].failed += 1
+        elif run.status == dg.DagsterRunStatus.CANCELED:
+            jobs[run.job_name].canceled += 1
         if record.start_time is not None:
             queue.append(max(0.0, record.start_time - record.create_timestamp.timestamp()))
         elif run.status == dg.DagsterRunStatus.QUEUED:
