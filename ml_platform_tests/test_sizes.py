@@ -251,8 +251,9 @@ def test_resources_prints_recorded_use_and_write_changes_only_the_section(
     platform = Platform(load_contract("synthetic"), tmp_path / "synthetic")
     # The command reads the instance of DAGSTER_HOME, as after real runs.
     platform.instance = dg.DagsterInstance.get()
-    platform.land("2024-01-01", 2)
-    for day in ["2024-01-01", "2024-01-02"]:
+    # The fewest recorded days `--write` advises from (ADVICE_MIN_DAYS).
+    platform.land("2024-01-01", 3)
+    for day in ["2024-01-01", "2024-01-02", "2024-01-03"]:
         assert platform.materialize(day).success
 
     assert cli.main(["resources", "--dataset", "synthetic", "--days", "1"]) == 0
@@ -260,9 +261,9 @@ def test_resources_prints_recorded_use_and_write_changes_only_the_section(
     rows = {line.split()[0]: line for line in out.splitlines()[3:]}
     assert set(rows) == set(STAGES)
     for stage in DAILY_ASSETS:
-        # request, 2 days, memory median / p95, CPU median / p95, recommendation
+        # request, 3 days, memory median / p95, CPU median / p95, recommendation
         cells = rows[stage].split()
-        assert cells[5] == "2", rows[stage]
+        assert cells[5] == "3", rows[stage]
         assert cells[7] == "/" and cells[9] == "MiB" and cells[11] == "/" and cells[13] == "vCPU"
         assert 50 < float(cells[6]) <= float(cells[8]) < 4096
         assert cells[-1] == "MiB" and cells[-3] == "vCPU"

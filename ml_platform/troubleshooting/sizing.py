@@ -4,8 +4,9 @@ Every day a step computes records its resource use in the day's materialisation
 (`steps.day_metrics`): `step_peak_rss_mb`, and `step_cpu_seconds` over `step_wall_seconds`.
 `ml-platform resources` reads them from the instance for each stage of a dataset over its
 recent materialisations, and sets beside the contract's request the median and p95 of both and
-the request they advise (`platform.sizes.recommend`). A stage with no recorded day keeps its
-request. With `--write` the advice goes into the contract's `resources:` section, where a
+the request they advise (`platform.sizes.recommend`). A stage with fewer than
+`ADVICE_MIN_DAYS` recorded days keeps its request, and `--write` is refused when no stage has
+that many. With `--write` the advice goes into the contract's `resources:` section, where a
 person reviews it like any other change.
 """
 
@@ -15,7 +16,7 @@ import time
 import dagster as dg
 
 from ml_platform.contracts import Contract
-from ml_platform.contracts.model import STAGES, ResourcesSpec, StageSize
+from ml_platform.contracts.model import STAGES, ContractError, ResourcesSpec, StageSize
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.observability import STEP_PREFIX
 from ml_platform.platform.sizes import MEMORY_HEADROOM, recommend
@@ -26,6 +27,21 @@ CPU_KEY = f"{STEP_PREFIX}cpu_seconds"
 WALL_KEY = f"{STEP_PREFIX}wall_seconds"
 # Days of a stage read at most: a year of one asset's days, newest first.
 MAX_DAYS_READ = 366
+# Recorded days a stage's advice needs: one day's peak is that day's data (a small delivery, a
+# re-delivery of part of a day), and a p95 of one or two days is their largest.
+ADVICE_MIN_DAYS = 3
+
+
+class TooFewDaysError(ContractError):
+    """`--write` refused: no stage has `ADVICE_MIN_DAYS` recorded days to advise from.
+
+    A `ContractError`, as the commands report one: the contract is left as it is.
+    """
+
+    def __init__(self, source: str, message: str):
+        ValueError.__init__(self, message)
+        self.source = source
+        self.problems = [message]
 
 
 @dataclasses.dataclass
@@ -37,10 +53,17 @@ class StageUse:
     peaks_mb: list[float]
     # CPU seconds per wall second of each day (1.0: one core busy throughout).
     cpus: list[float]
+    # The days (partitions) those were recorded on: a day run again is one day still.
+    days: set[str] = dataclasses.field(default_factory=set)
+
+    @property
+    def advised(self) -> bool:
+        """Whether enough days are recorded to advise from (`ADVICE_MIN_DAYS`)."""
+        return bool(self.peaks_mb) and len(self.days) >= ADVICE_MIN_DAYS
 
     def advice(self, contract: Contract) -> StageSize:
-        """The request the recorded days advise; the current one when none is recorded."""
-        if not self.peaks_mb:
+        """The request the recorded days advise; the current one when too few are recorded."""
+        if not self.advised:
             return self.request
         p95_cpu = percentile(self.cpus, 95) if self.cpus else 0.0
         return recommend(percentile(self.peaks_mb, 95) or 0.0, p95_cpu or 0.0, contract).size
@@ -57,7 +80,7 @@ def stage_uses(
             dg.AssetRecordsFilter(asset_key=asset_key(contract.name, stage), after_timestamp=since),
             limit=MAX_DAYS_READ,
         ).records
-        peaks, cpus = [], []
+        peaks, cpus, recorded = [], [], set()
         for record in records:
             materialization = record.asset_materialization
             metadata = dict(materialization.metadata) if materialization else {}
@@ -65,10 +88,12 @@ def stage_uses(
             if peak is None:
                 continue  # a day recorded unchanged computed nothing
             peaks.append(peak)
+            # An unpartitioned materialisation is a day of its own.
+            recorded.add(record.partition_key or f"record {record.storage_id}")
             cpu, wall = _number(metadata, CPU_KEY), _number(metadata, WALL_KEY)
             if cpu is not None and wall:
                 cpus.append(cpu / wall)
-        uses.append(StageUse(stage, contract.resources.size(stage), peaks, cpus))
+        uses.append(StageUse(stage, contract.resources.size(stage), peaks, cpus, recorded))
     return uses
 
 
@@ -117,7 +142,19 @@ def memory_advice(
 
 
 def advised_resources(contract: Contract, uses: list[StageUse]) -> ResourcesSpec:
-    """The contract's `resources:` with each recorded stage's advice; its bounds unchanged."""
+    """The contract's `resources:` with each recorded stage's advice; its bounds unchanged.
+
+    `TooFewDaysError` if no stage has `ADVICE_MIN_DAYS` recorded days: the section would be
+    rewritten as advice that one or two days dictate, or that advises nothing.
+    """
+    if not any(use.advised for use in uses):
+        most = max((len(use.days) for use in uses), default=0)
+        raise TooFewDaysError(
+            contract.name,
+            f"{contract.name}: advice to write needs at least {ADVICE_MIN_DAYS} recorded days "
+            f"of a stage, and no stage has them (the most: {most}); the contract is left as it "
+            "is. Materialise more days (or read more of them with --days), then write again",
+        )
     current = contract.resources
     stages = {use.stage: use.advice(contract) for use in uses}
     bounds = {name: getattr(current, name) for name in current.model_fields_set - {"stages"}}
@@ -139,15 +176,20 @@ def render(contract: Contract, uses: list[StageUse], days: float) -> str:
     header = ("stage", "request", "days", "memory median / p95", "CPU median / p95", "recommended")
     rows = [header]
     for use in uses:
-        if use.peaks_mb:
+        if use.advised:
             advice = size(use.advice(contract))
+        elif use.peaks_mb:
+            advice = (
+                f"{len(use.days)} recorded day(s), fewer than the {ADVICE_MIN_DAYS} advice "
+                "needs: keeps its request"
+            )
         else:
             advice = "no recorded run: keeps its request"
         rows.append(
             (
                 use.stage,
                 size(use.request),
-                str(len(use.peaks_mb)),
+                str(len(use.days)),
                 pair(use.peaks_mb, " MiB", 0),
                 pair(use.cpus, " vCPU", 2),
                 advice,
@@ -158,7 +200,8 @@ def render(contract: Contract, uses: list[StageUse], days: float) -> str:
         f"{contract.name}: resource use per stage over the materialisations of the last "
         f"{days:g} day(s)",
         f"recommended: p95 peak memory x {MEMORY_HEADROOM} and the CPU size nearest the p95 CPU, "
-        "within the contract's bounds, rounded up to a Fargate task size",
+        "within the contract's bounds, rounded up to a Fargate task size, from a stage's "
+        f"recorded days (at least {ADVICE_MIN_DAYS}, shown under days)",
     ]
     for row in rows:
         cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
