@@ -188,6 +188,25 @@ def test_a_read_only_lake_fails_at_once_classed_configuration(tmp_path):
     assert verdict.runbook_anchor == "configuration"
 
 
+def test_a_lake_folder_that_is_a_file_fails_at_once_classed_configuration(tmp_path):
+    # ML_PLATFORM_LAKE_DIR naming a file: every write meets "Not a directory", which the storage
+    # retry policy spent about 22 s on before failing the same way.
+    lake = tmp_path / "lake"
+    lake.write_text("not a folder")
+    key = asset_key("synthetic", "raw_data")
+    storage = LocalStorage(base_dir=str(lake))
+    object_key = f"synthetic/raw_data/{DAY}/run-0.parquet"
+    with pytest.raises(PermanentStorageError) as raised, partition_errors(key, DAY):
+        storage.write_bytes(object_key, b"rows")
+
+    stop = raised.value
+    assert not stop.allow_retries
+    assert stop.description.startswith(f"synthetic/raw_data partition {DAY}: [Errno 20] writing ")
+    assert "point ML_PLATFORM_LAKE_DIR at a folder" in stop.description
+    verdict = classify_failure([failure_of(stop, "synthetic__raw_data")], [])
+    assert verdict.failure_class == CONFIGURATION
+
+
 @pytest.mark.parametrize(
     ("refusal", "reason"),
     [

@@ -10,9 +10,9 @@ Six classes, because each needs a different fix and a different person:
   distributed engine's worker running a step) or out of disk (ENOSPC, EDQUOT). The same input
   fails again until the step gets more (`ml-platform resources`, `ml-platform health`).
 - configuration: the platform may not use its storage: a read-only file system (EROFS), a
-  permission refused (EACCES, EPERM, S3's AccessDenied), a bucket that does not exist or is
-  closed, or S3 credentials that are missing, incomplete or expired. Fix the mount, owner,
-  bucket or credentials.
+  permission refused (EACCES, EPERM, S3's AccessDenied), a file where the lake needs a folder or
+  the reverse (ENOTDIR, EISDIR), a bucket that does not exist or is closed, or S3 credentials
+  that are missing, incomplete or expired. Fix the mount, owner, path, bucket or credentials.
 - dependency mismatch: a module is missing or an installed version does not fit the code
   (ImportError, a version conflict). Rebuild the environment from the lock.
 - transient infrastructure: a timeout, a refused or dropped connection, or S3 throttling or a
@@ -87,12 +87,15 @@ RESOURCE_PATTERN = re.compile(
     rf"|exit(?:ed)? (?:with )?code (?:-9|137)\b|{DISK}",
     re.IGNORECASE,
 )
-# A read-only file system (errno 30) or a permission refused (errno 13, 1; S3's codes), S3's
-# answers for a bucket that does not exist or is closed to every request, and credentials
+# A read-only file system (errno 30), a permission refused (errno 13, 1; S3's codes), a file
+# where a folder belongs or the reverse (errno 20, 21), S3's answers for a bucket that does not
+# exist or is closed to every request, and credentials
 # that are expired (S3's codes) or missing or incomplete (botocore's errors).
 CONFIGURATION_ERROR_CLASSES = frozenset(
     {
         "PermissionError",
+        "NotADirectoryError",
+        "IsADirectoryError",
         "DeletedInMlflowError",
         "NoCredentialsError",
         "PartialCredentialsError",
@@ -102,7 +105,8 @@ CONFIGURATION_ERROR_CLASSES = frozenset(
     }
 )
 CONFIGURATION_PATTERN = re.compile(
-    r"\[Errno (?:1|13|30)\]|Read-only file system|Permission denied|Operation not permitted"
+    r"\[Errno (?:1|13|20|21|30)\]|Read-only file system|Permission denied|Operation not permitted"
+    r"|Not a directory|Is a directory"
     r"|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch"
     r"|NoSuchBucket|AllAccessDisabled|InvalidBucketName|AccountProblem|ExpiredToken",
     re.IGNORECASE,

@@ -53,6 +53,17 @@ PERMANENT_STORAGE_ERRORS = {
     ),
     errno.EACCES: REFUSED,
     errno.EPERM: REFUSED,
+    # A file where the lake needs a folder, or the reverse (ML_PLATFORM_LAKE_DIR naming a file,
+    # a file left where a dataset's folder goes): it stays so until a person moves it.
+    errno.ENOTDIR: (
+        "a file stands where the lake needs a folder: point ML_PLATFORM_LAKE_DIR at a folder, "
+        "or move the file out of the lake",
+        CONFIGURATION,
+    ),
+    errno.EISDIR: (
+        "a folder stands where the lake needs a file: move the folder out of the lake",
+        CONFIGURATION,
+    ),
 }
 
 
