@@ -362,24 +362,24 @@ def test_the_pools_limits_are_stored_once_for_every_asset_an_operators_limit_kep
     limits = {"concurrency": {"pools": {"default_limit": 1, "granularity": "run"}}}
     with dg.instance_for_test(overrides=limits) as instance:
         storage = instance.event_log_storage
-        # As `dagster instance concurrency set flights_model 2` or the UI sets it.
-        storage.set_concurrency_slots("flights_model", 2)
-        assert set(store_pool_limits(instance, pools)) == pools - {"flights_model"}
+        # As `dagster instance concurrency set flights.model 2` or the UI sets it.
+        storage.set_concurrency_slots("flights.model", 2)
+        assert set(store_pool_limits(instance, pools)) == pools - {"flights.model"}
         stored = {limit.name: limit for limit in storage.get_pool_limits()}
-        assert (stored["flights_model"].limit, stored["flights_model"].from_default) == (2, False)
+        assert (stored["flights.model"].limit, stored["flights.model"].from_default) == (2, False)
         # The others follow the instance's default, as those the queue stores itself.
         assert all(
             (stored[pool].limit, stored[pool].from_default) == (1, True)
-            for pool in pools - {"flights_model"}
+            for pool in pools - {"flights.model"}
         )
         assert store_pool_limits(instance, pools) == []
 
 
 def test_pools_on_an_instance_that_holds_no_limits_is_an_error_saying_what_to_run():
     with pytest.raises(PoolLimitError, match="run `dagster instance migrate` on it"):
-        store_pool_limits(dg.DagsterInstance.ephemeral(), {"flights_model"})
+        store_pool_limits(dg.DagsterInstance.ephemeral(), {"flights.model"})
     # An instance whose dagster.yaml sets no default limit: nothing would be stored.
     with dg.instance_for_test() as instance:
         with pytest.raises(PoolLimitError, match="sets no `concurrency: pools: default_limit`"):
-            store_pool_limits(instance, {"flights_model"})
+            store_pool_limits(instance, {"flights.model"})
         assert instance.event_log_storage.get_concurrency_keys() == set()

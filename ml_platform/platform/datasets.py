@@ -3,7 +3,7 @@
 Every dataset has the same graph, so each name carries the dataset: asset keys are prefixed
 by it (`flights/raw_data`), which also makes the lake folder of a partition
 `<lake>/<dataset>/<asset>/<day>/` (the IO manager stores by asset key), and groups, jobs,
-sensors, schedules and pools start with it (`flights_daily_pipeline_job`).
+sensors, schedules and pools start with it (`flights_daily_pipeline_job`, pool `flights.model`).
 
 In the catalog (`catalogued`) every asset names its contract's owners, carries the tags
 `dataset` and `stage`, a code version, and a link to the function that computes it.
@@ -35,7 +35,7 @@ def asset_key(dataset: str, name: str) -> dg.AssetKey:
 
 
 def dataset_name(dataset: str, name: str) -> str:
-    """A group, job, sensor, schedule or pool name of the dataset."""
+    """A group, job, sensor or schedule name of the dataset (a pool's is `writer_pool`)."""
     return f"{dataset}_{name}"
 
 
@@ -45,8 +45,11 @@ def writer_pool(dataset: str, name: str) -> str:
     dagster.yaml gives every pool a limit of one run (`concurrency: pools:`, granularity `run`),
     so the queue starts a run only when no run in progress writes any of its assets: two runs
     never write a day at once, whether they hold one day or a range, and whoever launched them.
+    The two parts are joined by a dot, which no dataset or asset name holds (Dagster takes any
+    pool name without spaces): with `_`, dataset `x`'s `registered_model` and dataset
+    `x_registered`'s `model` would be one pool, and each dataset's runs would wait for the other's.
     """
-    return dataset_name(dataset, name)
+    return f"{dataset}.{name}"
 
 
 def op_name(dataset: str, name: str) -> str:
