@@ -140,10 +140,13 @@ def test_the_iam_policy_grants_exactly_the_platform_prefixes():
         for resource in statement["Resource"]
     }
     bucket = "arn:aws:s3:::ml-platform-data"
+    # A failed multipart upload (boto3 sends a file over 8 MB in parts: an MLflow artifact, a
+    # compute log) is aborted where it is written, or its parts stay stored and billed.
+    writes = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"}
     assert grants == {
         f"{bucket}/landing/*": {"s3:GetObject"},
-        f"{bucket}/lake/*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
-        f"{bucket}/compute-logs/*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
+        f"{bucket}/lake/*": writes,
+        f"{bucket}/compute-logs/*": writes,
         bucket: {"s3:ListBucket"},
     }
     [listing] = [s for s in policy["Statement"] if s["Action"] == ["s3:ListBucket"]]
@@ -218,6 +221,35 @@ def test_on_ecs_each_step_is_a_task_sized_by_its_own_tags():
         )
     }
     assert {"ecs:RunTask", "ecs:DescribeTasks", "ecs:StopTask", "iam:PassRole"} <= granted
+
+
+def test_run_monitoring_may_read_the_last_lines_of_this_stacks_task_logs_alone():
+    # EcsRunLauncher's message of a run worker that died ends with its container's last log
+    # lines, read with logs:GetLogEvents from the stream awslogs writes for it.
+    resources = cloudformation()["Resources"]
+    statements = [
+        statement
+        for policy in resources["TaskRole"]["Properties"]["Policies"]
+        for statement in policy["PolicyDocument"]["Statement"]
+        if "logs:GetLogEvents" in statement["Action"]
+    ]
+    [reading] = statements
+    assert reading["Action"] in ("logs:GetLogEvents", ["logs:GetLogEvents"])
+    containers = [
+        container
+        for resource in resources.values()
+        if resource["Type"] == "AWS::ECS::TaskDefinition"
+        for container in resource["Properties"]["ContainerDefinitions"]
+    ]
+    prefixes = {c["LogConfiguration"]["Options"]["awslogs-stream-prefix"] for c in containers}
+    assert {c["LogConfiguration"]["Options"]["awslogs-group"]["!Ref"] for c in containers} == {
+        "Logs"
+    }
+    [prefix] = prefixes
+    assert reading["Resource"] == {
+        "!Sub": "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:${Logs}"
+        f":log-stream:{prefix}/*"
+    }
 
 
 def test_every_deployed_daemon_stores_the_pools_limits_before_it_starts():

@@ -63,6 +63,25 @@ def test_the_run_launcher_resolves_its_variables_on_the_daemon_and_copies_no_sec
     assert launcher.use_current_ecs_task_config is True
 
 
+def test_a_launch_lists_no_tagged_secret_and_keeps_the_daemons_secrets(monkeypatch):
+    # By default EcsRunLauncher lists, at each launch, the account's secrets tagged `dagster`
+    # (Secrets Manager's ListSecrets, which the task role may not call: every launch would fail
+    # AccessDenied) and puts those it finds in place of the daemon's container's secrets.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    launcher = EcsRunLauncher(**PRODUCTION["run_launcher"]["config"])
+    assert launcher.secrets_tags == []
+    granted = {
+        action
+        for policy in RESOURCES["TaskRole"]["Properties"]["Policies"]
+        for statement in policy["PolicyDocument"]["Statement"]
+        for action in as_list(statement["Action"])
+    }
+    assert not any(action.startswith("secretsmanager:") for action in granted)
+    # What a launch adds to the copy of the daemon's container: nothing, so its secrets stay.
+    context = EcsContainerContext(secrets_tags=launcher.secrets_tags, secrets=launcher.secrets)
+    assert context.get_secrets_dict(secrets_manager=None) == {}
+
+
 def test_runs_load_the_code_location_the_code_server_serves():
     # A run task copies the daemon's container; its definitions must be the code server's.
     def platform(c: dict) -> tuple[dict, dict]:
