@@ -1,6 +1,7 @@
 """Switching to a replay's contract, and removing a replay with everything it wrote."""
 
 import dataclasses
+import os
 import shutil
 import time
 from collections.abc import Iterable
@@ -55,8 +56,33 @@ def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
             f"replay again from the live contract as it is (`ml-platform replay remove "
             f"{replay.name}`, then `ml-platform replay CONTRACT`), or merge the change by hand"
         )
-    shutil.copyfile(replay.contract_file, target)
+    _write_whole(target, replay.contract_file.read_bytes())
     return target
+
+
+def _write_whole(target: Path, data: bytes) -> None:
+    """`target` holds `data`, or, when writing fails, what it held: never a part of either.
+
+    The live contract is what the code location loads: a copy cut short (a full disk, the
+    command killed) would leave a file no dataset loads from, and a reload meanwhile would read
+    half of one. The bytes go to a hidden file beside it (no contract, `contract_files`), then
+    take its place at once; a link is followed, so the file it points to is the one replaced.
+    """
+    real = target.resolve()
+    written = real.with_name(f".{real.name}.promoting")
+    try:
+        with written.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        shutil.copymode(real, written)
+        os.replace(written, real)
+    except OSError as exc:
+        written.unlink(missing_ok=True)
+        raise ReplayError(
+            f"{target} could not be written ({exc}): it is as it was; once that is fixed, "
+            "promote again"
+        ) from exc
 
 
 @dataclasses.dataclass(frozen=True)
