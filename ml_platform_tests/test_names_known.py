@@ -14,6 +14,7 @@ from ml_platform.contracts.catalog import contract_file
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions, defs
 from ml_platform.platform.pools import pools_of
+from ml_platform.platform.rejected import rerun_command
 from ml_platform.replay.lifecycle import promote_replay
 from ml_platform.replay.replays import ReplayError, create_replay
 from ml_platform_tests.conftest import PAGE, tmpfs
@@ -155,3 +156,16 @@ def test_a_promotion_cut_short_by_a_full_disk_leaves_the_live_contract_as_it_was
         (contracts / "filler").unlink()
         assert promote_replay(made, live_file) == live_file
         assert live_file.read_bytes() == changed.read_bytes()
+
+
+def test_a_replays_rejected_days_are_told_a_rerun_that_serves_them():
+    # `materialize` serves the live datasets only: a replay's days are rerun from the UI, then
+    # compared again; a live dataset's keep the command.
+    replay = "flights__replay_hgb"
+    told = rerun_command(replay, ["2013-02-09", "2013-02-08"])
+    assert "ml-platform materialize" not in told
+    assert f"materialise {replay}'s assets for 2013-02-08 to 2013-02-09 again" in told
+    assert f"{replay}_replay_comparison_job" in told
+    assert rerun_command("flights", ["2013-02-09", "2013-02-08"]) == (
+        "ml-platform materialize --dataset flights --start 2013-02-08 --days 2"
+    )

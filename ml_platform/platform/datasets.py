@@ -26,6 +26,8 @@ PACKAGE = Path(ml_platform.__file__).parent
 # version counting them would mark every day of every asset stale at each storage or alert fix.
 UNVERSIONED_LAYERS = frozenset({"automation", "platform", "troubleshooting"})
 DATASET_TAG = "dataset"
+# The dataset name of a replay: `<live>__replay_<name>` (ml_platform/replay/replays.py).
+REPLAY_MARK = "__replay_"
 STAGE_TAG = "stage"
 
 

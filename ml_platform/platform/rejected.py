@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
-from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.datasets import REPLAY_MARK, asset_key
 from ml_platform.platform.records import ACCEPTED, UNCHANGED, DayRecord, day_records
 from ml_platform.platform.steps import Verdict
 
@@ -85,7 +85,16 @@ def rejected_days(
 
 
 def rerun_command(dataset: str, days: Sequence[str]) -> str:
-    """The command that reruns `days`: materialize skips the days already accepted between."""
+    """The command that reruns `days`: materialize skips the days already accepted between.
+
+    A replay's days are not the command's (it serves the live datasets): they are rerun from
+    the UI, then compared again.
+    """
     first, last = min(days), max(days)
+    if REPLAY_MARK in dataset:
+        return (
+            f"in the UI, materialise {dataset}'s assets for {first} to {last} again (a range "
+            f"of its daily assets), then its {dataset}_replay_comparison_job"
+        )
     count = (dt.date.fromisoformat(last) - dt.date.fromisoformat(first)).days + 1
     return f"ml-platform materialize --dataset {dataset} --start {first} --days {count}"

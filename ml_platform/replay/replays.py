@@ -36,7 +36,7 @@ import yaml
 from ml_platform.contracts import Contract, ContractError, load_contract
 from ml_platform.contracts.model import LabelSpec
 from ml_platform.contracts.reference import reference_days
-from ml_platform.platform.datasets import asset_key
+from ml_platform.platform.datasets import REPLAY_MARK, asset_key
 from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.records import day_records
 from ml_platform.platform.rejected import DAY_ASSETS
@@ -45,8 +45,7 @@ from ml_platform.replay.comparison import outcome_record
 
 logger = logging.getLogger(__name__)
 
-# The dataset name of a replay: `<live>__replay_<name>`.
-MARK = "__replay_"
+MARK = REPLAY_MARK
 CONTRACT_FILE = "contract.yaml"
 REPLAY_FILE = "replay.yaml"
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")

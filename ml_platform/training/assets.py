@@ -27,6 +27,7 @@ from ml_platform.platform.inputs import WINDOW_KEY, DailyInput
 from ml_platform.platform.observability import STEP_PREFIX, StepTelemetry
 from ml_platform.platform.plots import GREY, Series, line_chart
 from ml_platform.platform.records import day_records
+from ml_platform.platform.rejected import rerun_command
 from ml_platform.platform.retries import STORAGE_RETRY_POLICY
 from ml_platform.platform.runbook import check_description
 from ml_platform.platform.sizes import request_metadata, step_tags
@@ -160,8 +161,7 @@ def window_coverage(
 
 def fill_command(dataset: str, first_missing: str, day: str) -> str:
     """The command that materialises the missing days through `day` (done days are skipped)."""
-    days = (dt.date.fromisoformat(day) - dt.date.fromisoformat(first_missing)).days + 1
-    return f"ml-platform materialize --dataset {dataset} --start {first_missing} --days {days}"
+    return rerun_command(dataset, [first_missing, day])
 
 
 def require_coverage(
