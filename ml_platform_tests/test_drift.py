@@ -240,7 +240,9 @@ def test_per_feature_thresholds_exclusion_and_blocking(tmp_path):
     assert verdicts["x1"].threshold == 0.5 and verdicts["x1"].status == "stable"
     assert verdicts["x1"].blocking
     assert verdicts["x2"].status == "skipped" and "excluded" in verdicts["x2"].change
-    assert verdicts["x3"].status == "skipped" and verdicts["x3"].change == "no values in the day"
+    # Blocking without values on the day: it cannot be checked, so it is held as drifted.
+    assert verdicts["x3"].status == "drift" and verdicts["x3"].effect is None
+    assert verdicts["x3"].change.startswith("no values in the day")
     assert verdicts["x3"].nulls_current == 1000
     assert verdicts["segment"].threshold == contract.drift.categorical_threshold
 

@@ -10,7 +10,7 @@ from ml_platform.drift.ks import ks_2samp_columns, ks_pvalues
 RNG = np.random.default_rng(20240101)
 
 
-def scipy_columns(reference: np.ndarray, current: np.ndarray):
+def scipy_columns(reference: np.ndarray, current: np.ndarray, method: str = "asymp"):
     """Per-column scipy results, NaN left out as ks_2samp_columns does."""
     results = []
     for j in range(reference.shape[1]):
@@ -18,7 +18,7 @@ def scipy_columns(reference: np.ndarray, current: np.ndarray):
         y = current[:, j][~np.isnan(current[:, j])]
         # scipy divides by zero for one value per side; the statistic is still compared.
         with np.errstate(divide="ignore"):
-            results.append(stats.ks_2samp(x, y, method="asymp"))
+            results.append(stats.ks_2samp(x, y, method=method))
     return results
 
 
@@ -93,11 +93,22 @@ def test_columns_must_match():
         ks_2samp_columns(np.zeros((3, 2)), np.zeros((3, 3)))
 
 
-@pytest.mark.parametrize(("n", "m"), [(5, 7), (1000, 28_000), (7000, 7000), (900, 6300)])
+@pytest.mark.parametrize(
+    ("n", "m"), [(1000, 28_000), (7000, 7000), (900, 6300), (101, 5000), (20, 10_001)]
+)
 def test_pvalues_equal_scipy_asymptotic_up_to_its_exact_size(n, m):
     x, y = continuous(n, m, 6)
     result = ks_2samp_columns(x, y)
     for j, expected in enumerate(scipy_columns(x, y)):
+        assert result.pvalue[j] == pytest.approx(expected.pvalue, rel=1e-12, abs=1e-300)
+
+
+@pytest.mark.parametrize(("n", "m"), [(1, 1), (5, 7), (28, 1), (100, 100), (10_000, 20)])
+def test_pvalues_of_small_samples_equal_scipy_exact(n, m):
+    # A side of at most EXACT_PVALUE_MAX_SIDE values: the asymptotic formula is far off there.
+    x, y = mixed(n, m, 3)
+    result = ks_2samp_columns(x, y)
+    for j, expected in enumerate(scipy_columns(x, y, method="exact")):
         assert result.pvalue[j] == pytest.approx(expected.pvalue, rel=1e-12, abs=1e-300)
 
 

@@ -109,7 +109,11 @@ def build_drift_report(
         )
 
         # A range of days reads each reference day once, not once per day that refers to it.
-        @functools.lru_cache(maxsize=64)
+        # Days in date order each add the day their window gained and drop the one it lost, so
+        # the cache holds one window: the days a single day compares with at once anyway, up
+        # to the contract's bound on drift.reference.days. A smaller cache than the window
+        # evicts each day before the next day asks for it: every day read its window again.
+        @functools.lru_cache(maxsize=contract.drift.reference.days)
         def stored_features(day: str) -> pd.DataFrame | None:
             frame: pd.DataFrame | None = io_manager.load_of(
                 records.get(day), features_key, day, "parquet"
@@ -117,7 +121,7 @@ def build_drift_report(
             return frame
 
         # Each reference day's category counts, counted once for all the days referring to it.
-        @functools.lru_cache(maxsize=64)
+        @functools.lru_cache(maxsize=contract.drift.reference.days)
         def stored_counts(day: str) -> dict[str, pd.Series]:
             frame = stored_features(day)
             assert frame is not None, "only stored reference days are counted"

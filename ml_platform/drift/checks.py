@@ -159,7 +159,8 @@ def drift_check_result(
         "rejected_reference_partitions": report.rejected_reference_days,
         "report": dg.MetadataValue.md(markdown),
     }
-    for verdict in report.tested:
+    # A blocking feature held as drifted without values has no statistic to plot.
+    for verdict in (v for v in report.tested if v.effect is not None):
         metadata[f"{verdict.feature}/{verdict.effect_name}"] = dg.MetadataValue.float(
             float(verdict.effect or 0.0)
         )
@@ -246,8 +247,30 @@ def describe(report: DriftReport, contract: Contract) -> str:
             f"No drift on {report.partition} in {len(report.tested)} tested feature(s) "
             f"{where}.{nearest}{held}{not_tested}{missing}"
         )
+    # Blocking features without values on the day: held as drifted, with nothing measured.
+    unchecked = [v for v in report.drifting if v.effect is None]
+    measured = [v for v in report.drifting if v.effect is not None]
+    held_blocking = (
+        (
+            f" {', '.join(v.feature for v in unchecked)} "
+            f"{'has' if len(unchecked) == 1 else 'have'} no values in the day and "
+            f"{'is' if len(unchecked) == 1 else 'are'} blocking: whether "
+            f"{'it' if len(unchecked) == 1 else 'they'} drifted cannot be checked, which is "
+            "not 'no drift', so the day's model is not trained (its day is recorded with the "
+            "verdict 'blocking drift'). Check the day's rows upstream."
+        )
+        if unchecked
+        else ""
+    )
+    if not measured:
+        judged = len(report.tested) - len(unchecked)
+        quiet = f" No drift in the {judged} other tested feature(s)." if judged else ""
+        return (
+            f"Drift of blocking feature(s) not checked on {report.partition} "
+            f"{where}:{held_blocking}{quiet}{held}{not_tested}{missing}"
+        )
     # The worst first (furthest past its threshold), then one line per further feature.
-    worst, *others = sorted(report.drifting, key=lambda v: -(v.effect or 0.0) / v.threshold)
+    worst, *others = sorted(measured, key=lambda v: -(v.effect or 0.0) / v.threshold)
     further = "".join(f"\n- {_short(v)}, {v.change}" for v in others)
     if spec.mode == "baseline":
         action = (
@@ -259,22 +282,22 @@ def describe(report: DriftReport, contract: Contract) -> str:
             "if the change is expected and lasting, it stops firing once it fills the "
             "reference window; check that the model still performs on it"
         )
-    blocking = [v.feature for v in report.drifting if v.blocking]
+    blocking = [v.feature for v in measured if v.blocking]
     stops = (
         f" {', '.join(blocking)} {'is' if len(blocking) == 1 else 'are'} blocking: the day's "
         "model is not trained (its day is recorded with the verdict 'blocking drift')."
         if blocking
         else ""
     )
-    uncalibrated = [v for v in report.drifting if v.calibration_bound is None]
+    uncalibrated = [v for v in measured if v.calibration_bound is None]
     why = uncalibrated[0].calibration if uncalibrated else ""
     alone = f" {why[:1].upper()}{why[1:]}." if why else ""
     return (
-        f"{len(report.drifting)} of {len(report.tested)} feature(s) drifted on "
+        f"{len(measured)} of {len(report.tested) - len(unchecked)} feature(s) drifted on "
         f"{report.partition} {where}, most {_short(worst)}, {worst.change}.{further}\n"
         f"Check the upstream source of "
-        f"{'this feature' if len(report.drifting) == 1 else 'these features'} for a change; "
-        f"{action}.{stops}{held}{alone}{not_tested}{missing}"
+        f"{'this feature' if len(measured) == 1 else 'these features'} for a change; "
+        f"{action}.{stops}{held_blocking}{held}{alone}{not_tested}{missing}"
     )
 
 

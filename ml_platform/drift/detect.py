@@ -40,6 +40,14 @@ UNSEEN_SHARE = 0.5
 # the reference's range, with its median this many reference standard deviations away.
 RANGE_VALUES = 10
 LEVEL_SHIFT_SD = 3.0
+# A reference day holding fewer values of a feature than this share of the window's median day
+# is left out of that feature's calibration. The distance of a day from the others is mostly
+# its own sampling noise when it is small (about 1 / sqrt(n)): one partial delivery of 3 rows
+# among days of 1000 has a distance near 0.3 where the others have 0.06, and, as the largest,
+# it became the bound that hid every shift below it for as long as it stayed in the window.
+# A quarter of the median day is twice the noise of the median day; the flights days (634 to
+# about 1000 flights) and the synthetic ones are all kept.
+CALIBRATION_DAY_SHARE = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +66,9 @@ class FeatureVerdict:
         n_current: non-null values of the day.
         nulls_reference: missing reference values (left out of the test).
         nulls_current: missing values of the day (left out of the test).
-        status: 'drift', 'stable' or 'skipped'.
-        blocking: whether drift of this feature fails the check at ERROR severity.
+        status: 'drift', 'stable' or 'skipped'. A blocking feature without values on the day
+            is 'drift' with no effect: it cannot be checked, and unknown is not "no drift".
+        blocking: whether drift of this feature keeps the day's model from being trained.
         change: what moved, in words (e.g. 'median 0.01 -> 0.21, +0.20 reference sd'),
             or why the feature was skipped.
         fixed_gate: whether the effect size and corrected p-value passed the fixed gate.
@@ -175,23 +184,35 @@ def leave_one_out_distances(
     The statistic is the one the day is tested with: the KS statistic D that `ks_2samp_columns`
     computes, or the Jensen-Shannon distance of category shares that `compare_categorical`
     computes, each obtained for every day at once from the pooled reference.
-    Distances that cannot be computed (a side without values) are left out. `counts` holds
-    each day's `category_counts` per categorical feature when already known.
+    Distances that cannot be computed (a side without values) are left out, and so are those
+    of days with fewer than `CALIBRATION_DAY_SHARE` of the median day's values of the feature.
+    `counts` holds each day's `category_counts` per categorical feature when already known.
     """
     specs = tested_features(contract)
     numeric = [s.name for s in specs if s.kind == "numeric"]
     categorical = [s.name for s in specs if s.kind == "categorical"]
     found: dict[str, np.ndarray] = {}
+    sizes: dict[str, np.ndarray] = {}
     if numeric:
-        statistics = _leave_one_out_ks([frame[numeric].to_numpy(dtype="float64") for frame in days])
+        values = [frame[numeric].to_numpy(dtype="float64") for frame in days]
+        statistics = _leave_one_out_ks(values)
         found |= {name: statistics[:, j] for j, name in enumerate(numeric)}
+        present = np.array([np.sum(~np.isnan(v), axis=0) for v in values]).reshape(-1, len(numeric))
+        sizes |= {name: present[:, j] for j, name in enumerate(numeric)}
     for name in categorical:
-        found[name] = _leave_one_out_js(
+        day_counts = (
             [category_counts(frame[name]) for frame in days]
             if counts is None
             else [day[name] for day in counts]
         )
-    return {name: distances[np.isfinite(distances)] for name, distances in found.items()}
+        found[name] = _leave_one_out_js(day_counts)
+        sizes[name] = np.array([float(c.sum()) for c in day_counts])
+    kept = {}
+    for name, distances in found.items():
+        n = sizes[name]
+        typical = float(np.median(n[n > 0])) if np.any(n > 0) else 0.0
+        kept[name] = distances[np.isfinite(distances) & (n >= CALIBRATION_DAY_SHARE * typical)]
+    return kept
 
 
 def _leave_one_out_ks(days: list[np.ndarray]) -> np.ndarray:
@@ -364,6 +385,8 @@ def detect_drift(
                 and sum(comparison.current_shares[c] for c in comparison.new_categories)
                 >= UNSEEN_SHARE,
             )
+    # Features the contract tests that have no value on the day (all missing, or no rows).
+    without_values = {name for name, numbers in tested.items() if numbers.n_current == 0}
     for name, numbers in list(tested.items()):
         if numbers.n_reference == 0 or numbers.n_current == 0:
             side = "the reference" if numbers.n_reference == 0 else "the day"
@@ -383,9 +406,18 @@ def detect_drift(
         nulls_reference = int(reference[spec.name].isna().sum())
         nulls_current = int(current[spec.name].isna().sum())
         result = tested.get(spec.name)
+        blocking = bool(override and override.blocking)
         status: Status = "skipped"
         fixed_gate, bound, low, high = False, None, None, None
         change = result.change if result else skipped[spec.name]
+        if result is None and blocking and spec.name in without_values:
+            # Whether a blocking feature drifted is unknown without its values, and unknown is
+            # never read as "no drift": the day's model, which stops on a blocking feature
+            # among the drifting ones, must not train on a day whose feature went missing.
+            status = "drift"
+            change = (
+                "no values in the day: a blocking feature that cannot be checked is held as drifted"
+            )
         if result is not None:
             fixed_gate = result.effect >= threshold and result.p_adjusted <= settings.alpha
             bound = calibration.bound(spec.name)
@@ -413,7 +445,7 @@ def detect_drift(
                 nulls_reference=nulls_reference,
                 nulls_current=nulls_current,
                 status=status,
-                blocking=bool(override and override.blocking),
+                blocking=blocking,
                 change=change,
                 fixed_gate=fixed_gate,
                 calibration_bound=bound,
