@@ -62,9 +62,11 @@ How a day ends (docs/verdicts.md has the table):
   failure Dagster would spread to every later day and window.
 - **a software or infrastructure failure** (any other exception: a bug, storage, memory): the
   day fails. The other days of a range are still computed; the step then fails naming each
-  failed day, and the retry policy retries it when waiting can help. A storage error names the
-  object, the asset and the day (`storage_errors.partition_errors`); one that waiting cannot fix (a
-  full disk, a read-only lake, a permission refused) fails the day at once, never retried.
+  failed day, and the retry policy retries it when waiting can help. The step reports the
+  failed days' checks alone: it records none of its days, so the others keep their earlier
+  record and the checks that went with it. A storage error names the object, the asset and
+  the day (`storage_errors.partition_errors`); one that waiting cannot fix (a full disk, a
+  read-only lake, a permission refused) fails the day at once, never retried.
 """
 
 import dataclasses
@@ -85,7 +87,6 @@ from ml_platform.platform.observability import (
     readable_metadata,
     row_count,
     take_bytes_read,
-    worker_name,
 )
 from ml_platform.platform.records import ACCEPTED, LAKE_KEY, UNCHANGED, DayRecord, day_records
 from ml_platform.platform.settings import Settings
@@ -169,11 +170,10 @@ def day_metrics(op_name: str, telemetry: StepTelemetry, inputs: dict[str, Any], 
     `step_wall_seconds`, `step_cpu_seconds`, `step_cpu_utilisation`, `step_peak_rss_mb`,
     `rows_in`, `rows_out` and `bytes_read` (the IO manager adds `stored_bytes`), which the UI
     plots across partitions and `ml-platform health` sizes containers from; and `step_worker`,
-    where the day was computed.
+    the process those `step_*` figures are of.
     """
     return {
         **telemetry.metadata(prefix=STEP_PREFIX),
-        f"{STEP_PREFIX}worker": worker_name(),
         "rows_in": sum(row_count(v) for v in inputs.values()),
         "rows_out": row_count(value),
         "bytes_read": take_bytes_read(op_name),
@@ -490,7 +490,11 @@ def each_day(
             context.add_asset_metadata(readable_metadata(outcome.metadata), partition_key=day)
     if failed:
         forget_written()
-        yield from evaluations(context, fields_by_day)
+        # The failed days' checks alone, which say why they failed. The other days are not
+        # recorded: their latest record stays the earlier one, which a check of this run must
+        # not contradict (a day rejected before and accepted here would pass delivery_accepted
+        # while its record, and every day after it, still says rejected).
+        yield from evaluations(context, {day: fields_by_day[day] for day in failed})
         reasons = " ".join(f"{day}: {reason}" for day, reason in failed.items())
         errors = [o.error for o in outcomes if o.error is not None]
         raise dg.Failure(
