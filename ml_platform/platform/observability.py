@@ -82,9 +82,12 @@ class StepTelemetry:
         self.reset_peak = reset_peak
 
     def start(self) -> "StepTelemetry":
-        """Begin measuring."""
+        """Begin measuring, in this process (`worker`)."""
         if self.reset_peak:
             reset_peak_rss()
+        # The figures are this process's: a training worker's travel back to the step with
+        # its name, so that they are never recorded as the step's own process's.
+        self.worker = worker_name()
         self._wall = time.perf_counter()
         self._cpu = time.process_time()
         return self
@@ -106,13 +109,18 @@ class StepTelemetry:
         """CPU seconds per wall second (1.0 = one core busy all the time)."""
         return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
-    def metadata(self, prefix: str = "") -> dict[str, float]:
-        """The figures as numeric metadata the UI plots across partitions."""
+    def metadata(self, prefix: str = "") -> dict[str, float | str]:
+        """The figures as numeric metadata the UI plots across partitions, and whose they are.
+
+        `worker` names the process measured (`worker_name`): the step's own, or a training
+        worker's whose figures a day records as its step's (`training.assets.trained_where`).
+        """
         return {
             f"{prefix}wall_seconds": round(self.wall_seconds, 3),
             f"{prefix}cpu_seconds": round(self.cpu_seconds, 3),
             f"{prefix}cpu_utilisation": round(self.cpu_utilisation, 3),
             f"{prefix}peak_rss_mb": round(self.peak_rss_mb, 1),
+            f"{prefix}worker": self.worker,
         }
 
 
