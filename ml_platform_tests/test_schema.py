@@ -2,6 +2,7 @@
 
 import csv
 import datetime as dt
+import io
 import unicodedata
 
 import numpy as np
@@ -16,7 +17,13 @@ from ml_platform.contracts.schema import (
     raw_schema,
     type_rows,
 )
-from ml_platform.ingestion.assets import LandingFileError, read_landed_file, schema_check_result
+from ml_platform.ingestion.assets import (
+    LandingFileError,
+    read_landed_file,
+    read_landed_stream,
+    schema_check_result,
+    storable,
+)
 from ml_platform.ingestion.flights import flights_for_day
 from ml_platform.ingestion.synthetic import FAULTS, generate_day
 
@@ -517,3 +524,69 @@ def test_a_text_event_time_that_gives_no_time_fails_the_schema_check_naming_it()
     with pytest.raises(ContractViolationError, match=r"^shipments_2024-01-01\.csv: .*'n/a'"):
         type_rows(raw, contract, "shipments_2024-01-01.csv")
     assert raw_schema(raw.iloc[:1], contract).ok
+
+
+def test_a_nullable_int_column_keeps_every_digit_of_values_above_2_to_the_53():
+    # A blank made pandas read the column as float64, which holds no integer above 2**53
+    # exactly: 9007199254740993 became 9007199254740992 and ids were silently wrong.
+    ids = [2**53 + 1, None, 2**63 - 1, -(2**63)]
+    data = "transaction_id,note\n" + "".join(
+        f"{'' if v is None else v},n{i}\n" for i, v in enumerate(ids)
+    )
+    raw = read_landed_file(data.encode(), "day.csv", "p", int_columns=["transaction_id"])
+    assert str(raw["transaction_id"].dtype) == "Int64"
+    assert raw["transaction_id"].tolist() == [2**53 + 1, pd.NA, 2**63 - 1, -(2**63)]
+    # Whole numbers written with a point or an exponent are taken from their digits.
+    data = "transaction_id,n\n9007199254740993.0,a\n,b\n1e3,c\n"
+    raw = read_landed_file(data.encode(), "day.csv", "p", int_columns=["transaction_id"])
+    assert raw["transaction_id"].tolist() == [2**53 + 1, pd.NA, 1000]
+
+
+def test_a_nullable_int_column_types_exactly_through_the_stored_parse():
+    # raw_data stores the parse (`storable`), validated_data types the stored rows.
+    frame = generate_day(SYNTHETIC_DAY, seed=7, rows=200)
+    frame["transaction_id"] = frame["transaction_id"] + 2**53
+    frame.loc[3, "transaction_id"] = None
+    frame["transaction_id"] = frame["transaction_id"].astype("Int64")
+    text = [c.name for c in SYNTHETIC.columns if c.dtype == "str"]
+    raw = read_landed_file(
+        frame.to_csv(index=False).encode(), "day.csv", "p", text, ["transaction_id"]
+    )
+    assert raw_schema(raw, SYNTHETIC).ok
+    typed = type_rows(storable(raw, SYNTHETIC), SYNTHETIC, "day.csv")
+    assert typed["transaction_id"].tolist() == frame["transaction_id"].tolist()
+
+
+@pytest.mark.parametrize("value", ["3.5", "9223372036854775808", "1e999999999", "n/a", "1_000"])
+def test_a_value_an_int_column_read_exactly_cannot_hold_is_named_by_the_schema_check(value):
+    frame = generate_day(SYNTHETIC_DAY, seed=7, rows=200).astype({"transaction_id": "str"})
+    frame.loc[3, "transaction_id"] = ""
+    frame.loc[7, "transaction_id"] = value
+    text = [c.name for c in SYNTHETIC.columns if c.dtype == "str"]
+    raw = read_landed_file(
+        frame.to_csv(index=False).encode(), "day.csv", "p", text, ["transaction_id"]
+    )
+    report = raw_schema(raw, SYNTHETIC)
+    assert report.retyped["transaction_id"].startswith("should be int but 1 of 200 value(s)")
+    assert repr(str(raw["transaction_id"].iloc[7])) in report.retyped["transaction_id"]
+    # Read as any column is when one value does not fit: the others keep their place.
+    assert raw["transaction_id"].isna().tolist() == [i == 3 for i in range(200)]
+
+
+def test_a_header_that_spells_a_column_in_decomposed_unicode_is_read_as_that_column():
+    # "régión" as macOS tools write it (NFD) is the contract's "régión" (NFC): both print alike.
+    composed = "régión"
+    decomposed = unicodedata.normalize("NFD", composed)
+    data = f"{decomposed},other\n00501,1\n,2\n".encode()
+    landed_file = read_landed_stream(
+        io.BytesIO(data), "day.csv", "p", [composed], declared=[composed, "other"]
+    )
+    assert list(landed_file.frame.columns) == [composed, "other"]
+    assert landed_file.renamed == {decomposed: composed}
+    # Read as the text column it is: its zeros are kept.
+    assert landed_file.frame[composed].tolist()[0] == "00501"
+    # Both forms in one header name one column twice.
+    with pytest.raises(LandingFileError, match="more than once"):
+        read_landed_file(
+            f"{decomposed},{composed}\n1,2\n".encode(), "day.csv", "p", declared=[composed]
+        )

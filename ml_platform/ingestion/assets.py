@@ -10,9 +10,11 @@ everything downstream; a rejected file's parse is kept in the day's quarantine
 import csv
 import dataclasses
 import datetime as dt
+import decimal
 import hashlib
 import io
 import re
+import unicodedata
 import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import IO, Any
@@ -96,6 +98,8 @@ class LandedFile:
     frame: pd.DataFrame
     sha256: str
     size: int
+    # Header names read as the contract's column they spell in another Unicode form.
+    renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 class _ReadOnce(io.RawIOBase):
@@ -175,7 +179,12 @@ def _content_end(data: bytes) -> int:
 
 
 def read_landed_stream(
-    stream: IO[bytes], file_name: str, partition: str, text_columns: Sequence[str] = ()
+    stream: IO[bytes],
+    file_name: str,
+    partition: str,
+    text_columns: Sequence[str] = (),
+    int_columns: Sequence[str] = (),
+    declared: Sequence[str] = (),
 ) -> LandedFile:
     """Parse a landed CSV from a binary stream read once, front to back; see `read_landed_file`.
 
@@ -183,6 +192,14 @@ def read_landed_stream(
     held whole: a local file or an S3 object body parse alike.
     """
     landed = _ReadOnce(stream)
+    # An int column is read as text and then made Int64 from its digits (`exact_ints`): read as
+    # a number, a column with a blank is float64, which holds no integer above 2**53 exactly.
+    # Each name in both Unicode forms, as a header may spell it (`declared_names`).
+    as_text = {
+        form: "str"
+        for name in [*text_columns, *int_columns]
+        for form in {name, unicodedata.normalize("NFC", name), unicodedata.normalize("NFD", name)}
+    }
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)
@@ -191,7 +208,7 @@ def read_landed_stream(
                 keep_default_na=False,
                 na_values=[""],
                 index_col=False,
-                dtype=dict.fromkeys(text_columns, "str"),
+                dtype=as_text,
             )
         landed.drain()
         _check_last_line(landed, frame)
@@ -213,6 +230,9 @@ def read_landed_stream(
             f"{file_name} (partition {partition}) is not a readable CSV file: "
             f"{_semicolons(landed) or exc}"
         ) from exc
+    # Renamed first, so that a name written in both Unicode forms is the one name twice.
+    renamed = declared_names(names, declared)
+    names = [renamed.get(name, name) for name in names]
     # pandas reads a repeated name as a second column `name.1`: one of the two would be taken
     # for the contract's column without a word. Empty names (a spreadsheet's trailing empty
     # columns) name no column anyone means: pandas reads them as `Unnamed: <n>` extra columns.
@@ -222,20 +242,105 @@ def read_landed_stream(
             f"{file_name} (partition {partition}) is not a readable CSV file: its header names "
             f"{', '.join(map(repr, repeated))} more than once; which one is meant is not known"
         )
-    return LandedFile(frame=frame, sha256=landed.hash.hexdigest(), size=landed.size)
+    if renamed:
+        frame = frame.rename(columns=renamed)
+    ints = [name for name in int_columns if name in frame.columns]
+    if ints:
+        frame = frame.assign(**{name: exact_ints(frame[name]) for name in ints})
+    return LandedFile(
+        frame=frame, sha256=landed.hash.hexdigest(), size=landed.size, renamed=renamed
+    )
+
+
+def declared_names(names: Sequence[str], declared: Sequence[str]) -> dict[str, str]:
+    """Header names that spell a declared column in another Unicode form, each to its spelling.
+
+    macOS tools and some exports write an accent as a letter and a combining mark (NFD): such
+    a name prints as the contract's and means it, so it is read as the contract's column.
+    """
+    spelling = {unicodedata.normalize("NFC", name): name for name in declared}
+    found = {}
+    for name in names:
+        meant = spelling.get(unicodedata.normalize("NFC", name))
+        if meant is not None and meant != name:
+            found[name] = meant
+    return found
+
+
+# A number as a CSV writes one: digits with an optional sign, point and exponent.
+_NUMBER = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+
+
+def exact_ints(text: pd.Series) -> pd.Series:
+    """An int column's text as Int64, each value exact; as pandas infers it if one does not fit.
+
+    Whole numbers written with a point or an exponent (1.0, 1e3) are taken from their digits,
+    not through a float. A value that is no whole number within Int64's range (a word, 3.5,
+    2**63) fails `raw_schema`, which names the column and the value: the column is then read
+    as pandas reads any other, so that the check and the kept parse show it as they always did.
+    """
+    try:
+        # Arrow parses plain digits straight to int64: exact, and fast for the usual column.
+        return text.astype("int64[pyarrow]").astype("Int64")
+    except (TypeError, ValueError):
+        pass  # a sign, a space, a point or a word: value by value below
+    present = text.dropna()
+    numbers = pd.to_numeric(present, errors="coerce", dtype_backend="numpy_nullable")
+    if numbers.dtype != "Int64" or numbers.isna().any():
+        exact = {value: _whole_number(value) for value in present.unique()}
+        if any(number is None for number in exact.values()):
+            return _inferred(text)
+        numbers = present.map(exact).astype("Int64")
+    return numbers.reindex(text.index)
+
+
+def _inferred(text: pd.Series) -> pd.Series:
+    """A column read as text, read again as `read_landed_stream` reads a column of no dtype."""
+    written = text.to_csv(index=False, header=False)
+    again = pd.read_csv(
+        io.StringIO(written),
+        header=None,
+        keep_default_na=False,
+        na_values=[""],
+        skip_blank_lines=False,
+        index_col=False,
+    )
+    # A blank stays missing: beside a number beyond 64 bits pandas would read it as ''.
+    return again.iloc[:, 0].set_axis(text.index).rename(text.name).where(text.notna())
+
+
+def _whole_number(value: str) -> int | None:
+    """The whole number a CSV field writes, if it writes one within Int64's range."""
+    if not _NUMBER.fullmatch(value):
+        return None
+    number = decimal.Decimal(value)
+    # 1e999999999 is whole, and making it an int would take its billion digits' memory.
+    if number.adjusted() > 18 or number != number.to_integral_value():
+        return None
+    whole = int(number)
+    return whole if -(2**63) <= whole < 2**63 else None
 
 
 def read_landed_file(
-    data: bytes, file_name: str, partition: str, text_columns: Sequence[str] = ()
+    data: bytes,
+    file_name: str,
+    partition: str,
+    text_columns: Sequence[str] = (),
+    int_columns: Sequence[str] = (),
+    declared: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Parse a landed CSV as-is, with inferred types except for `text_columns`, read as text.
 
     Only empty fields are read as missing, so text like 'n/a' in a number column stays visible
     to the schema check instead of silently becoming NaN; text columns keep text that looks
-    like a number ('00501' stays '00501'). A row with more fields than the header is an error,
-    not a shift of its values into other columns.
+    like a number ('00501' stays '00501'). `int_columns` are Int64 with every digit kept
+    (`exact_ints`), and a header that spells a `declared` column in another Unicode form is read
+    as that column (`declared_names`). A row with more fields than the header is an error, not
+    a shift of its values into other columns.
     """
-    return read_landed_stream(io.BytesIO(data), file_name, partition, text_columns).frame
+    stream = io.BytesIO(data)
+    landed = read_landed_stream(stream, file_name, partition, text_columns, int_columns, declared)
+    return landed.frame
 
 
 def _header_names(landed: _ReadOnce) -> list[str]:
@@ -498,6 +603,7 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
         accepted layer (write-audit-publish).
         """
         text_columns = [c.name for c in contract.columns if c.dtype == "str"]
+        int_columns = [c.name for c in contract.columns if c.dtype == "int"]
         # Schemas of the days this step has accepted, which the next day compares with.
         schemas: dict[str, tuple[dg.TableSchema, int]] = {}
 
@@ -506,7 +612,14 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             where = f"{file_name} (partition {day})"
             try:
                 with landing.open_file(file_name, day) as stream:
-                    landed = read_landed_stream(stream, file_name, day, text_columns)
+                    landed = read_landed_stream(
+                        stream,
+                        file_name,
+                        day,
+                        text_columns,
+                        int_columns,
+                        declared=contract.column_names,
+                    )
             except (MissingLandingFileError, RefusedLandingFileError, LandingFileError) as exc:
                 # Retrying will not land a file, repair one nor turn a link into a file: the day
                 # is recorded rejected (the landing sensor runs it again when a file lands). A
@@ -522,6 +635,13 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
             # The landed file is this step's input; the lake IO manager counts the others'.
             record_bytes_read(op_name(contract.name, "raw_data"), landed.size)
             frame = landed.frame
+            renamed = dict(landed.renamed)
+            if renamed:
+                context.log.warning(
+                    f"{where}: header name(s) {', '.join(map(ascii, renamed))} spell the "
+                    "contract's column(s) in another Unicode form (accents as separate marks, "
+                    f"NFD) and are read as {', '.join(map(ascii, renamed.values()))}"
+                )
             schema = table_schema(frame)
             previous_day, previous, previous_rows = previous_column_schema(
                 context, contract, day, schemas
@@ -559,6 +679,8 @@ def build_raw_data(contract: Contract, partitions: dg.PartitionsDefinition) -> d
                     "source_bytes": landed.size,
                     # What changed between two deliveries of a day, at a glance.
                     "content_sha256": landed.sha256,
+                    # Header names as written -> the contract's columns they were read as.
+                    **({"renamed_columns": renamed} if renamed else {}),
                 },
             )
 
