@@ -872,8 +872,15 @@ def score(args: argparse.Namespace) -> int:
         except RegistryError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    text_columns = [c.name for c in contract.columns if c.dtype == "str"]
-    raw = read_landed_file(args.file.read_bytes(), args.file.name, "scoring", text_columns)
+    # Read as raw_data reads a day: ids above 2**53 keep every digit, NFD headers match.
+    raw = read_landed_file(
+        args.file.read_bytes(),
+        args.file.name,
+        "scoring",
+        text_columns=[c.name for c in contract.columns if c.dtype == "str"],
+        int_columns=[c.name for c in contract.columns if c.dtype == "int"],
+        declared=contract.column_names,
+    )
     features = build_features(type_rows(raw, contract, where=str(args.file)), contract)
     scored = raw.assign(prediction=model.predict(features).to_numpy())
     if contract.task == "classification":
