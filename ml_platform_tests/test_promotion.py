@@ -644,9 +644,17 @@ def test_a_retry_after_a_failed_registration_decides_every_day_as_the_uninterrup
     assert registrations_of(faulty) == uninterrupted
     promoted = [row[3] for row in uninterrupted[0]]
     assert promoted == ["champion"] * len(DAYS)
-    # A rerun of the range meets what the record says, and decides the same again.
+    # A rerun of the range meets what the record says. Its days before the latest are a rerun
+    # of the past, decided as each would be rerun alone: the champion is a later day's model,
+    # so they are not promoted and keep what their records say. The latest decides the same
+    # again, and the aliases end where they were.
     assert materialize_range(faulty, DAYS[0], DAYS[-1], ["registered_model"]).success
-    assert registrations_of(faulty) == uninterrupted
+    recorded, aliases = registrations_of(faulty)
+    assert [row[1] for row in recorded] == ["superseded"] * (len(DAYS) - 1) + ["promote"]
+    assert [row[2:3] + row[4:] for row in recorded] == [
+        row[2:3] + row[4:] for row in uninterrupted[0]
+    ]
+    assert recorded[-1] == uninterrupted[0][-1] and aliases == uninterrupted[1]
 
 
 class RefusingRegistry(ModelRegistryResource):

@@ -236,7 +236,15 @@ def verdict_check(verdict: Verdict, version: str | None = None) -> dg.AssetCheck
     `version` names the candidate (`daily-D`) in the check's metadata.
     """
     decision = verdict.decision
-    if not verdict.beats_baseline and any(math.isnan(lift) for lift, _, _ in verdict.lift.values()):
+    if not verdict.enough_rows:
+        advice = (
+            " Not registered; the champion stays. Nothing is known of the model either way: "
+            "land days with more rows, or give it a longer training window "
+            "(training.window_days) or a larger hold-out (training.holdout_fraction)."
+        )
+    elif not verdict.beats_baseline and any(
+        math.isnan(lift) for lift, _, _ in verdict.lift.values()
+    ):
         advice = (
             " Not registered; the champion stays. The day's held-out rows cannot measure the "
             "metric (a rare label's day whose held-out rows hold one class): nothing to fix in "

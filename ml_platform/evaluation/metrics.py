@@ -578,6 +578,12 @@ def score_baseline(
 # The decision of a candidate judged alone (evaluation_report) that may be registered: the
 # registry then compares it with the serving champion (`compare_with_champion`).
 ELIGIBLE = "eligible"
+# The fewest held-out rows a candidate is judged on. On fewer, a bootstrap interval measures
+# nothing: on one row every sample draws that row, so every interval has zero width and any
+# difference clears a threshold "with certainty"; on a handful, the samples are a few distinct
+# draws. 30 is the usual floor of a percentile bootstrap, and far below any hold-out the platform
+# judges on real days (a flights day holds out 167 rows, a synthetic one 200).
+MIN_HOLDOUT_ROWS = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -599,11 +605,15 @@ class Verdict:
     beats_baseline: bool = True
     lift: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
     compared: bool = True
+    enough_rows: bool = True
 
     @property
     def eligible(self) -> bool:
-        """Whether the candidate meets the value thresholds and beats the trivial baseline."""
-        return self.passes_values and self.beats_baseline
+        """Whether the candidate meets the value thresholds and beats the trivial baseline.
+
+        On enough held-out rows (`MIN_HOLDOUT_ROWS`) for either to mean anything.
+        """
+        return self.enough_rows and self.passes_values and self.beats_baseline
 
     @property
     def decision(self) -> str:
@@ -654,14 +664,25 @@ def judge_candidate(
 ) -> Verdict:
     """The candidate alone: the contract's value thresholds, then the trivial baseline.
 
-    Its decision is `reject` when it misses a value threshold or its lift over the baseline
-    (`score_baseline`) on the primary metric is not shown above 0, else `eligible`: whether it
-    becomes champion is the registry's comparison with the serving champion
-    (`compare_with_champion`). Without a baseline only the thresholds apply.
+    Its decision is `reject` when it was scored on fewer than `MIN_HOLDOUT_ROWS` held-out rows,
+    misses a value threshold or its lift over the baseline (`score_baseline`) on the primary
+    metric is not shown above 0, else `eligible`: whether it becomes champion is the registry's
+    comparison with the serving champion (`compare_with_champion`). Without a baseline only the
+    rows and the thresholds apply.
     """
     spec = contract.evaluation
     reasons = []
     misses = []
+    rows = len(candidate.labels)
+    enough_rows = rows >= MIN_HOLDOUT_ROWS
+    if not enough_rows:
+        counted = "1 held-out row is" if rows == 1 else f"{rows} held-out rows are"
+        reason = (
+            f"{counted} too few to judge a model on (at least {MIN_HOLDOUT_ROWS}): their "
+            "bootstrap intervals cannot tell the candidate from the baseline or a champion"
+        )
+        reasons.append(reason)
+        misses.append(reason)
     passes_values = True
     for metric, bound in spec.value_thresholds.items():
         value = candidate.values.get(metric, math.nan)
@@ -680,15 +701,26 @@ def judge_candidate(
         beats_baseline, lift[metric], reason = judge_baseline(metric, candidate, baseline)
         reasons.append(reason)
         if not beats_baseline:
-            # Said first: with no lift over the baseline, the thresholds' misses follow.
-            misses.insert(0, reason)
+            # Said first (after too few rows, which no other figure overrules): with no lift
+            # over the baseline, the thresholds' misses follow.
+            misses.insert(0 if enough_rows else 1, reason)
     if misses:
         cause = "; ".join(misses)
     elif baseline is not None:
         cause = "meets the value thresholds and beats the trivial baseline"
     else:
         cause = "meets the value thresholds"
-    return Verdict(passes_values, False, reasons, {}, cause, beats_baseline, lift, compared=False)
+    return Verdict(
+        passes_values,
+        False,
+        reasons,
+        {},
+        cause,
+        beats_baseline,
+        lift,
+        compared=False,
+        enough_rows=enough_rows,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -777,6 +809,7 @@ def judge(
         cause,
         alone.beats_baseline,
         alone.lift,
+        enough_rows=alone.enough_rows,
     )
 
 

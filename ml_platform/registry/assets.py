@@ -20,7 +20,10 @@ of any split, a re-run of a day meets what its first run met, and before judging
 step points the aliases at what the latest recorded day says, undoing the moves of an attempt
 that failed before recording its days (so a retry decides as the uninterrupted run did). An
 alias never moves back to an older day's model: when the champion is a later day's version (a
-past day re-landed and retrained), the candidate is recorded as not promoted.
+past day re-landed and retrained), the candidate is recorded as not promoted. Nor does a rerun
+of a past day register again a version an alias serves (the alias would follow the name to its
+new version, behind the day's record). A day before the latest recorded one is judged so against
+the aliases that day left, whether it is rerun alone or in a range that reruns the latest too.
 
 Nothing upstream reads the registry. A rejected candidate is an outcome of the day, not a failure
 of the run; the check `rejection_streak` warns once several candidates in a row were rejected.
@@ -295,7 +298,8 @@ def build_registered_model(
         `full-D`; registering a day again replaces its version); the day's record says which
         alias it moved and where the aliases were after it. An alias never moves back to an
         older day's model: when the champion is a later day's version, the candidate is
-        recorded as not promoted.
+        recorded as not promoted; so is the candidate of a past day whose version an alias
+        serves (`supersedes`).
 
         The stored value and metadata say what each candidate did (`outcome`), the champion it
         met, the improvement and its paired interval, and the champion after the day
@@ -319,12 +323,19 @@ def build_registered_model(
         chain = RecordedChain(context.instance, key, contract.partitions.start_date.isoformat())
         # The step's days as recorded before it (a superseded rerun keeps its day's record).
         chain.prefetch(days[0], days[-1])
-        # The latest day after the step's that is recorded already, if any (with its record):
-        # the step reruns the past, and the live aliases are that day's, which it never moves.
-        past = chain.latest_after(days[-1], partitions.get_last_partition_key() or days[-1])
+        # The latest day from the step's first on that is recorded already, if any (with its
+        # record): its aliases are the live ones as the step starts, which the step's days
+        # before it are judged against (`supersedes`), whatever range they are rerun in.
+        latest = chain.latest_after(
+            day_before(days[0]), partitions.get_last_partition_key() or days[-1]
+        )
+        # That day when it is after the step's: the step reruns the past, and the live aliases
+        # are that day's, which it never moves.
+        past = latest if latest is not None and latest[0] > days[-1] else None
         # The aliases the step's first day meets: what the latest recorded day before it left.
         met_first = chain.before(days[0])
         live = aliases_of(past[1]) if past is not None else met_first
+        started = aliases_of(latest[1]) if latest is not None else met_first
         # The chain is judged in day order: a day judged while the day before it never ran (or
         # its run failed) meets an older champion than it would in order. Said, not hidden.
         gap = day_before(days[0])
@@ -402,6 +413,14 @@ def build_registered_model(
             earlier = [d for d in judged_after if d < day]
             return dict(judged_after[max(earlier)] if earlier else chain.before(days[0]))
 
+        def met_on_record(day: str, otherwise: str | None) -> str | None:
+            """The champion the day's daily candidate met, as its record says (else `otherwise`)."""
+            earlier = chain.recorded(day)
+            if earlier is None:
+                return otherwise
+            met = earlier.metadata.get("champion_met", "none")
+            return None if met == "none" else str(met)
+
         def decision_of(day: str) -> str | None:
             value = store.load_recorded(context.instance, key, day, "json")
             return None if value is None else str(value["decision"])
@@ -428,6 +447,37 @@ def build_registered_model(
                 return now
             return None
 
+        def supersedes(day: str, version: str) -> tuple[str, str | None] | None:
+            """Why the eligible `version` of `day` is superseded (not judged again), or None.
+
+            (reason, the live alias that serves it, if one does). A day before the latest
+            recorded one is a rerun of the past, judged against the aliases that day left (the
+            live ones as the step starts), alone or in any range: its candidate is superseded
+            when the champion is a later day's model, or when an alias serves `version`, which
+            registering it again would move to the new version behind the day's record.
+            """
+            if latest is not None and day < latest[0]:
+                champion = started["champion"]
+                if champion is not None and version_day(champion) > version_day(version):
+                    later: str | None = champion
+                else:
+                    for alias in ALIASES:
+                        if started[alias] == version:
+                            return (
+                                f"{version} is the live {alias}, as a later day ({latest[0]}) "
+                                "left it, and a rerun of a past day never changes what the "
+                                "aliases serve"
+                            ), alias
+                    return None
+            else:
+                later = moves_back("champion", version)
+                if later is None:
+                    return None
+            return (
+                f"the champion {later} is a later day's model than {version}, and an alias "
+                "never moves back to an older day's model"
+            ), None
+
         def judged(
             day: str,
             kind: str,
@@ -452,13 +502,10 @@ def build_registered_model(
             }
             if evaluation["decision"] == REJECT:
                 return {**record, "decision": REJECT, "reason": cause}
-            later = moves_back("champion", version)
-            if later is not None:
-                reason = (
-                    f"the champion {later} is a later day's model than {version}, and an alias "
-                    "never moves back to an older day's model"
-                )
-                return {**record, "decision": SUPERSEDED, "reason": reason}
+            superseded = supersedes(day, version)
+            if superseded is not None:
+                reason, serving = superseded
+                return {**record, "decision": SUPERSEDED, "reason": reason, "serving": serving}
             model, window = candidate_of()
             try:
                 _, holdout = split_of(model, window, contract)
@@ -572,16 +619,24 @@ def build_registered_model(
                 candidates.append(full)
                 if full["decision"] == PROMOTE:
                     champion = full["version"]
+                elif full["decision"] == SUPERSEDED:
+                    # Not judged again: the day's own candidate meets the champion it met on the
+                    # day's first run, as the days after it did.
+                    champion = met_on_record(day, champion)
             daily = judged(day, DAILY, evaluation, champion, lambda: (model, features))
             candidates.append(daily)
             for candidate in candidates:
                 candidate["outcome"] = outcome_line(candidate["decision"], candidate["reason"])
             streak = rejected_in_a_row(decision_of, day, daily["decision"], limit)
-            after = (
-                aliases_left(met, candidates, chain.recorded(day))
-                if past is not None
-                else {alias: current[alias] for alias in met}
-            )
+            if past is not None or any(c["decision"] == SUPERSEDED for c in candidates):
+                # A rerun of the past: the day leaves what its decisions would have moved, or
+                # what its record says where a candidate was not judged again.
+                after = aliases_left(met, candidates, chain.recorded(day))
+            else:
+                after = {alias: current[alias] for alias in met}
+            if past is None:
+                # The step moves the aliases: its next day meets what this one left.
+                current.update(after)
             judged_after[day] = after
             champion_after = after["champion"]
             yield streak_check(streak, limit, champion_after, daily["reason"])
@@ -599,7 +654,7 @@ def build_registered_model(
                 "rejected_in_a_row": len(streak),
             }
             metadata: dict[str, Any] = {
-                "version": daily["version"] or f"none: {not_registered(daily['decision'])}",
+                "version": daily["version"] or f"none: {not_registered(daily)}",
                 "alias": daily["alias"] or "none",
                 "decision": daily["decision"],
                 "outcome": outcome,
@@ -677,8 +732,10 @@ def aliases_left(
     return after
 
 
-def not_registered(decision: str) -> str:
+def not_registered(candidate: dict[str, Any]) -> str:
     """Why a candidate is not a version, in the registry's metadata."""
-    if decision == SUPERSEDED:
+    if candidate["decision"] == SUPERSEDED and candidate.get("serving"):
+        return f"not registered again, its model serves as {candidate['serving']}"
+    if candidate["decision"] == SUPERSEDED:
         return "not promoted, a later day's model is champion"
     return "rejected, not registered"
