@@ -43,8 +43,6 @@ def regression(y: list[float], predicted: list[float]):
 
 
 def test_a_candidate_on_one_held_out_row_is_not_eligible():
-    from ml_platform.evaluation.metrics import MIN_HOLDOUT_ROWS
-
     # One held-out row: every bootstrap sample draws it, so each interval has zero width and
     # the candidate "beats" the baseline and the champion with certainty.
     contract = SYNTHETIC.model_copy(
@@ -65,14 +63,15 @@ def test_a_candidate_on_one_held_out_row_is_not_eligible():
 
     assert alone.decision == "reject" and verdict.decision == "reject"
     assert alone.cause.startswith(
-        f"1 held-out row is too few to judge a model on (at least {MIN_HOLDOUT_ROWS})"
+        "1 held-out row is too few to judge a model on (at least 30, contract "
+        "evaluation.min_holdout_rows)"
     )
     description = verdict_check(alone, "daily-2024-01-01").description or ""
     assert description.startswith(f"reject: {alone.cause}. Not registered")
     assert "longer training window" in description
     # One row fewer than the least is too few; the least itself is judged on its values.
     rng = np.random.default_rng(1)
-    y = rng.normal(5.0, 1.0, MIN_HOLDOUT_ROWS)
+    y = rng.normal(5.0, 1.0, contract.evaluation.min_holdout_rows)
     mean = [5.0] * len(y)
     short = judge_candidate(
         contract, regression(list(y[:-1]), list(y[:-1] + 0.1)), regression(list(y[:-1]), mean[1:])
@@ -229,3 +228,22 @@ def test_a_rerun_of_the_day_a_weekly_retrain_became_champion_meets_what_its_firs
     # The day's own candidate meets what it met on the day's first run, as the days after did.
     assert rerun["champion_met"] == first["champion_met"] == weekly
     assert rerun["champion_after"] == weekly
+
+
+def test_a_contracts_own_least_of_held_out_rows_decides_and_too_low_a_one_is_refused():
+    contract = SYNTHETIC.model_copy(
+        update={
+            "evaluation": SYNTHETIC.evaluation.model_copy(
+                update={"value_thresholds": {"rmse": 1.0}, "min_holdout_rows": 50}
+            )
+        }
+    )
+    rng = np.random.default_rng(2)
+    y = rng.normal(5.0, 1.0, 40)
+    forty = judge_candidate(
+        contract, regression(list(y), list(y + 0.1)), regression(list(y), [5.0] * 40)
+    )
+    assert forty.decision == "reject"
+    assert forty.cause.startswith("40 held-out rows are too few to judge a model on (at least 50")
+    with pytest.raises(ValueError, match="min_holdout_rows"):
+        type(SYNTHETIC.evaluation).model_validate({"min_holdout_rows": 1})

@@ -293,6 +293,11 @@ class EvaluationSpec(_Strict):
     """
 
     bootstrap_samples: int = Field(default=200, ge=10)
+    # A candidate scored on fewer held-out rows is rejected: the bootstrap intervals of a handful
+    # of rows are a few distinct draws (of one row, zero width: every sample draws it), which
+    # "clear" any threshold. 30 is the usual floor of a percentile bootstrap, far below any
+    # hold-out of a real day here (a flights day holds out 167 rows, a synthetic one 200).
+    min_holdout_rows: int = Field(default=30, ge=10)
     value_thresholds: dict[str, float] = Field(default_factory=dict)
     # Promotion needs the lower bound of the paired bootstrap interval of the improvement to be
     # strictly above this least improvement, so a tie (or noise) never promotes.

@@ -578,12 +578,6 @@ def score_baseline(
 # The decision of a candidate judged alone (evaluation_report) that may be registered: the
 # registry then compares it with the serving champion (`compare_with_champion`).
 ELIGIBLE = "eligible"
-# The fewest held-out rows a candidate is judged on. On fewer, a bootstrap interval measures
-# nothing: on one row every sample draws that row, so every interval has zero width and any
-# difference clears a threshold "with certainty"; on a handful, the samples are a few distinct
-# draws. 30 is the usual floor of a percentile bootstrap, and far below any hold-out the platform
-# judges on real days (a flights day holds out 167 rows, a synthetic one 200).
-MIN_HOLDOUT_ROWS = 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -611,7 +605,8 @@ class Verdict:
     def eligible(self) -> bool:
         """Whether the candidate meets the value thresholds and beats the trivial baseline.
 
-        On enough held-out rows (`MIN_HOLDOUT_ROWS`) for either to mean anything.
+        On enough held-out rows (the contract's `evaluation.min_holdout_rows`) for either to mean
+        anything.
         """
         return self.enough_rows and self.passes_values and self.beats_baseline
 
@@ -664,7 +659,8 @@ def judge_candidate(
 ) -> Verdict:
     """The candidate alone: the contract's value thresholds, then the trivial baseline.
 
-    Its decision is `reject` when it was scored on fewer than `MIN_HOLDOUT_ROWS` held-out rows,
+    Its decision is `reject` when it was scored on fewer held-out rows than
+    `evaluation.min_holdout_rows`,
     misses a value threshold or its lift over the baseline (`score_baseline`) on the primary
     metric is not shown above 0, else `eligible`: whether it becomes champion is the registry's
     comparison with the serving champion (`compare_with_champion`). Without a baseline only the
@@ -674,11 +670,12 @@ def judge_candidate(
     reasons = []
     misses = []
     rows = len(candidate.labels)
-    enough_rows = rows >= MIN_HOLDOUT_ROWS
+    enough_rows = rows >= spec.min_holdout_rows
     if not enough_rows:
         counted = "1 held-out row is" if rows == 1 else f"{rows} held-out rows are"
         reason = (
-            f"{counted} too few to judge a model on (at least {MIN_HOLDOUT_ROWS}): their "
+            f"{counted} too few to judge a model on (at least {spec.min_holdout_rows}, contract "
+            "evaluation.min_holdout_rows): their "
             "bootstrap intervals cannot tell the candidate from the baseline or a champion"
         )
         reasons.append(reason)
