@@ -16,6 +16,7 @@ from ml_platform.replay.comparison import (
     notes,
     paired_difference,
     read_chain,
+    read_warm_up,
     render_days,
     render_summary,
     target_change,
@@ -72,13 +73,16 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
         days = replay.day_keys
         live = read_chain(context.instance, live_dataset, days, metric)
         ran = read_chain(context.instance, dataset, days, metric)
+        # The days before the first that the replay computed, as its backfill did.
+        warm_up_days = replay.warm_up_days(replay.live_weekly_days(context.instance))
+        warm_up = read_warm_up(context.instance, live_dataset, dataset, warm_up_days, days[0])
         difference = paired_difference(live, ran, samples)
+        caveats = notes(live, ran, warm_up, replay.live_change)
         headline = render_summary(
-            live_dataset, dataset, live, ran, metric, difference, changed_target
+            live_dataset, dataset, live, ran, metric, difference, changed_target, caveats
         )
         live_summary, replay_summary = ChainSummary.of(live), ChainSummary.of(ran)
         said = verdict(difference, metric, changed_target)
-        caveats = notes(live, ran)
         context.log.info(f"{dataset} against {live_dataset}: {' '.join([said, *caveats])}")
         figures: dict[str, float | int] = {}
         for side, summary in (("live", live_summary), ("replay", replay_summary)):
@@ -92,6 +96,7 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
             }
             if summary.mean_metric is not None:
                 figures[f"{side}_mean_{metric}"] = summary.mean_metric
+        figures["warm_up_differing_days"] = len(warm_up.differing)
         if difference.mean is not None and not changed_target:
             figures[f"difference_{metric}"] = difference.mean
         return dg.MaterializeResult(
@@ -102,6 +107,14 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
                 "verdict": said,
                 "changed_target": changed_target,
                 "notes": caveats,
+                "warm_up": {
+                    "days": warm_up.days,
+                    "differing": list(warm_up.differing),
+                    "judged": {
+                        day: {"live": was, "replay": now}
+                        for day, (was, now) in warm_up.differing.items()
+                    },
+                },
                 # Replay minus live means nothing across two targets.
                 "difference": None if changed_target else dataclasses.asdict(difference),
                 "summary": {

@@ -8,7 +8,8 @@ The summary sets the two chains' next-day metric against each other on the days 
 with a paired bootstrap interval over those days (the promotion rule's kind of interval, over
 days instead of rows). It says which chain did better only from `MIN_PAIRED_DAYS` paired days
 on, and never when the replay changed the label or the task: the two metrics are then measured
-on different targets.
+on different targets. Its notes say where the chains' days are not alike, the warm-up days
+before the first day among them (`WarmUp`).
 """
 
 import dataclasses
@@ -22,12 +23,15 @@ from ml_platform.contracts.model import LabelRule, LabelSpec
 from ml_platform.evaluation.metrics import LOWER_IS_BETTER
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.observability import STEP_PREFIX
-from ml_platform.platform.records import UNCHANGED, DayRecord, day_records
+from ml_platform.platform.records import ACCEPTED, UNCHANGED, DayRecord, day_records
 from ml_platform.platform.rejected import DAY_ASSETS, first_sentence, where_rejected
 from ml_platform.registry.assets import PROMOTE
 
 # The assets whose records the comparison reads, of both chains.
 COMPARED = DAY_ASSETS
+# The assets that judge a warm-up day's data, whose verdicts the comparison reads.
+WARM_UP_GATES = ("raw_data", "validated_data")
+NOT_RECORDED, REJECTED = "not recorded", "rejected"
 INTERVAL_SEED = 0
 # The fewest days both champions were scored on that the interval may judge. A bootstrap over
 # one day has a zero-width interval and one over two has at most three means, so any difference
@@ -131,6 +135,70 @@ def read_chain(
             kept=where if found and found.kept else None,
         )
     return chain
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmUp:
+    """The replay's warm-up days, and those its gates judged otherwise than the live chain's.
+
+    The replay computes the days before its first day that its days look back on, but not the
+    days those look back on: their history gate judges them against fewer reference days than
+    the live chain's did (with too few it passes), besides any rule the replay changed. A
+    warm-up day one chain accepted and the other did not makes the replay's first days train
+    on, and be gated and checked for drift against, other days than the live chain's.
+    """
+
+    # The replay's first day; its warm-up days, in order.
+    first_day: str
+    days: list[str]
+    # Each day judged otherwise: (live, replay), each "accepted", "not recorded" or
+    # "rejected, <asset>: <verdict>: <reason>".
+    differing: dict[str, tuple[str, str]]
+
+
+def _judged(day: str, records: Mapping[str, DayRecord]) -> str:
+    """Whether `day`'s data is history its later days read, from its raw and validated records."""
+    validated = records.get("validated_data")
+    if validated is None:
+        return NOT_RECORDED
+    # A rejected re-delivery keeps the earlier accepted version: the day is still history.
+    if validated.accepted:
+        return ACCEPTED
+    found = where_rejected(day, records)
+    if found is None:
+        return REJECTED
+    return f"{REJECTED}, {found.asset}: {found.verdict}: {first_sentence(found.reason)}"
+
+
+def read_warm_up(
+    instance: dg.DagsterInstance,
+    live_dataset: str,
+    replay_dataset: str,
+    days: Sequence[str],
+    first_day: str,
+) -> WarmUp:
+    """The warm-up `days` of both chains as their data gates judged them (`WarmUp`)."""
+    judged: dict[str, dict[str, str]] = {}
+    for dataset in (live_dataset, replay_dataset):
+        records: dict[str, dict[str, DayRecord]] = {}
+        for name in WARM_UP_GATES:
+            key = asset_key(dataset, name)
+            latest = day_records(instance, key, days)
+            records[name] = {d: outcome_record(instance, key, d, r) for d, r in latest.items()}
+        judged[dataset] = {
+            day: _judged(day, {n: of[day] for n, of in records.items() if day in of})
+            for day in days
+        }
+
+    def kind(said: str) -> str:
+        return said.split(",", 1)[0]
+
+    differing = {
+        day: (judged[live_dataset][day], judged[replay_dataset][day])
+        for day in days
+        if kind(judged[live_dataset][day]) != kind(judged[replay_dataset][day])
+    }
+    return WarmUp(first_day, list(days), differing)
 
 
 def _unrecorded(missing: Sequence[str]) -> str:
@@ -263,7 +331,12 @@ def _listed(days: Sequence[str], most: int = 5) -> str:
     return shown + (f" and {len(days) - most} more" if len(days) > most else "")
 
 
-def notes(live: Mapping[str, ChainDay], replay: Mapping[str, ChainDay]) -> list[str]:
+def notes(
+    live: Mapping[str, ChainDay],
+    replay: Mapping[str, ChainDay],
+    warm_up: WarmUp | None = None,
+    live_change: str | None = None,
+) -> list[str]:
     """What the reader must know before trusting the figures: the chains' days are not alike.
 
     A chain with days it has no whole record of (never run, or a run that failed part way)
@@ -272,8 +345,33 @@ def notes(live: Mapping[str, ChainDay], replay: Mapping[str, ChainDay]) -> list[
     while the other chain may have read the file landed later. Weekly full retrains judged on
     different days make the serving champions come from different candidates: the replay's
     backfill runs the weekly retrain only on the days it is given (`Replay.live_weekly_days`).
+    Warm-up days judged otherwise (`warm_up`, see `WarmUp`) make the replay's first days look
+    back on other days. A live contract whose first day or timezone changed since the replay
+    was made (`live_change`, `Replay.live_change`) may have recorded its days under either.
     """
     said = []
+    if live_change:
+        said.append(
+            f"The live contract's partitions changed since the replay was made ({live_change}): "
+            "the live chain's records of these days may be from before the change or after it, "
+            "while the replay ran the contract it was made from; a day of one chain may not "
+            "hold, or look back on, the hours and days of the other's."
+        )
+    if warm_up is not None and warm_up.differing:
+        differing = list(warm_up.differing.items())
+        shown = "; ".join(
+            f"{day} (live: {was}; replay: {now})" for day, (was, now) in differing[:5]
+        )
+        more = f"; and {len(differing) - 5} more" if len(differing) > 5 else ""
+        said.append(
+            f"Not like for like before the first day: {len(differing)} of the replay's "
+            f"{len(warm_up.days)} warm-up day(s) (the days before {warm_up.first_day} its days "
+            f"look back on) were judged otherwise than in the live chain: {shown}{more}. The "
+            "replay computed none of the days before its warm-up, so their gates judged them "
+            "against fewer reference days than the live chain's (too few pass), or by the "
+            "replay's changed rules: its first days train on, and are gated and checked for "
+            "drift against, other days than the live chain's."
+        )
     for side, chain in (("live", live), ("replay", replay)):
         summary = ChainSummary.of(chain)
         if summary.unrecorded:
@@ -330,11 +428,12 @@ def render_summary(
     metric: str,
     difference: PairedDifference,
     changed_target: str | None = None,
+    caveats: Sequence[str] | None = None,
 ) -> str:
     """The comparison's summary as markdown: what the interval says, then a table of both.
 
     With `changed_target` (see `target_change`) no difference is shown: each chain's figures
-    are on its own target.
+    are on its own target. `caveats` are the `notes` shown; by default those of the days alone.
     """
     said = f"**{verdict(difference, metric, changed_target)}**"
     if changed_target:
@@ -349,7 +448,7 @@ def render_summary(
         "",
         headline,
         "",
-        *(f"{note}\n" for note in notes(live, replay)),
+        *(f"{note}\n" for note in (notes(live, replay) if caveats is None else caveats)),
         f"| | {live_name} (live) | {replay_name} (replay) |",
         "|---|---:|---:|",
         *(

@@ -4,7 +4,8 @@
 written, in a folder of the replays directory (`Settings.replays_dir`), with what the replay is:
 
     <replays>/<name>/contract.yaml   the changed contract, byte for byte
-    <replays>/<name>/replay.yaml     of: <live dataset>, start: D, days: N
+    <replays>/<name>/replay.yaml     of: <live dataset>, start: D, days: N, and the live
+                                     contract's digest and partitions it was made against
 
 The code location serves it as the dataset `<live>__replay_<name>`: every asset, group, job,
 pool, lake folder, MLflow experiment and registered model carries that name, so nothing the live
@@ -13,9 +14,10 @@ replay may not change), read-only as every dataset reads them. It has no sensor,
 freshness policy (it runs only when launched) and its alerts page no one.
 
 A replay folder that cannot be read as a replay of the live contract (its replay.yaml
-half-written, a folder name the name pattern refuses, or a live contract whose `landing` changed
-since) is not served: the code location logs why and serves the live datasets and the other
-replays, and `ml-platform replay remove NAME` still removes it from its folder alone. A folder
+half-written, a folder name the name pattern refuses, a live contract whose `landing` changed
+since, or whose partitions no longer hold the replay's days) is not served: the code location
+logs why and serves the live datasets and the other replays, and `ml-platform replay remove
+NAME` still removes it from its folder alone. A folder
 deleted by hand leaves the records, lake files and MLflow entries made under the replay's dataset
 name: a new replay of that name is refused until `ml-platform replay remove NAME`, which finds
 them by the name alone, removes them.
@@ -96,6 +98,11 @@ class Replay:
     # The sha256 of the live contract file the replay was made against: `promote` refuses to
     # write over a live contract changed since. None: a replay made before it was recorded.
     live_sha256: str | None = None
+    # The live dataset's first day: no warm-up day is before it (the live chain had none).
+    live_start: dt.date | None = None
+    # How the live contract's first day or timezone changed since the replay was made, in
+    # words (its days still live days): the comparison says so. None: unchanged, or unknown.
+    live_change: str | None = None
 
     @property
     def dataset(self) -> str:
@@ -116,10 +123,12 @@ class Replay:
         looks back from each day; a `baseline` one reads its fixed days, which may lie long
         before the replayed ones (the days between are not needed). Each of the `weekly` days
         (see `live_weekly_days`) trains a full retrain on the `full_window_days` ending it.
-        Never before the dataset's first day.
+        Never before the dataset's first day, nor before the live one's: the live chain had no
+        day before it, and it has no landed file to read (`create_replay` refuses a replay
+        whose days look back on one).
         """
         c = self.contract
-        first_day = c.partitions.start_date
+        first_day = max(c.partitions.start_date, self.live_start or c.partitions.start_date)
         back = [c.training.window_days - 1]
         needed: set[dt.date] = set()
         for reference in (c.history_reference, c.drift.reference):
@@ -235,6 +244,68 @@ def _days_outside(start: dt.date, days: int, live: Contract, changed: Contract) 
     )
 
 
+def _partitions_of(contract: Contract) -> dict[str, str | None]:
+    """What makes `contract`'s days: its first and last day and its timezone, as text."""
+    p = contract.partitions
+    return {
+        "start_date": p.start_date.isoformat(),
+        "end_date": p.end_date.isoformat() if p.end_date else None,
+        "timezone": contract.event_time.timezone,
+    }
+
+
+def _partitions_change(
+    recorded: object, live: Contract, fields: Sequence[str] = ("start_date", "end_date", "timezone")
+) -> str | None:
+    """How `fields` of the live contract's partitions differ from `recorded`, in words.
+
+    None when they do not, or when nothing was recorded (a replay made by an older version).
+    """
+    if not isinstance(recorded, dict):
+        return None
+    now = _partitions_of(live)
+    changes = [
+        f"{field} {recorded.get(field) or 'none'} -> {now[field] or 'none'}"
+        for field in fields
+        if field in recorded and str(recorded[field] or "") != str(now[field] or "")
+    ]
+    return ", ".join(changes) or None
+
+
+def _warm_up_before(replay: Replay, first: dt.date) -> list[str]:
+    """The replay's warm-up days (its contract's alone) before `first`, in order."""
+    looked_back = dataclasses.replace(replay, live_start=None).warm_up_days()
+    return [day for day in looked_back if dt.date.fromisoformat(day) < first]
+
+
+def _before_live_start(replay: Replay, live: Contract) -> str | None:
+    """What of the replay's warm-up days is before the live dataset's first day; None: none.
+
+    A changed contract with an earlier `start_date` lets its first days look back on days the
+    live chain never had: their files were never landed for it (the backfill would fail them
+    as missing files), and the live chain's first days looked back on none of them.
+    """
+    first = live.partitions.start_date
+    early = _warm_up_before(replay, first)
+    if not early:
+        return None
+    # The first start whose look-back (the training window, previous-days references) stays
+    # within the live days; a baseline before the live first day no start avoids.
+    later = replay.start + (first - dt.date.fromisoformat(early[0]))
+    fix = (
+        f"start the replay on or after {later}"
+        if not _warm_up_before(dataclasses.replace(replay, start=later), first)
+        else f"move the changed contract's baseline reference on or after {first}"
+    )
+    return (
+        f"{len(early)} of the replay's warm-up day(s), the days its first days look back on, are "
+        f"before the live dataset's first day {first}: the first {early[0]} and the last "
+        f"{early[-1]} (the changed contract starts on {replay.contract.partitions.start_date}). "
+        "The live chain has no such day to set them against, nor a landed file of it to read: "
+        f"{fix}, or keep the live start_date"
+    )
+
+
 def create_replay(
     root: str | Path,
     changed_file: str | Path,
@@ -252,8 +323,10 @@ def create_replay(
     whose dataset `left_behind` (`lifecycle.left_behind`: what a dataset has in the instance, the
     lake and MLflow, in words) says has records, files or MLflow entries: an earlier replay's,
     which the new one would read as its own past. Every day is checked first, against both
-    contracts' partitions: nothing is kept for a replay that cannot run. `live_file`, the live
-    contract's file, is recorded by its digest: `promote` compares it with the file then.
+    contracts' partitions, and so are the warm-up days before them (never before the live
+    dataset's first day): nothing is kept for a replay that cannot run. `live_file`, the live
+    contract's file, is recorded by its digest: `promote` compares it with the file then; the
+    live contract's partitions are recorded too: the code location checks them when it loads.
     """
     if not NAME.match(name):
         raise ReplayError(f"replay name {name!r}: use lower-case letters, digits and _")
@@ -269,6 +342,19 @@ def create_replay(
     if outside:
         raise ReplayError(f"--start {start} --days {days}: {outside}; replay days within both")
     folder = Path(root) / name
+    replay = Replay(
+        name,
+        live.name,
+        start,
+        days,
+        contract,
+        folder,
+        live.label,
+        live_start=live.partitions.start_date,
+    )
+    early = _before_live_start(replay, live)
+    if early:
+        raise ReplayError(f"--start {start} --days {days}: {early}")
     if folder.exists():
         of = _replayed(folder) if folder.is_dir() else None
         raise ReplayError(
@@ -289,11 +375,14 @@ def create_replay(
     digest = file_sha256(Path(live_file)) if live_file is not None else None
     folder.mkdir(parents=True)
     shutil.copyfile(changed_file, folder / CONTRACT_FILE)
-    plan = {"of": live.name, "start": start.isoformat(), "days": days}
+    plan: dict[str, object] = {"of": live.name, "start": start.isoformat(), "days": days}
     if digest is not None:
         plan["live_sha256"] = digest
+    # The code location checks the replay against them when it loads: a live contract whose
+    # days changed since is said by what changed.
+    plan["live_partitions"] = _partitions_of(live)
     (folder / REPLAY_FILE).write_text(yaml.safe_dump(plan, sort_keys=False))
-    return Replay(name, live.name, start, days, contract, folder, live.label, digest)
+    return dataclasses.replace(replay, live_sha256=digest)
 
 
 def file_sha256(path: Path) -> str:
@@ -336,6 +425,20 @@ def read_replay(folder: Path, live: Contract) -> Replay:
     except (ContractError, OSError) as exc:
         raise ReplayError(str(exc)) from exc
     contract = _renamed(changed, live, folder.name, str(folder))
+    outside = _days_outside(start, days, live, changed)
+    if outside:
+        # The live contract's days moved since (an edited start_date or end_date): the
+        # comparison would set the replay's days against days the live chain no longer has.
+        change = _partitions_change(plan.get("live_partitions"), live)
+        raise ReplayError(
+            (
+                f"the live contract's partitions changed since the replay was made ({change})"
+                if change
+                else "its days are no longer all days of the live contract"
+            )
+            + f": {outside}; the live chain no longer runs these days, so they cannot be "
+            "compared"
+        )
     digest = plan.get("live_sha256")
     return Replay(
         folder.name,
@@ -346,6 +449,10 @@ def read_replay(folder: Path, live: Contract) -> Replay:
         folder,
         live.label,
         str(digest) if digest is not None else None,
+        live_start=live.partitions.start_date,
+        live_change=_partitions_change(
+            plan.get("live_partitions"), live, ("start_date", "timezone")
+        ),
     )
 
 
@@ -427,6 +534,12 @@ def load_replays(root: str | Path | None, served: Sequence[Contract]) -> list[Re
     for folder, of, read in _kept(root, served):
         if isinstance(read, Replay):
             replays.append(read)
+            if read.live_change:
+                logger.warning(
+                    f"replay '{read.name}' of {read.live} in {folder}: the live contract's "
+                    f"partitions changed since the replay was made ({read.live_change}); its "
+                    "days are still live days and it is served, and its comparison says so"
+                )
             continue
         # Deleting the folder of a replay whose dataset is known would leave the records, lake
         # files and MLflow entries it made, which a new replay of that name reads as its own
