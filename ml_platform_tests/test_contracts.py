@@ -554,3 +554,14 @@ def test_an_sgd_learning_rate_of_zero_is_reported(tmp_path):
 
     assert list(problems) == [(line_of(text, "eta0: 0"), "model.eta0")]
     assert "greater than 0" in problems[(line_of(text, "eta0: 0"), "model.eta0")]
+
+
+def test_a_name_a_replay_would_serve_as_is_refused_on_its_line(tmp_path):
+    # `flights__replay_week` is what replay `week` of flights is served as: the two would clash
+    # and the code location would not load.
+    text = edit(FLIGHTS_TEXT, "name: flights\n", "name: flights__replay_week\n")
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert list(problems) == [(line_of(text, "name: flights__replay_week"), "name")]
+    assert "choose a name without it" in problems[(line_of(text, "name: flights__"), "name")]

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ml_platform.platform.datasets import REPLAY_MARK
+
 BUNDLED_DIR = Path(__file__).parent
 Dtype = Literal["int", "float", "str", "bool", "datetime"]
 # Transforms a feature may apply to its source; each is row-wise and needs no fitting.
@@ -680,6 +682,16 @@ def _pattern_problem(pattern: str) -> str | None:
 
 def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
     """Cross-field mistakes, each with the path in the YAML document where it is."""
+    if REPLAY_MARK in c.name:
+        # `flights__replay_week` is the dataset replay `week` of flights serves as: a contract
+        # of that name would clash with it, and the code location would not load.
+        yield (
+            ("name",),
+            (
+                f"'{c.name}' holds '{REPLAY_MARK}', which names replays' datasets "
+                f"(<dataset>{REPLAY_MARK}<replay>): choose a name without it"
+            ),
+        )
     names = [col.name for col in c.columns]
     dtypes = {col.name: col.dtype for col in c.columns}
     columns = {col.name: col for col in c.columns}
