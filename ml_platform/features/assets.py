@@ -7,8 +7,9 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
+from ml_platform.contracts.schema import ContractViolationError
 from ml_platform.features.profile import feature_profile
-from ml_platform.features.transforms import build_features
+from ml_platform.features.transforms import build_features, read_columns
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.observability import table_schema
@@ -46,6 +47,18 @@ def build_features_asset(
         """
 
         def day_of_features(day: str, validated_data: pd.DataFrame) -> Iterator:
+            lacking = [c for c in read_columns(contract) if c not in validated_data.columns]
+            if lacking:
+                # A day validated before the contract gained a column: only validating it
+                # again gives it one, whatever the retries.
+                where = asset_key(contract.name, "validated_data").to_user_string()
+                columns, them = ("columns", "them") if len(lacking) > 1 else ("column", "it")
+                raise ContractViolationError(
+                    f"{where} partition {day} lacks the {columns} {', '.join(lacking)} that "
+                    "the contract's features read: it was validated before the contract "
+                    f"declared {them}. Materialise the day again from raw_data: `ml-platform "
+                    f"materialize --dataset {contract.name} --start {day} --days 1 --force`"
+                )
             frame = build_features(validated_data, contract)
             profile = {
                 f"profile/{key}": value for key, value in feature_profile(frame, contract).items()

@@ -22,18 +22,23 @@ def _transform(values: pd.Series, transform: str) -> pd.Series:
         hhmm = values.astype("float64")
         return hhmm // 100 * 60 + hhmm % 100
     when = values.dt
-    if transform == "hour":
-        return when.hour
-    if transform == "minute_of_day":
-        return when.hour * 60 + when.minute
     if transform == "day_of_week":
         day_index = when.day_of_week.fillna(0).astype("int64").to_numpy()
         return pd.Series(DAY_NAMES[day_index], index=values.index).where(values.notna())
-    if transform == "month":
-        return when.month
-    if transform == "day_of_year":
-        return when.day_of_year
-    raise ValueError(f"unknown transform '{transform}'")
+    if transform == "hour":
+        part = when.hour
+    elif transform == "minute_of_day":
+        part = when.hour * 60 + when.minute
+    elif transform == "month":
+        part = when.month
+    elif transform == "day_of_year":
+        part = when.day_of_year
+    else:
+        raise ValueError(f"unknown transform '{transform}'")
+    # pandas gives a time's parts as integers, or as floats on a day with a missing time: as
+    # text (a categorical feature) 5 o'clock would be "5" one day and "5.0" the next, two
+    # categories to the model and to drift. Nullable integers are the same on every day.
+    return part.astype("Int64")
 
 
 def feature_column(validated: pd.DataFrame, spec: FeatureSpec) -> pd.Series:
@@ -42,6 +47,12 @@ def feature_column(validated: pd.DataFrame, spec: FeatureSpec) -> pd.Series:
     if spec.kind == "numeric":
         return values.astype("float64")
     return values.astype("str").where(values.notna()).astype("str")
+
+
+def read_columns(contract: Contract) -> list[str]:
+    """The columns of validated rows that `build_features` reads, each once."""
+    sources = [EVENT_TIME, *(spec.source for spec in contract.features), contract.label_name]
+    return list(dict.fromkeys(sources))
 
 
 def build_features(validated: pd.DataFrame, contract: Contract) -> pd.DataFrame:

@@ -236,12 +236,30 @@ class LakeIOManager(dg.ConfigurableIOManager):
                 # bytes it cannot decode (pyarrow's "Corrupt snappy compressed data").
                 raise self._corrupt(key, fmt, what, exc) from exc
             except Exception as exc:
+                if fmt == "joblib" and isinstance(exc, ImportError | AttributeError):
+                    # Unpickling looks up each class the file holds by module and name: whole
+                    # bytes naming a class this code no longer has (moved in ml_platform, or in
+                    # a library's private modules by an upgrade), not a damaged file.
+                    raise self._unloadable(key, what, exc) from exc
                 # Each format's reader raises its own error for bytes it cannot decode
                 # (ArrowInvalid, JSONDecodeError, EOFError, UnpicklingError, ...).
                 raise self._corrupt(key, fmt, what, exc) from exc
         if reader is not None:
             record_bytes_read(reader, size)
         return value
+
+    def _unloadable(self, key: str, what: str | None, exc: Exception) -> dg.Failure:
+        """The error of a stored joblib file whose classes this code does not have."""
+        return dg.Failure(
+            description=(
+                f"{what or key} cannot be read: {self.storage.uri(key)} was written by code "
+                f"whose classes this code does not have ({type(exc).__name__}: {exc}): "
+                "ml_platform or a library it pickles (scikit-learn) changed since. Retrying "
+                "reads the same bytes: materialise the day again with this code, or read "
+                "the file with the versions that wrote it"
+            ),
+            allow_retries=False,
+        )
 
     def _corrupt(
         self, key: str, fmt: str, what: str | None, exc: Exception
