@@ -565,3 +565,39 @@ def test_a_name_a_replay_would_serve_as_is_refused_on_its_line(tmp_path):
 
     assert list(problems) == [(line_of(text, "name: flights__replay_week"), "name")]
     assert "choose a name without it" in problems[(line_of(text, "name: flights__"), "name")]
+
+
+def test_a_numeric_day_of_week_is_refused_on_its_line(tmp_path):
+    # The transform gives day names: every day's features step failed converting 'mon'.
+    text = edit(
+        FLIGHTS_TEXT,
+        "{name: day_of_week, kind: categorical,",
+        "{name: day_of_week, kind: numeric,",
+    )
+
+    problems = located(load_broken(tmp_path, text))
+
+    where = (line_of(text, "{name: day_of_week, kind: numeric"), "features[2].kind")
+    assert list(problems) == [where]
+    assert "declare the feature categorical" in problems[where]
+
+
+@pytest.mark.parametrize(
+    ("bounds", "written"),
+    [("min: -5, max: 2359", "min: -5"), ("min: 1", "min: 1}"), ("min: 1, max: 9999", "max: 9999")],
+    ids=["below 0", "no max", "above 2400"],
+)
+def test_hhmm_to_minutes_needs_its_column_bounded_to_times_of_day(tmp_path, bounds, written):
+    # -5 became 35 minutes and 1275 795, silently: the gate must keep such values out.
+    text = edit(
+        FLIGHTS_TEXT,
+        "{name: sched_arr_time, dtype: int, min: 1, max: 2359}",
+        f"{{name: sched_arr_time, dtype: int, {bounds}}}",
+    )
+
+    problems = located(load_broken(tmp_path, text))
+
+    (where,) = problems
+    assert where[1] == "features[1].transform"
+    assert "declare 'min' of at least 0 and 'max' of at most 2400" in problems[where]
+    assert "sched_arr_time" in problems[where]

@@ -796,6 +796,13 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 f"the '{EVENT_TIME}' is the local time already: use it",
             )
             continue
+        if f.transform == "day_of_week" and f.kind == "numeric":
+            # The transform gives day names ('mon'...), which no numeric feature can hold: every
+            # day's features step would fail converting them.
+            yield (
+                (*where, "kind"),
+                "'day_of_week' gives day names ('mon', 'tue'...): declare the feature categorical",
+            )
         if f.source in (EVENT_TIME, LOCAL_EVENT_TIME):
             if f.transform not in TIME_TRANSFORMS:
                 allowed = ", ".join(sorted(TIME_TRANSFORMS))
@@ -825,6 +832,20 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 (*where, "transform"),
                 f"'log1p' is undefined at -1 and below: declare 'min' above -1 (0 for amounts) "
                 f"on column '{f.source}', so the quality gate keeps such rows out of the features",
+            )
+        elif f.transform == "hhmm_to_minutes" and (
+            lowest is None
+            or lowest < 0
+            or columns[f.source].max is None
+            or columns[f.source].max > 2400
+        ):
+            # hhmm outside 0..2400 is no time of day: -5 became 35 minutes, 1275 795, and an
+            # infinity a missing value the model imputes, all silently.
+            yield (
+                (*where, "transform"),
+                f"'hhmm_to_minutes' reads times of day written hhmm: declare 'min' of at least 0 "
+                f"and 'max' of at most 2400 on column '{f.source}', so the quality gate keeps "
+                "other values out of the features",
             )
         if f.kind == "numeric" and f.transform == "identity" and dtypes[f.source] == "str":
             yield (*where, "kind"), f"'{f.source}' holds text; declare the feature categorical"
