@@ -16,6 +16,13 @@ many files have landed, and remembers in its cursor what it has already handled:
   on, a file whose day was materialised after the file became readable is not rerun.
 - `pending`: files of days that are not partitions yet (today's file, landed early).
 
+A version says that a file may have changed, its bytes that it did: a file seen before under
+another version whose bytes hash to what raw_data last accepted for its day (`content_sha256`)
+runs nothing. A local version moves with a chmod or chown (they set the ctime), and a file can
+be sent again as it was; neither is a new delivery, and a chmod of the zone must not rerun
+every day of it. Reading is bounded per tick (CONTENT_BUDGET_SECONDS); files left uncompared
+keep their old version and are compared on the next walk.
+
 So a re-landed (changed) file runs its day again, an unchanged file never does, and a deleted
 file does nothing. Each request's run_key names the day, the file, its version and when it
 became readable: the daemon never launches the same request twice, and a corrected file gets a
@@ -39,7 +46,7 @@ from typing import Any
 import dagster as dg
 
 from ml_platform.automation.alerts import WARNING, Alert, DeliveryState, Notifier, one_line
-from ml_platform.automation.jobs import day_run_tags
+from ml_platform.automation.jobs import day_run_tags, day_runs_in_flight
 from ml_platform.contracts import Contract
 from ml_platform.ingestion.landing import (
     LANDED_FILE_TAG,
@@ -51,6 +58,8 @@ from ml_platform.ingestion.landing import (
     shown_name,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name
+from ml_platform.platform.records import ACCEPTED, UNCHANGED, day_records
+from ml_platform.platform.rejected import rerun_command
 
 LANDING_SENSOR = "landing_sensor"
 
@@ -65,6 +74,12 @@ MAX_REQUESTS_PER_TICK = 2000
 TICK_BUDGET_SECONDS = 15.0
 # 48 bits: two versions of one file share a digest once in 10^14 replacements.
 DIGEST_BYTES = 6
+# The metadata entry in which raw_data records the sha256 of the bytes it read.
+CONTENT_ENTRY = "content_sha256"
+# How long a tick may spend reading replaced files to compare their bytes (a chmod of a large
+# zone replaces every version at once): the rest are compared on the next walk.
+CONTENT_BUDGET_SECONDS = 10.0
+CONTENT_CHUNK_BYTES = 1 << 20
 
 
 def version_digest(version: str) -> bytes:
@@ -104,7 +119,8 @@ class LandingCursor:
     walked: bool = False  # a complete walk has been made
     seen: dict[str, bytes] = dataclasses.field(default_factory=dict)  # name -> version digest
     walk: dict[str, Any] | None = None  # {"after": name | None}
-    pending: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # name -> [ver, day]
+    # name -> [version, day, modified]
+    pending: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
     delivery: DeliveryState = dataclasses.field(default_factory=DeliveryState)
     # From a cursor of the mtime-watermark kind: the walk that replaces it takes files last
     # modified well before it as handled, as that cursor did, instead of rerunning the zone.
@@ -167,6 +183,8 @@ class WalkStep:
     listed: int  # entries listed in this tick
     pages: int
     completed: bool  # the walk reached the end of the zone
+    # The changed entries seen before under another version: name -> that version's digest
+    replaced: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 def forget_deleted(
@@ -199,6 +217,7 @@ def walk_landing(
         cursor.walk = {"after": None}
     known = sorted(cursor.seen)
     changed: list[LandedObject] = []
+    replaced: dict[str, bytes] = {}
     listed = pages = 0
     completed = False
     clock = time.monotonic()
@@ -220,6 +239,8 @@ def walk_landing(
             digest = version_digest(obj.version)
             if cursor.is_new(obj, digest):
                 changed.append(obj)
+                if obj.name in cursor.seen:
+                    replaced[obj.name] = cursor.seen[obj.name]
             cursor.seen[obj.name] = digest
         forget_deleted(cursor, known, before, after, handled)
         cursor.walk["after"] = after
@@ -230,7 +251,9 @@ def walk_landing(
         cursor.walked = True
         cursor.walk = None
         cursor.legacy_watermark = None
-    return WalkStep(changed=changed, listed=listed, pages=pages, completed=completed)
+    return WalkStep(
+        changed=changed, listed=listed, pages=pages, completed=completed, replaced=replaced
+    )
 
 
 def materialised_after(
@@ -252,6 +275,78 @@ def materialised_after(
     return bool(records) and records[0].timestamp > modified + slack_seconds
 
 
+def content_sha256(landing: LandingStore, name: str, day: str, deadline: float) -> str | None:
+    """The sha256 of a landed file's bytes, or None if more remain to read at `deadline`.
+
+    Read a chunk at a time: a file of gigabytes is never held, nor read past the tick's budget
+    (a tick that overran the daemon's timeout would fail, and be tried again, for ever).
+    """
+    digest = hashlib.sha256()
+    with landing.open_file(name, day) as stream:
+        chunk = stream.read(CONTENT_CHUNK_BYTES)
+        while chunk:
+            digest.update(chunk)
+            chunk = stream.read(CONTENT_CHUNK_BYTES)
+            if chunk and time.monotonic() >= deadline:
+                return None
+    return digest.hexdigest()
+
+
+def same_bytes_as_accepted(
+    instance: dg.DagsterInstance,
+    landing: LandingStore,
+    dataset: str,
+    first_key: dg.AssetKey,
+    replaced: list[tuple[str, LandedObject]],
+    log: Any,
+    *,
+    budget_seconds: float = CONTENT_BUDGET_SECONDS,
+) -> tuple[set[str], set[str]]:
+    """Of the replaced files (day, entry), those whose bytes the day's latest record accepted.
+
+    Returns those names, and the names left uncompared when the budget ran out. A local version
+    is inode, size and ctime, which a chmod or chown moves too; and the same file can be sent
+    again. Neither is a new delivery: only a file whose bytes differ from those `first_key`
+    last accepted for its day reruns it. A file that cannot be read here is run: the run says
+    what is wrong with it, naming file, partition and reason. So is a day with a run queued or
+    running: it may record other bytes (a correction's) after this look at the record. The
+    first file is always read, so every tick settles one: when that file alone outlasts the
+    budget, it is run rather than left to be tried again for ever.
+    """
+    records = day_records(instance, first_key, [day for day, _ in replaced])
+    same: set[str] = set()
+    deferred: set[str] = set()
+    deadline = time.monotonic() + budget_seconds
+    tried = 0
+    for day, obj in replaced:
+        record = records.get(day)
+        if record is None or record.verdict not in (ACCEPTED, UNCHANGED):
+            continue
+        recorded = record.metadata.get(CONTENT_ENTRY)
+        if recorded is None:
+            continue
+        if tried and time.monotonic() >= deadline:
+            deferred.add(obj.name)
+            continue
+        tried += 1
+        try:
+            found = content_sha256(landing, obj.name, day, deadline)
+        except Exception as exc:
+            log.warning(
+                f"{shown_name(str(landing.path_for(obj.name)))} (partition {day}) could not be "
+                f"read to compare with the delivery accepted: {type(exc).__name__}: {exc}; "
+                "its run reads it"
+            )
+            continue
+        if found is None:
+            if tried > 1:
+                deferred.add(obj.name)
+            continue
+        if found == recorded and not day_runs_in_flight(instance, dataset, day):
+            same.add(obj.name)
+    return same, deferred
+
+
 def build_landing_sensor(
     contract: Contract,
     partitions: dg.TimeWindowPartitionsDefinition,
@@ -261,6 +356,7 @@ def build_landing_sensor(
     page_size: int = PAGE_SIZE,
     pages_per_tick: int = PAGES_PER_TICK,
     max_requests_per_tick: int = MAX_REQUESTS_PER_TICK,
+    content_budget_seconds: float = CONTENT_BUDGET_SECONDS,
     first_asset: str = "raw_data",
     other_datasets: Sequence[Contract] = (),
 ) -> dg.SensorDefinition:
@@ -321,6 +417,32 @@ def build_landing_sensor(
             if is_partition(day):
                 ready.append((day, LandedObject(name=name, modified=modified, version=version)))
                 del cursor.pending[name]
+
+        replaced = [(day, obj) for day, obj in ready if obj.name in step.replaced]
+        same, deferred = (
+            same_bytes_as_accepted(
+                context.instance,
+                landing,
+                contract.name,
+                first_key,
+                replaced,
+                context.log,
+                budget_seconds=content_budget_seconds,
+            )
+            if replaced
+            else (set(), set())
+        )
+        for day, obj in replaced:
+            if obj.name in deferred:
+                # Its old version kept: the next walk finds it changed and compares it then.
+                cursor.seen[obj.name] = step.replaced[obj.name]
+            elif obj.name in same:
+                context.log.info(
+                    f"{obj.name}: a new version with the bytes already accepted for {day} (a "
+                    f"chmod, or the same file sent again): not rerun; to rerun the day: "
+                    f"{rerun_command(contract.name, [day])} --force"
+                )
+        ready = [(day, obj) for day, obj in ready if obj.name not in same | deferred]
 
         requests = []
         # One query for the days that have any materialisation; only those need a closer look.
