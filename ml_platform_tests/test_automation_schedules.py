@@ -214,3 +214,21 @@ def test_every_storage_step_retries_with_backoff_and_jitter(flights):
         assert policy.max_retries == 3
         assert policy.backoff == dg.Backoff.EXPONENTIAL
         assert policy.jitter == dg.Jitter.PLUS_MINUS
+
+
+def test_schedules_run_the_last_day_once_and_nothing_after_the_partitions_end(flights):
+    # flights ends 2013-12-31. A schedule reruns whatever a tick requests (its run key is kept
+    # per tick only): after the end, the last day would run again every night and every Monday.
+    defs, repository = flights
+    last_night = dt.datetime(2014, 1, 1, 2, tzinfo=NEW_YORK)
+    [request] = evaluate(defs, repository, FLIGHTS_DAILY_SCHEDULE, last_night).run_requests
+    assert request.partition_key == "2013-12-31"
+
+    for name, at in [
+        (FLIGHTS_DAILY_SCHEDULE, dt.datetime(2014, 1, 2, 2, tzinfo=NEW_YORK)),
+        (FLIGHTS_DAILY_SCHEDULE, dt.datetime(2026, 12, 7, 2, tzinfo=NEW_YORK)),
+        (FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, dt.datetime(2014, 1, 6, 2, tzinfo=NEW_YORK)),
+    ]:
+        result = evaluate(defs, repository, name, at)
+        assert result.run_requests == []
+        assert "the last partition, 2013-12-31, ended" in (result.skip_message or "")

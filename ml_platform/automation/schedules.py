@@ -3,9 +3,12 @@
 Both run at 02:00 in the timezone of the dataset's partitions (the contract's
 `event_time.timezone`), so "the previous day" is the day that just ended where the data lives.
 The partition comes from the partitions definition at the scheduled time, not from the clock
-of whatever machine evaluates the tick.
+of whatever machine evaluates the tick. Once the partitions have ended (`partitions.end_date`),
+both skip: their last day ran on the night after it.
 """
 
+import datetime as dt
+import zoneinfo
 from collections.abc import Sequence
 
 import dagster as dg
@@ -22,10 +25,26 @@ MONDAY_CRON = "0 2 * * 1"
 
 def previous_day(
     partitions: dg.TimeWindowPartitionsDefinition, context: dg.ScheduleEvaluationContext
-) -> str | None:
-    """The last complete day at the tick's scheduled time (None before the first day)."""
-    with dg.partition_loading_context(effective_dt=context.scheduled_execution_time):
-        return partitions.get_last_partition_key()
+) -> str | dg.SkipReason:
+    """The day that just ended at the tick's scheduled time, or why there is none to run.
+
+    There is none before the first day has ended, nor after the last partition (a contract's
+    end_date): the last key stays that day for ever, and a schedule's run key only keeps one
+    tick from launching twice, so every later tick would run that day again.
+    """
+    when = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
+    with dg.partition_loading_context(effective_dt=when):
+        last = partitions.get_last_partition_key()
+    if last is None:
+        return dg.SkipReason("no complete day yet: the first partition has not ended")
+    local = when.astimezone(zoneinfo.ZoneInfo(partitions.timezone))
+    ended = (local.date() - dt.timedelta(days=1)).isoformat()
+    if last < ended:
+        return dg.SkipReason(
+            f"the last partition, {last}, ended before {local.date()}: there is no later "
+            "day to run (the contract's partitions.end_date)"
+        )
+    return last
 
 
 def build_daily_schedule(
@@ -50,8 +69,8 @@ def build_daily_schedule(
     )
     def daily_pipeline_schedule(context: dg.ScheduleEvaluationContext):
         day = previous_day(partitions, context)
-        if day is None:
-            return dg.SkipReason("no complete day yet: the first partition has not ended")
+        if isinstance(day, dg.SkipReason):
+            return day
         # A rejected day (a tombstone) is not done: its run may meet a corrected file.
         missing = [
             key.to_user_string()
@@ -94,8 +113,8 @@ def build_weekly_retrain_schedule(
     )
     def weekly_retrain_schedule(context: dg.ScheduleEvaluationContext):
         day = previous_day(partitions, context)
-        if day is None:
-            return dg.SkipReason("no complete day yet: the first partition has not ended")
+        if isinstance(day, dg.SkipReason):
+            return day
         return dg.RunRequest(
             run_key=f"{name}:{day}", partition_key=day, tags=day_run_tags(dataset, day)
         )
