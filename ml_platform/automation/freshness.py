@@ -2,10 +2,11 @@
 
 A contract's `freshness:` says when day D's file is due: `expected_by` on day D+1 in the dataset's
 timezone; it is late `grace_minutes` after that. A day is fresh when its delivery arrived and was
-accepted (validated_data's recorded verdict); a recorded rejection does not make it fresh. A file
-that came in time is being run, not late, until VERDICT_ALLOWANCE after the deadline; a file
-still without a verdict then makes its day late: its run failed or never ran. Only the days
-whose deadline fell within the last `lookback_days` are watched.
+accepted (validated_data's recorded verdict); a recorded rejection does not make it fresh, unless
+it rejected a correction and the day keeps the delivery it accepted before. A file that came in
+time is being run, not late, until VERDICT_ALLOWANCE after the deadline; a file still without a
+verdict then makes its day late: its run failed or never ran. Only the days whose deadline fell
+within the last `lookback_days` are watched.
 
 The judgement (`judge_days`) is a pure function of the time, the contract, the files found in
 the landing zone and the recorded verdicts. Three things use it:
@@ -41,7 +42,7 @@ from ml_platform.contracts import Contract
 from ml_platform.contracts.model import FreshnessSpec
 from ml_platform.ingestion.landing import LandedObject, LandingStore
 from ml_platform.platform.datasets import asset_key, dataset_name
-from ml_platform.platform.records import ACCEPTED, UNCHANGED, DayRecord, day_records
+from ml_platform.platform.records import DayRecord, day_records
 from ml_platform.platform.rejected import rerun_command
 
 FRESHNESS_SENSOR = "freshness_sensor"
@@ -144,7 +145,9 @@ def judge_days(
         record = records.get(day)
         landed_at = dt.datetime.fromtimestamp(entry.modified, zone) if entry else None
         reason = f"{record.verdict}: {record.reason}".rstrip(": ") if record else ""
-        if record is not None and record.verdict in (ACCEPTED, UNCHANGED):
+        # Accepted, unchanged, or a rejected correction that kept the delivery the day accepted
+        # before: the data arrived and is in use (the rejection is alerted as a rejection).
+        if record is not None and record.accepted:
             state = FRESH
         elif entry is not None and entry.refused is not None:
             state, reason = REFUSED, entry.refused
