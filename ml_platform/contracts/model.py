@@ -833,11 +833,11 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 f"'log1p' is undefined at -1 and below: declare 'min' above -1 (0 for amounts) "
                 f"on column '{f.source}', so the quality gate keeps such rows out of the features",
             )
-        elif f.transform == "hhmm_to_minutes" and (
-            lowest is None
-            or lowest < 0
-            or columns[f.source].max is None
-            or columns[f.source].max > 2400
+        elif f.transform == "hhmm_to_minutes" and not (
+            lowest is not None
+            and lowest >= 0
+            and (highest := columns[f.source].max) is not None
+            and highest <= 2400
         ):
             # hhmm outside 0..2400 is no time of day: -5 became 35 minutes, 1275 795, and an
             # infinity a missing value the model imputes, all silently.
