@@ -4,10 +4,12 @@ Files are written the way a careful upstream system writes them: to a temporary 
 then renamed, so a reader never sees half a file.
 
 Only regular files directly in the zone are read. A symbolic link (even one pointing inside
-the zone), a directory, a FIFO or a device, and an S3 key with `.` or `..` segments or an
-absolute-looking name are refused with the reason: listings report them (`refused`), and
-opening one raises `RefusedLandingFileError` before a byte behind it is read, so a link to
-`/etc/...` or to a file outside the zone can neither be ingested nor quoted in an error.
+the zone), a directory, a FIFO or a device, and an S3 key with `.` or `..` segments, an
+absolute-looking name or one below a folder of the zone are refused with the reason: listings
+report them (`refused`), and opening one raises `RefusedLandingFileError` before a byte behind
+it is read, so a link to `/etc/...` or to a file outside the zone can neither be ingested nor
+quoted in an error. A local file still being written in place when it is read is not taken for
+the whole file (`LandedFileChangedError`).
 """
 
 import bisect
@@ -18,6 +20,7 @@ import errno
 import os
 import re
 import stat as stat_module
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -43,6 +46,13 @@ class MissingLandingFileError(FileNotFoundError):
 
 class LandingZoneMissingError(FileNotFoundError):
     """The landing zone's directory does not exist: a path mistyped or a volume not mounted."""
+
+
+class LandedFileChangedError(OSError):
+    """A landed file changed while it was read: still being written in place.
+
+    An OSError, since waiting fixes it: the step's retry policy reads the file again.
+    """
 
 
 class RefusedLandingFileError(ValueError):
@@ -75,7 +85,11 @@ SPECIAL_REASON = (
 
 
 def unsafe_name_reason(name: str) -> str | None:
-    """Why a name below the zone could address something outside it, or None if it cannot.
+    """Why a name below the zone is never read, or None if it may be.
+
+    A name that could address something outside the zone, and one below a folder of the zone
+    (an S3 key with a `/` after the prefix): only what is directly in the zone is read, as a
+    local zone lists a sub-directory as refused.
 
     S3 does not resolve `..`, but anything that maps keys to paths (a sync to disk, a proxy, a
     later copy of the zone) would; an absolute-looking key (`/etc/passwd` below an empty
@@ -96,6 +110,14 @@ def unsafe_name_reason(name: str) -> str | None:
         # A name written by a system of another encoding (latin-1 over SMB or FTP): Python
         # holds its undecodable bytes as surrogates, which no alert, log or cursor can carry.
         return "its name is not valid UTF-8: rename it in UTF-8"
+    folder, below, _ = name.rpartition("/")
+    if below:
+        # An S3 key below the prefix's own "folders" (what upstream archived in `processed/`),
+        # as a local zone's sub-directory: not a day file of the zone, whatever its name says.
+        return (
+            f"it is below a folder of the zone ('{folder}/'): day files are read from the zone "
+            "itself, not from its folders"
+        )
     return None
 
 
@@ -228,6 +250,11 @@ class LandingZone(LandingStore):
             # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused right after.
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError as exc:
+            # A zone that is not there (a volume not mounted) is no day not landed: recorded
+            # as such, every day run meanwhile would be rejected, its upstream team told to
+            # deliver a file that is there all along.
+            if not os.path.isdir(self.base_dir):
+                raise self._zone_missing() from exc
             raise self.missing(file_name, partition) from exc
         except OSError as exc:
             # ELOOP is O_NOFOLLOW meeting a link, ENXIO a socket; lstat says which without
@@ -240,7 +267,8 @@ class LandingZone(LandingStore):
                 raise stop from exc
             raise
         try:
-            mode = os.fstat(fd).st_mode
+            before = os.fstat(fd)
+            mode = before.st_mode
             if not stat_module.S_ISREG(mode):
                 reason = DIRECTORY_REASON if stat_module.S_ISDIR(mode) else SPECIAL_REASON
                 raise self.refused(file_name, partition, reason)
@@ -250,7 +278,38 @@ class LandingZone(LandingStore):
             os.close(fd)
             raise
         with handle:
-            yield handle
+            try:
+                yield handle
+            except Exception as exc:
+                # A cut-off file fails the parse: the writer at work is the reason, not the file.
+                self._check_unchanged(handle, before, file_name, partition, exc)
+                raise
+            self._check_unchanged(handle, before, file_name, partition)
+
+    def _check_unchanged(
+        self,
+        handle: IO[bytes],
+        before: os.stat_result,
+        file_name: str,
+        partition: str,
+        failure: Exception | None = None,
+    ) -> None:
+        """Raise LandedFileChangedError if the open file changed since `before`.
+
+        A file written in place (scp, cp, most FTP servers) is read as far as it had arrived:
+        rows that end at a line break pass every check, and the day would be accepted from
+        part of its file. A rename into the zone never changes the open file, so only a writer
+        still at work is met here.
+        """
+        after = os.fstat(handle.fileno())
+        if (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns):
+            return
+        raise LandedFileChangedError(
+            f"{self.path_for(file_name)} (partition {partition}) changed while it was read "
+            f"(from {before.st_size} to {after.st_size} bytes): it is still being written in "
+            "place. The step reads it again; upstream should write to a dot-file and rename it "
+            "into the zone, which readers never see half-written."
+        ) from failure
 
     def _zone_missing(self) -> LandingZoneMissingError:
         """The error for a zone whose directory is missing: not an empty zone.
@@ -337,8 +396,13 @@ class LandingScan:
 
 def file_name_pattern(contract: Contract) -> re.Pattern[str]:
     """The contract's file pattern as a regular expression; the `date` group holds the day."""
-    prefix, suffix = contract.landing.file_pattern.split("{date}")
-    return re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$")
+    return pattern_regex(contract.landing.file_pattern)
+
+
+def pattern_regex(file_pattern: str, flags: int = 0) -> re.Pattern[str]:
+    """A file pattern (`{date}` once) as a regular expression; the `date` group holds the day."""
+    prefix, suffix = file_pattern.split("{date}")
+    return re.compile(re.escape(prefix) + r"(?P<date>.*)" + re.escape(suffix) + "$", flags)
 
 
 def own_files(
@@ -375,15 +439,9 @@ def scan_landing(contract: Contract, file_names: Iterable[str]) -> LandingScan:
     problems: dict[str, str] = {}
     for name in file_names:
         match = pattern.match(name)
-        try:
-            day = dt.date.fromisoformat(match["date"]) if match else None
-        except ValueError:
-            day = None
-        if day is None or (match and match["date"] != day.isoformat()):
-            problems[name] = (
-                f"its name carries no parsable date: expected "
-                f"{contract.landing.file_pattern} with the day as YYYY-MM-DD"
-            )
+        day = iso_day(match["date"]) if match else None
+        if day is None:
+            problems[name] = misfit_reason(contract, name)
         elif day < first:
             problems[name] = f"it is for {day}, before the first partition {first}"
         elif last is not None and day > last:
@@ -391,6 +449,42 @@ def scan_landing(contract: Contract, file_names: Iterable[str]) -> LandingScan:
         else:
             days[day.isoformat()] = name
     return LandingScan(days=days, problems=problems)
+
+
+def iso_day(text: str) -> dt.date | None:
+    """The day `text` writes as YYYY-MM-DD, or None (another format, or no day at all)."""
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+    # fromisoformat also reads 20240101 and 2024-W01-1, which name no file of the pattern.
+    return day if text == day.isoformat() else None
+
+
+def misfit_reason(contract: Contract, name: str) -> str:
+    """Why a landed file's name gives no day by the contract's pattern, as precisely as known."""
+    pattern = contract.landing.file_pattern
+    expected = f"expected {pattern} with the day as YYYY-MM-DD"
+    match = file_name_pattern(contract).match(name)
+    if match is None:
+        # A Windows export's `.CSV`, a name from macOS with its accents as separate marks
+        # (NFD): the day is right there, and the file reads as not landed.
+        loose = pattern_regex(unicodedata.normalize("NFC", pattern), re.IGNORECASE)
+        found = loose.match(unicodedata.normalize("NFC", name))
+        day = iso_day(found["date"]) if found else None
+        if day is not None:
+            meant = contract.landing.file_name(day.isoformat())
+            return (
+                f"its name differs from {meant} in letter case or Unicode form (accents as "
+                f"separate marks, as macOS writes them); names are matched exactly: rename it "
+                f"{meant}"
+            )
+    elif re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", match["date"]):
+        return (
+            f"its name carries no parsable date: {match['date']} is no date of the calendar "
+            f"({expected})"
+        )
+    return f"its name carries no parsable date: {expected}"
 
 
 def source_day(
@@ -432,10 +526,16 @@ def land_days(
         frame = source_day(contract, day, drift=drift, fault=day_fault)
         data = file_bytes(frame, day_fault)
         path = zone.path_for(contract.landing.file_name(day.isoformat()))
-        if path.is_file() and path.read_bytes() == data:
+        try:
+            # lstat, never followed: nothing a link points at is read, and a link (which
+            # raw_data refuses) is replaced by the file even when its target holds the bytes.
+            found: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            found = None
+        if found is not None and stat_module.S_ISREG(found.st_mode) and path.read_bytes() == data:
             status = "unchanged"
         else:
-            status = "replaced" if path.exists() else "written"
+            status = "replaced" if found is not None else "written"
             write_atomically(path, data)
         if progress is not None:
             progress(
