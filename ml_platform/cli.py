@@ -129,6 +129,20 @@ def land(args: argparse.Namespace) -> int:
         drift = Drift(args.drift_feature, args.drift_sd, args.drift_from or args.start)
     fault_days = set(args.fault_day) if args.fault_day else None
     days = _days(args.start, args.days)
+    # A day before the partitions' start or after their end is never read: its file would be
+    # alerted as a misfit (the source has no rows for it, so it would be empty besides). A day
+    # that has not ended yet may land early, as upstream delivers it.
+    start, end = contract.partitions.start_date, contract.partitions.end_date
+    never = [d.isoformat() for d in days if d < start or (end is not None and d > end)]
+    if never:
+        last = f" to {end}" if end is not None else " on"
+        print(
+            f"error: {', '.join(never[:3])}{' ...' if len(never) > 3 else ''} "
+            f"({len(never)} of {len(days)} day(s)) are no days of {contract.name}, whose "
+            f"partitions run from {start}{last}; nothing landed",
+            file=sys.stderr,
+        )
+        return 2
     print(f"landing {len(days)} day(s) of {contract.name} into {zone.base_dir}", flush=True)
     for _ in land_days(
         contract,

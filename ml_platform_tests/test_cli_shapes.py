@@ -92,3 +92,24 @@ def test_score_refuses_an_alias_and_a_version_together(capsys):
         cli.main(["score", "any.csv", "--alias", "challenger", "--version", "daily-2024-01-01"])
     assert exited.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("dataset", "start", "said"),
+    [
+        ("flights", "2013-12-31", "2014-01-01 (1 of 2 day(s)) are no days of flights"),
+        ("synthetic", "2023-12-31", "2023-12-31 (1 of 2 day(s)) are no days of synthetic"),
+    ],
+)
+def test_land_refuses_days_outside_the_partitions_landing_nothing(
+    no_webserver, capsys, dataset, start, said
+):
+    # Such a file is never read, only alerted as a misfit (flights' had a header and no row).
+    assert cli.main(["land", "--dataset", dataset, "--start", start, "--days", "2"]) == 2
+    assert said in capsys.readouterr().err
+    assert not (no_webserver / "landing").exists() or not any((no_webserver / "landing").iterdir())
+
+
+def test_land_lands_a_day_that_has_not_ended_yet_as_upstream_may(no_webserver, capsys):
+    assert cli.main(["land", "--dataset", "synthetic", "--start", "2999-01-01"]) == 0
+    assert (no_webserver / "landing" / "synthetic_2999-01-01.csv").stat().st_size > 0
