@@ -14,12 +14,21 @@ the next. The `drift_episode` check fails (WARN) while an episode is open and na
 or closed that day; an opened episode says whether the serving champion leans on the feature
 (its permutation importance on the day's labelled rows), which decides whether it pages.
 
+A rerun of past days (a corrected file re-landed, a fixed feature) leaves the days recorded
+after them as they were: each carried the episode states, and counted the decay streak, of the
+earlier version. Dagster follows no self-dependency of an asset of more than 100 partitions to
+show them stale, so the rerun's last day names them (`stale_later_days` in its record and
+metadata, and in its checks' descriptions, with the range to materialise); a range through the
+latest day carries the new states through.
+
 The `champion_decay` check fails (WARN) when the champion misses the contract's value
 thresholds on `evaluation.decay_days` days in a row: one bad day is noise, a streak is decay.
 The streak reads accepted days only: a day without a stored record (a tombstone: its features
 were rejected) neither counts nor breaks it, and the look-back stops after `DECAY_LOOKBACK`
 times `decay_days` days. A day with no champion yet, or no labelled rows, breaks a streak; a
-contract without value thresholds has nothing to decay from.
+day with fewer labelled rows than `evaluation.min_holdout_rows` (the least a candidate is judged
+on) is too few to judge, neither counted nor a break; a contract without value thresholds has
+nothing to decay from.
 """
 
 import dataclasses
@@ -76,7 +85,10 @@ EPISODE_LOOKBACK = 28
 SCORED = "scored"
 NO_CHAMPION = "no_champion"
 NO_LABELLED_ROWS = "no_labelled_rows"
+TOO_FEW_LABELLED_ROWS = "too_few_labelled_rows"
 UNSCORABLE = "predictions_not_finite"
+# The recorded days after a rerun's that still hold what they read from its earlier version.
+STALE_KEY = "stale_later_days"
 
 
 def threshold_results(
@@ -168,6 +180,20 @@ def champion_record(
             "note": f"{day} has no labelled rows yet: champion {champion_version} not scored",
         }
     spec = contract.evaluation
+    if len(rows) < spec.min_holdout_rows:
+        # The least a candidate is judged on (`judge_candidate`): the metrics and intervals of a
+        # handful of rows say nothing of the champion, and one far-off row would count as a
+        # bad day towards decay.
+        counted = "1 labelled row" if len(rows) == 1 else f"{len(rows)} labelled rows"
+        return {
+            **record,
+            "status": TOO_FEW_LABELLED_ROWS,
+            "note": (
+                f"champion {champion_version} not judged on {day}: its {counted} are too few "
+                f"to judge a model on (at least {spec.min_holdout_rows}, contract "
+                "evaluation.min_holdout_rows)"
+            ),
+        }
     champion = load(champion_version)
     predictions = predict_holdout(champion, rows)
     if predictions.non_finite or predictions.overflowing_labels():
@@ -215,6 +241,61 @@ def previous_days(day: str, count: int) -> list[str]:
     return [(first - dt.timedelta(days=i)).isoformat() for i in range(1, count + 1)]
 
 
+def decay_standing(record: dict[str, Any] | None) -> str:
+    """What a day's record is to the decay streaks of the days after it."""
+    if record is None or record.get("status") == TOO_FEW_LABELLED_ROWS:
+        return "skipped"
+    return "missed" if missed_thresholds(record) else "break"
+
+
+def days_apart(first: str, last: str) -> int:
+    """The days from `first` to `last`."""
+    return (dt.date.fromisoformat(last) - dt.date.fromisoformat(first)).days
+
+
+def carried_days(day: str, later: Iterable[str], gap: int) -> list[str]:
+    """The `later` stored days whose episode states carry `day`'s: each from the one before it.
+
+    A day reads the state of the latest stored day at most `gap` days before it; after a longer
+    gap it started afresh, and so did every day after it.
+    """
+    carried: list[str] = []
+    previous = day
+    for later_day in sorted(later):
+        if days_apart(previous, later_day) > gap:
+            break
+        carried.append(later_day)
+        previous = later_day
+    return carried
+
+
+def stale_note(key: dg.AssetKey, day: str, stale: list[str], check: str) -> str:
+    """What the later days of a rerun day still hold from its earlier version, and the rerun.
+
+    `check` is what they hold it for: `drift_episode` (their states) or `champion_decay`.
+    """
+    if not stale:
+        return ""
+    held = (
+        "the drift episode states they carried"
+        if check == EPISODE_CHECK
+        else "the decay streaks they counted"
+    )
+    asset = key.to_user_string()
+    span = f"{stale[0]}...{stale[-1]}"
+    which = (
+        f"The record of {stale[0]} still holds"
+        if len(stale) == 1
+        else f"The records of {len(stale)} later days, {stale[0]} to {stale[-1]}, still hold"
+    )
+    return (
+        f" {which} {held} from the earlier version of {day}: materialise {asset} for {span} as "
+        f"one range (the asset's Materialize, or `dagster asset materialize -m "
+        f"ml_platform.definitions --select {asset} --partition-range {span}`) to carry this "
+        "one through."
+    )
+
+
 def _against_bounds(record: dict[str, Any]) -> str:
     """Each metric of a scored record with its bound: `rmse 1.2000 (at most 1.0)`."""
     words = {"max": "at most", "min": "at least"}
@@ -229,11 +310,13 @@ def decay_check(
     contract: Contract,
     record: dict[str, Any],
     earlier: dict[str, dict[str, Any] | None],
+    stale: str = "",
 ) -> dg.AssetCheckResult:
     """`champion_decay` of a day: fails when the champion missed on `decay_days` days in a row.
 
     `earlier` holds the stored records of the days before (None or absent: no accepted record,
-    a tombstone, skipped); the streak looks back `DECAY_LOOKBACK * decay_days` days at most.
+    a tombstone, skipped, as a day of too few labelled rows is); the streak looks back
+    `DECAY_LOOKBACK * decay_days` days at most. `stale` (`stale_note`) ends the description.
     """
     needed = contract.evaluation.decay_days
     day = record["partition"]
@@ -243,7 +326,7 @@ def decay_check(
             if len(streak) >= needed:
                 break
             found = earlier.get(previous)
-            if found is None:
+            if found is None or found.get("status") == TOO_FEW_LABELLED_ROWS:
                 continue
             if not missed_thresholds(found):
                 break
@@ -262,7 +345,7 @@ def decay_check(
         description = (
             f"The model is decaying: retrain or look at the data. Champion "
             f"{', '.join(versions)} missed the contract's value thresholds on {len(streak)} days "
-            f"in a row ({days[0]} to {days[-1]}): {detail}."
+            f"in a row ({days[0]} to {days[-1]}): {detail}.{stale}"
         )
         return dg.AssetCheckResult(
             check_name=DECAY_CHECK,
@@ -280,11 +363,16 @@ def decay_check(
                 f"{record['note']}. The day's values are far outside anything the champion "
                 "learnt from: bound the column in the contract (columns[].min / max) so the "
                 "gate rejects them, fix the file upstream and re-land the day. A day without "
-                "a score breaks a decay streak."
+                f"a score breaks a decay streak.{stale}"
             ),
             metadata=metadata,
         )
-    if record["status"] != SCORED:
+    if record["status"] == TOO_FEW_LABELLED_ROWS:
+        description = (
+            f"{record['note'][0].upper()}{record['note'][1:]}: neither a good day nor a bad "
+            "one, it neither counts toward nor breaks a decay streak."
+        )
+    elif record["status"] != SCORED:
         description = f"{record['note']}; a day without a score breaks a decay streak."
     elif record["meets_thresholds"] is None:
         description = (
@@ -306,7 +394,7 @@ def decay_check(
         check_name=DECAY_CHECK,
         passed=True,
         severity=dg.AssetCheckSeverity.WARN,
-        description=description,
+        description=description + stale,
         metadata=metadata,
     )
 
@@ -319,10 +407,11 @@ def with_importance(
 ) -> DayEpisodes:
     """The day's opened episodes with how much the serving champion leans on their feature.
 
-    `shares` are the champion's importance shares on the day's rows (None: no champion, or no
-    labelled rows, to measure them on: the episode touches no serving model and pages nobody).
-    `unmeasured` says why a champion's shares could not be measured on rows it has: then
-    whether it leans on the feature is not known, and the episode is told as if it did.
+    `shares` are the champion's importance shares on the day's rows (None: no champion to
+    measure them of: the episode touches no serving model and pages nobody). `unmeasured` says
+    why a serving champion's shares could not be measured (its metric undefined on the day's
+    rows, or too few labelled rows): then whether it leans on the feature is not known, and
+    the episode is told as if it did.
     """
     if not episodes.opened:
         return episodes
@@ -342,11 +431,14 @@ def with_importance(
     return DayEpisodes(states=states, opened=opened, closed=episodes.closed)
 
 
-def episode_check(day: str, episodes: DayEpisodes, judged: bool) -> dg.AssetCheckResult:
+def episode_check(
+    day: str, episodes: DayEpisodes, judged: bool, stale: str = ""
+) -> dg.AssetCheckResult:
     """`drift_episode` of a day: fails (WARN) while a feature's drift lasts, names the news.
 
     Its metadata `opened` and `closed` hold the episodes that began or ended that day (JSON),
-    from which the alert rules tell people once per episode.
+    from which the alert rules tell people once per episode. `stale` (`stale_note`) ends the
+    description.
     """
     news = []
     if episodes.opened:
@@ -370,7 +462,7 @@ def episode_check(day: str, episodes: DayEpisodes, judged: bool) -> dg.AssetChec
         check_name=EPISODE_CHECK,
         passed=not episodes.open,
         severity=dg.AssetCheckSeverity.WARN,
-        description=" ".join(news),
+        description=" ".join(news) + stale,
         metadata={
             "open_episodes": len(episodes.open),
             "open_features": ", ".join(e.feature for e in episodes.open) or "none",
@@ -508,6 +600,41 @@ def build_champion_performance(
             found = stored(latest) if latest else None
             return found.get("drift_episodes") if found else None
 
+        # The accepted days recorded after the step's: each read, when it ran, the states and
+        # records of the days before it, which a rerun of past days replaces (two queries a
+        # step; no read of a day when the step reaches the latest day).
+        last_day = context.partition_keys[-1]
+        after = sorted(d for d in context.instance.get_materialized_partitions(key) if d > last_day)
+        later = list(io_manager.recorded_versions(context.instance, key, after, "json"))
+        # The step's days whose decay standing (missed, skipped, a break) its rerun changed.
+        restanding: list[str] = []
+
+        def stale_later_days(
+            day: str, record: dict[str, Any], read_before: dict[str, Any] | None
+        ) -> dict[str, list[str]]:
+            """The later days that hold what this day's earlier version left them."""
+            stale: dict[str, list[str]] = {EPISODE_CHECK: [], DECAY_CHECK: []}
+            if not later:
+                return stale
+            earlier = stored(day)
+            if decay_standing(earlier) != decay_standing(record):
+                restanding.append(day)
+            if day != last_day:
+                return stale
+            # What the next days carried: the earlier version's states, or (a day recorded for
+            # the first time, or accepted after a rejection) those of the stored day before.
+            carried = earlier.get("drift_episodes") if earlier else read_before
+            if (carried or {}) != record["drift_episodes"]:
+                stale[EPISODE_CHECK] = carried_days(day, later, EPISODE_LOOKBACK)
+            # A later day's streak looked back at the step's days only when it missed.
+            stale[DECAY_CHECK] = [
+                d
+                for d in later
+                if any(0 < days_apart(c, d) <= lookback for c in restanding)
+                and missed_thresholds(stored(d))
+            ]
+            return stale
+
         def day_of_champion_performance(
             day: str, features: pd.DataFrame, drift_report: dict[str, Any]
         ) -> Iterator:
@@ -515,10 +642,19 @@ def build_champion_performance(
             record = champion_record(contract, day, version, features, load)
             judged = feature_days(drift_report)
             spec = contract.drift.episodes
-            episodes = advance(day, judged, states_from_json(episodes_before(day)), spec, monitored)
+            read_before = episodes_before(day)
+            episodes = advance(day, judged, states_from_json(read_before), spec, monitored)
             rows = labelled(features, contract)
             shares, unmeasured = None, None
-            if episodes.opened and version is not None and len(rows):
+            least = contract.evaluation.min_holdout_rows
+            if episodes.opened and version is not None and len(rows) < least:
+                # A champion serves the day whether or not its labels are in; shuffling a
+                # handful of rows measures nothing (one row shuffled changes no prediction).
+                unmeasured = (
+                    f"{len(rows)} labelled row(s) of {day} are too few: at least {least}, "
+                    "contract evaluation.min_holdout_rows"
+                )
+            elif episodes.opened and version is not None:
                 metric = primary_metric(contract)
                 seed = contract.training.random_seed
                 shares = importance_shares(load(version), rows, metric, seed)
@@ -526,18 +662,25 @@ def build_champion_performance(
                     unmeasured = f"{metric} is undefined on the {len(rows)} labelled rows of {day}"
             episodes = with_importance(episodes, shares, spec.page_importance, unmeasured)
             record["drift_episodes"] = episodes.states_json()
-            yield episode_check(day, episodes, bool(judged))
+            stale = record[STALE_KEY] = stale_later_days(day, record, read_before)
+            notes = {check: stale_note(key, day, days, check) for check, days in stale.items()}
+            for note in filter(None, notes.values()):
+                context.log.warning(f"{CHAMPION_PERFORMANCE} {day}:{note}")
+            yield episode_check(day, episodes, bool(judged), notes[EPISODE_CHECK])
             # The days before matter only to a day that missed.
             earlier = (
                 {d: stored(d) for d in previous_days(day, lookback)}
                 if missed_thresholds(record)
                 else {}
             )
-            yield decay_check(contract, record, earlier)
+            yield decay_check(contract, record, earlier, notes[DECAY_CHECK])
             metadata: dict[str, Any] = {
                 f"champion_{metric}": dg.MetadataValue.float(float(value))
                 for metric, value in record["metrics"].items()
             }
+            stale_days = sorted(set(stale[EPISODE_CHECK]) | set(stale[DECAY_CHECK]))
+            if stale_days:
+                metadata[STALE_KEY] = ", ".join(stale_days)
             yield dg.MaterializeResult(
                 value=record,
                 metadata={
