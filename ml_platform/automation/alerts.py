@@ -55,8 +55,10 @@ from pydantic import Field
 from ml_platform.automation.jobs import DATASET_JOBS
 from ml_platform.drift.episodes import Episode
 from ml_platform.platform.datasets import dataset_name
+from ml_platform.platform.logs import redact
 from ml_platform.platform.run_events import EpisodeNews, RunOutcome, classify_outcome
 from ml_platform.platform.runbook import check_anchor
+from ml_platform.platform.settings import Settings
 from ml_platform.validation.assets import DELIVERY_CHECK
 
 CRITICAL = "CRITICAL"
@@ -74,13 +76,17 @@ LEVELS = {
 REJECTED_DAY_SECTION = "rejected-day"
 # After this many failed attempts (one per sensor tick) a sink gives up on an alert.
 MAX_DELIVERY_ATTEMPTS = 5
+# The fields an alert copies from what a run, a check or a file said: an error's message may
+# quote a database URI with its password, or a token a step read from the environment.
+SAID_FIELDS = ("title", "cause", "subject")
 
 
 class MisconfiguredSink(ValueError):
     """A sink's setting cannot work (a webhook URL without http(s) or a host): no retry fixes it.
 
     Also a receiver's answer that no retry changes: a webhook's client error (HTTP 4xx but a
-    timeout or a rate limit: revoked, deleted, its channel archived), an SMTP login refused.
+    timeout or a rate limit: revoked, deleted, its channel archived), an SMTP login refused, an
+    SMTP server that offers no STARTTLS when asked for it.
     """
 
 
@@ -200,6 +206,13 @@ class Alert:
     owners: tuple[str, ...] = ()
     # The one dataset the alert is about, whose contract may route it (`alerts.page`).
     dataset: str | None = None
+
+    def __post_init__(self) -> None:
+        # Redacted as the JSON log lines are: an alert leaves the process in a run tag, a
+        # webhook post and an email, none of which goes through the log's redaction.
+        secrets = Settings().secret_values
+        for name in SAID_FIELDS:
+            object.__setattr__(self, name, redact(getattr(self, name), secrets))
 
     @property
     def fingerprint(self) -> str:
@@ -463,7 +476,16 @@ class Notifier(dg.ConfigurableResource):
         message.set_content(alert.text() + "\n\n" + json.dumps(alert.to_json(), indent=2))
         with smtplib.SMTP(self.smtp_host, self.smtp_port, timeout=self.timeout_seconds) as smtp:
             if self.smtp_starttls:
-                smtp.starttls()
+                try:
+                    smtp.starttls()
+                except smtplib.SMTPNotSupportedError as exc:
+                    # The server's offer does not change between attempts: a setting to fix.
+                    raise MisconfiguredSink(
+                        f"the SMTP server offers no STARTTLS ({self.smtp_host}:{self.smtp_port}): "
+                        "point ML_PLATFORM_SMTP_HOST and ML_PLATFORM_SMTP_PORT at a server that "
+                        "offers it (submission, port 587), or set ML_PLATFORM_SMTP_STARTTLS=false "
+                        "for a relay on a trusted network only (mail and password go in clear)"
+                    ) from exc
             if self.smtp_user and self.smtp_password:
                 try:
                     smtp.login(self.smtp_user, self.smtp_password)
