@@ -5,7 +5,8 @@ cut to a sample so the rerun takes seconds. The IO manager reads the version of 
 that Dagster records now, so before anything runs, each input's materialisation that the run
 read (the last one recorded before the failed step started) is compared with the one recorded
 now, and the landed file a raw-data step reads with the file the run read. If any changed since
-(a later run recorded other data), `reproduce` refuses with
+(a later run recorded other data), or its file is gone from the lake though still recorded (a
+rerun would stop on the missing file, not on the run's error), `reproduce` refuses with
 InputsChangedError naming what changed instead of rerunning on other data: a rerun on today's
 lake says nothing about the run's failure.
 
@@ -478,12 +479,44 @@ def landed_file_change(
     return f"the landed file {zone.path_for(name)} was replaced at {when}, after the run read it"
 
 
+def lost_files(
+    instance: dg.DagsterInstance, target: Target, defs: dg.Definitions, reads: Sequence[InputRead]
+) -> list[str]:
+    """The inputs still recorded as the run read them whose files the lake no longer holds.
+
+    The record outlives its file when the lake loses it (a clean-up, a lifecycle rule, a
+    restore that left it out): the rerun would stop on the missing file, not on the run's
+    error. Unless the run stopped on that same absence: then the rerun meets it again.
+    """
+    lake = (defs.resources or {}).get("lake")
+    if not isinstance(lake, LakeStorage):
+        return []
+    storage = configured(lake, instance)
+    failure = target.diagnosis.failed_steps[0] if target.diagnosis else None
+    chain = failure.chain if failure is not None else ()
+    lost = []
+    for read in reads:
+        if read.read is None or read.change() is not None:
+            continue
+        record = DayRecord.of(read.read)
+        if not record.accepted or record.lake_key is None or storage.exists(record.lake_key):
+            continue
+        if any("MissingPartitionError" in link and read.name in link for link in chain):
+            continue
+        lost.append(
+            f"{read.name} is gone from the lake: its file {storage.uri(record.lake_key)}, "
+            f"{_by(read.read)}, which the run read, no longer exists"
+        )
+    return lost
+
+
 def check_inputs_unchanged(
     instance: dg.DagsterInstance, target: Target, defs: dg.Definitions, contract: Contract | None
 ) -> list[InputRead]:
     """The step's inputs, or InputsChangedError if any is not the version the run read."""
     reads = inputs_read(instance, target, defs)
     changes = [c for c in (r.change() for r in reads) if c is not None]
+    changes += lost_files(instance, target, defs, reads)
     if contract is not None:
         landed = landed_file_change(instance, target, defs, contract)
         if landed is not None:
