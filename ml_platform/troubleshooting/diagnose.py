@@ -32,6 +32,12 @@ FAILURE_EVENTS = (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAIL
 FINISHED = frozenset(
     {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 )
+# A run in one of these has run no step yet: it waits in the run queue, or was created and never
+# launched (a launch that stopped before it submitted the run).
+NOT_BEGUN = {
+    dg.DagsterRunStatus.QUEUED: "it waits in the run queue for a free slot",
+    dg.DagsterRunStatus.NOT_STARTED: "it was created but never launched",
+}
 # What a cancellation records: the request (its message says who or what asked: the UI's or
 # the API's termination, the queue, run monitoring's time limit) and the run's end.
 CANCEL_EVENTS = (dg.DagsterEventType.RUN_CANCELING, dg.DagsterEventType.RUN_CANCELED)
@@ -105,7 +111,15 @@ class Diagnosis:
         failed = len(self.failed_steps)
         so_far = f"{failed} step(s) failed so far" if failed else "no step has failed so far"
         lines = []
-        if not self.finished:
+        status = dg.DagsterRunStatus(self.status)
+        if status in NOT_BEGUN:
+            # Nothing ran: "still running" would send the user to wait for steps that may
+            # never run.
+            lines.append(
+                f"the run has not started ({self.status}): {NOT_BEGUN[status]}; no step has run, "
+                "so there is nothing to diagnose yet"
+            )
+        elif not self.finished:
             lines.append(
                 f"the run is still running ({self.status}): {so_far}; other steps may still "
                 "fail, so diagnose it again once it has ended"
