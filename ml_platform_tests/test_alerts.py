@@ -768,8 +768,31 @@ def test_a_refused_smtp_login_is_said_once_and_not_retried(caplog, webhook):
     assert "wrong-Pa55word" not in caplog.text
 
 
+def test_an_smtp_server_without_starttls_is_said_once_and_not_retried(caplog, webhook, smtp_server):
+    # A server on the port of plain SMTP that offers no STARTTLS, as the platform's default
+    # asks: the password would go in clear, and no later attempt changes the server's offer.
+    notifier = Notifier(
+        webhook_url=webhook.url,
+        smtp_host="127.0.0.1",
+        smtp_port=smtp_server.server_address[1],
+        email_to="oncall@example.org",
+    )
+
+    state = delivered_over_five_ticks(notifier, caplog)
+
+    assert state.outbox == []
+    assert smtp_server.messages == []
+    assert len(webhook.received) == 1  # the webhook is not held up by it
+    [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "email not sent: the SMTP server offers no STARTTLS" in error
+    assert "ML_PLATFORM_SMTP_STARTTLS" in error
+
+
 def test_a_missing_landed_file_is_a_recorded_verdict_alerted_as_its_failed_check(platform_for):
     platform = platform_for("synthetic")
+    # The landing zone is there; the day's file never landed (a zone that is not there at all
+    # is a configuration failure, not a verdict of the day).
+    platform.landing_dir.mkdir(parents=True)
     result = platform.materialize("2024-01-05")
     # A data verdict is an outcome of the day, not a failure of the run.
     assert result.success

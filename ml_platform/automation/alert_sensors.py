@@ -11,7 +11,8 @@
   a failure streak.
 - A run of a backfill leaves its rejected days to `backfill_summary_sensor`, which sends one
   summary per dataset when the backfill ends (its days, the rejected ones with where and why,
-  its failed runs and the rerun command), delivering it itself (its cursor keeps what it told).
+  its failed runs and the rerun command; a backfill that failed or was canceled before it ran
+  all its days says so), delivering it itself (its cursor keeps what it told).
 - `alert_delivery_sensor` sends the pending alerts through the notifier each tick. Its cursor
   keeps what was sent (deduplication) and what a failed sink still has to send, so a webhook
   that is down is tried again on the next ticks although no further run finishes.
@@ -40,6 +41,7 @@ from ml_platform.automation.alerts import (
     dataset_of_asset,
     dataset_of_job,
     evaluate_run,
+    one_line,
     recovery_keys,
     streak_keys,
 )
@@ -67,6 +69,14 @@ BACKFILL_TAG = "dagster/backfill"
 BACKFILL_ENDED = frozenset(
     {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 )
+# A backfill that stopped before it ran each of its days (Dagster's BulkActionStatus values):
+# its summary says so, or the days it never ran would pass for all it was asked to do.
+BACKFILL_STOPPED = {
+    "FAILED": "failed before it ran all its days",
+    "CANCELED": "was canceled before it ran all its days",
+}
+# What to do about the days a stopped backfill did not run.
+RERUN_SECTION = "rerun-failed-days"
 # The alerts a run raised (a JSON list), and whether they still have to be handed to the notifier.
 ALERTS_TAG = "ml_platform/alerts"
 ALERT_DELIVERY_TAG = "ml_platform/alert_delivery"
@@ -295,7 +305,14 @@ def build_alert_sensors(
         alerts = [
             alert
             for backfill in reversed(new)  # oldest first
-            for alert in backfill_summaries(context.instance, backfill.backfill_id, notifier, now)
+            for alert in backfill_summaries(
+                context.instance,
+                backfill.backfill_id,
+                notifier,
+                now,
+                status=backfill.status.value,
+                error=backfill.error.message if backfill.error else None,
+            )
         ]
         delivery = notifier.deliver(
             alerts, DeliveryState.from_json(cursor["delivery"]), context.log, now=now
@@ -320,13 +337,20 @@ def build_alert_sensors(
 
 
 def backfill_summaries(
-    instance: dg.DagsterInstance, backfill_id: str, notifier: Notifier, now: float
+    instance: dg.DagsterInstance,
+    backfill_id: str,
+    notifier: Notifier,
+    now: float,
+    status: str = "COMPLETED_SUCCESS",
+    error: str | None = None,
 ) -> list[Alert]:
     """One alert per dataset a backfill worked on: its days, rejected days and failed runs.
 
     A run's datasets are those of the assets it selected; a run that selected none (a job
     backfill's: `dagster job backfill -j flights_daily_pipeline_job`, or the UI's backfill of a
-    job) is its job's dataset's, one of the notifier's datasets (`dataset_of_job`).
+    job) is its job's dataset's, one of the notifier's datasets (`dataset_of_job`). A backfill
+    that failed or was canceled (`status`, Dagster's; `error`, the one it recorded) says so, and
+    is told even when it launched no run.
     """
     runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
     days: dict[str, set[str]] = {}
@@ -337,31 +361,41 @@ def backfill_summaries(
             # Dagster launches a job backfill's runs without an asset selection: the whole job.
             by_job = dataset_of_job(run.job_name, notifier.owners)
             datasets = {by_job} if by_job else set()
-        for dataset in datasets:
-            days.setdefault(dataset, set()).update(run_days(run.tags))
+        for name in datasets:
+            days.setdefault(name, set()).update(run_days(run.tags))
             if run.status == dg.DagsterRunStatus.FAILURE:
-                failed.setdefault(dataset, []).append(run.run_id)
+                failed.setdefault(name, []).append(run.run_id)
+    stopped = BACKFILL_STOPPED.get(status)
+    by_dataset: list[tuple[str | None, set[str]]] = list(sorted(days.items()))
+    if not by_dataset and stopped is not None:
+        by_dataset = [(None, set())]  # no run names its dataset: its stop is told all the same
     alerts = []
-    for dataset, covered in sorted(days.items()):
+    for dataset, covered in by_dataset:
         ordered = sorted(covered)
-        rejected = rejected_days(instance, dataset, ordered)
-        runs_failed = failed.get(dataset, [])
+        rejected = rejected_days(instance, dataset, ordered) if dataset else []
+        runs_failed = failed.get(dataset, []) if dataset else []
         told = [f"{r.day} ({r.asset}: {r.verdict})" for r in rejected]
-        cause = (
-            f"rejected: {', '.join(told)}; once their files are corrected: "
-            f"{rerun_command(dataset, [r.day for r in rejected])}"
-            if rejected
-            else "every day accepted"
-        )
+        if rejected and dataset is not None:
+            cause = (
+                f"rejected: {', '.join(told)}; once their files are corrected: "
+                f"{rerun_command(dataset, [r.day for r in rejected])}"
+            )
+        else:
+            cause = "every day it ran accepted" if stopped else "every day accepted"
         if runs_failed:
             cause += f"; {len(runs_failed)} run(s) failed: {', '.join(runs_failed)}"
+        if stopped is not None:
+            said = f": {one_line(error)}" if error and one_line(error) else ""
+            cause = f"the backfill {stopped}{said}; {cause}"
+        of = f" of {dataset}" if dataset else ""
         alerts.append(
             Alert(
-                severity=WARNING if rejected or runs_failed else INFO,
+                severity=WARNING if rejected or runs_failed or stopped else INFO,
                 rule="backfill_summary",
                 title=(
-                    f"backfill {backfill_id} of {dataset} ended: {len(ordered)} day(s), "
-                    f"{len(rejected)} rejected, {len(runs_failed)} failed run(s)"
+                    f"backfill {backfill_id}{of} {status.lower() if stopped else 'ended'}: "
+                    f"{len(ordered)} day(s), {len(rejected)} rejected, "
+                    f"{len(runs_failed)} failed run(s)"
                 ),
                 cause=cause,
                 subject=f"backfill {backfill_id}",
@@ -369,10 +403,13 @@ def backfill_summaries(
                 run_id=None,
                 partition=f"{ordered[0]}...{ordered[-1]}" if ordered else None,
                 run_url=f"{notifier.ui_url.rstrip('/')}/runs/b/{backfill_id}",
-                runbook=notifier.runbook(REJECTED_DAY_SECTION),
-                page=bool(rejected or runs_failed),
+                runbook=notifier.runbook(
+                    RERUN_SECTION if stopped and not rejected else REJECTED_DAY_SECTION
+                ),
+                # A canceled backfill was stopped by someone, who knows: it is logged.
+                page=bool(rejected or runs_failed or status == "FAILED"),
                 occurred_at=now,
-                owners=notifier.owners_of(dataset),
+                owners=notifier.owners_of(dataset) if dataset else (),
                 dataset=dataset,
             )
         )
