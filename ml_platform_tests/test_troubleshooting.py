@@ -35,6 +35,7 @@ from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.failures import (
     CODE_BUG,
+    CONFIGURATION,
     DATA,
     DEPENDENCY_MISMATCH,
     FAILURE_CLASS_TAG,
@@ -1260,3 +1261,36 @@ def test_json_log_lines_of_runs_rotating_the_file_together_are_all_kept(tmp_path
     files = [f for f in (tmp_path / "logs").glob(f"{LOG_FILE_NAME}*") if f.suffix != ".lock"]
     kept = [json.loads(line)["message"] for f in files for line in f.read_text().splitlines()]
     assert sorted(kept) == sorted(f"{name} {i:04d}" for name in names for i in range(150))
+
+
+@pytest.mark.parametrize(
+    ("error_class", "message", "expected"),
+    [
+        # A landed file still written in place after the retries: waiting is what it needs.
+        (
+            "LandedFileChangedError",
+            "synthetic_2024-01-02.csv (partition 2024-01-02) changed while it was read",
+            TRANSIENT_INFRASTRUCTURE,
+        ),
+        # The landing zone's volume not mounted: no retry mounts it.
+        (
+            "LandingZoneMissingError",
+            "the landing zone /mnt/landing does not exist",
+            CONFIGURATION,
+        ),
+        # S3 refusing a request signed by a clock 15 minutes off.
+        (
+            "ClientError",
+            "An error occurred (RequestTimeTooSkewed) when calling the PutObject operation: "
+            "The difference between the request time and the current time is too large.",
+            CONFIGURATION,
+        ),
+    ],
+    ids=["file changing", "zone missing", "clock skew"],
+)
+def test_landing_and_clock_failures_are_classed_by_what_fixes_them(error_class, message, expected):
+    failure = StepFailure("synthetic__raw_data", error_class, message, user_failure=False)
+
+    verdict = classify_failure([failure], [])
+
+    assert verdict.failure_class == expected, verdict.reason

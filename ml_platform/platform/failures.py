@@ -94,6 +94,8 @@ RESOURCE_PATTERN = re.compile(
 CONFIGURATION_ERROR_CLASSES = frozenset(
     {
         "PermissionError",
+        # The landing zone's directory is not there (a volume not mounted): mount it.
+        "LandingZoneMissingError",
         "NotADirectoryError",
         "IsADirectoryError",
         "DeletedInMlflowError",
@@ -108,7 +110,9 @@ CONFIGURATION_PATTERN = re.compile(
     r"\[Errno (?:1|13|20|21|30)\]|Read-only file system|Permission denied|Operation not permitted"
     r"|Not a directory|Is a directory"
     r"|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch"
-    r"|NoSuchBucket|AllAccessDisabled|InvalidBucketName|AccountProblem|ExpiredToken",
+    r"|NoSuchBucket|AllAccessDisabled|InvalidBucketName|AccountProblem|ExpiredToken"
+    # S3 refuses a request signed by a clock more than 15 minutes off: sync the worker's clock.
+    r"|RequestTimeTooSkewed",
     re.IGNORECASE,
 )
 DEPENDENCY_ERROR_CLASSES = frozenset(
@@ -134,6 +138,8 @@ TRANSIENT_ERROR_CLASSES = frozenset(
         "ConnectTimeoutError",
         "ReadTimeoutError",
         "RetryRequested",
+        # A landed file still being written in place while raw_data read it: read again later.
+        "LandedFileChangedError",
     }
 )
 # S3's (and other AWS services') answers for throttling and for a server error, as botocore
