@@ -166,3 +166,35 @@ def test_a_backfill_that_failed_or_was_canceled_is_not_summarised_as_a_success(p
     )
     assert silent.title == "backfill norun failed: 0 day(s), 0 rejected, 0 failed run(s)"
     assert (silent.severity, silent.page, silent.partition) == ("WARNING", True, None)
+
+
+def test_a_backfill_of_another_locations_hourly_assets_does_not_stop_the_summaries(
+    tmp_path, monkeypatch
+):
+    # The instance is shared with a code location whose assets are hourly: its backfill's runs
+    # carry ranges that are no days, which failed every tick of the summary sensor.
+    @dg.asset(
+        key_prefix="weather",
+        partitions_def=dg.HourlyPartitionsDefinition(start_date="2024-01-01-00:00"),
+    )
+    def readings() -> None: ...
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    defs = dg.Definitions(
+        assets=[readings], jobs=[dg.define_asset_job("readings_job", selection=[readings])]
+    )
+    with dg.DagsterInstance.get() as instance:
+        instance.create_run_for_job(
+            defs.resolve_job_def("readings_job"),
+            asset_selection=frozenset({readings.key}),
+            tags={
+                BACKFILL_TAG: "hourly",
+                "dagster/asset_partition_range_start": "2024-01-01-00:00",
+                "dagster/asset_partition_range_end": "2024-01-01-05:00",
+            },
+        )
+        summaries = backfill_summaries(instance, "hourly", Notifier(), now=0.0)
+
+    # Nothing of this platform's: no dataset summarised, and no error.
+    assert summaries == []

@@ -356,13 +356,20 @@ def backfill_summaries(
     days: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
     for run in runs:
+        try:
+            covered = run_days(run.tags)
+        except ValueError:
+            # A range that is no days (another code location's hourly assets, in the same
+            # instance): not a run of this platform, whose assets are all daily. Raised here, it
+            # would fail every tick and keep every later backfill from being told.
+            continue
         datasets = {key.path[0] for key in run.asset_selection or ()}
         if not datasets:
             # Dagster launches a job backfill's runs without an asset selection: the whole job.
             by_job = dataset_of_job(run.job_name, notifier.owners)
             datasets = {by_job} if by_job else set()
         for name in datasets:
-            days.setdefault(name, set()).update(run_days(run.tags))
+            days.setdefault(name, set()).update(covered)
             if run.status == dg.DagsterRunStatus.FAILURE:
                 failed.setdefault(name, []).append(run.run_id)
     stopped = BACKFILL_STOPPED.get(status)
