@@ -357,7 +357,7 @@ def backfill_summaries(
     failed: dict[str, list[str]] = {}
     for run in runs:
         try:
-            covered = run_days(run.tags)
+            run_covers = run_days(run.tags)
         except ValueError:
             # A range that is no days (another code location's hourly assets, in the same
             # instance): not a run of this platform, whose assets are all daily. Raised here, it
@@ -369,7 +369,7 @@ def backfill_summaries(
             by_job = dataset_of_job(run.job_name, notifier.owners)
             datasets = {by_job} if by_job else set()
         for name in datasets:
-            days.setdefault(name, set()).update(covered)
+            days.setdefault(name, set()).update(run_covers)
             if run.status == dg.DagsterRunStatus.FAILURE:
                 failed.setdefault(name, []).append(run.run_id)
     stopped = BACKFILL_STOPPED.get(status)
