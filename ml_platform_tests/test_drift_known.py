@@ -24,6 +24,7 @@ from ml_platform.platform import plots
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.records import DayRecord
 from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.test_drift_shapes import features
 
 SYNTHETIC_TEXT = (BUNDLED_DIR / "synthetic.yaml").read_text()
 BEFORE_DRIFT = SYNTHETIC_TEXT[: SYNTHETIC_TEXT.index("\ndrift:")] + "\n"
@@ -33,24 +34,6 @@ DAY = "2024-02-10"
 def with_drift(block: str):
     """The synthetic contract with its drift section replaced by `block`."""
     return parse_contract(BEFORE_DRIFT + block, "synthetic.yaml")
-
-
-def features(rows: int, seed: int, **columns) -> pd.DataFrame:
-    """A day of the synthetic contract's features, with `columns` replaced."""
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame(
-        {
-            "x1": rng.normal(0.0, 1.0, rows),
-            "x2": rng.normal(5.0, 2.0, rows),
-            "x3": rng.uniform(-1.0, 1.0, rows),
-            "x4": rng.normal(0.0, 1.0, rows),
-            "log_amount": rng.normal(3.0, 1.0, rows),
-            "segment": pd.Series(rng.choice(["A", "B", "C"], rows), dtype="str"),
-            "hour": rng.integers(0, 24, rows).astype("float64"),
-            "temperature": rng.normal(12.0, 2.0, rows),
-        }
-    )
-    return frame.assign(**columns)
 
 
 def reference(count: int, rows: int) -> tuple[list[pd.DataFrame], list[str]]:
