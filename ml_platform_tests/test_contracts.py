@@ -631,3 +631,29 @@ def test_a_source_the_generators_cannot_make_is_refused(tmp_path, setting, where
     text = edit(FLIGHTS_TEXT, "  kind: nycflights13\n", f"  kind: nycflights13\n  {setting}\n")
     problems = located(load_broken(tmp_path, text))
     assert [w for _, w in problems] == [where]
+
+
+def test_a_history_min_days_its_reference_can_never_hold_is_refused(tmp_path):
+    # Flights' history compares a day with the same weekday among the 28 days before: at most 4.
+    # With min_days 5 no day would ever be judged against its history, each promising it would.
+    text = edit(
+        FLIGHTS_TEXT,
+        "  bad_rows: {policy: fail}\n",
+        "  bad_rows: {policy: fail}\n  history: {min_days: 5}\n",
+    )
+
+    problems = located(load_broken(tmp_path, text))
+
+    where = (line_of(text, "history: {min_days: 5}"), "quality.history.min_days")
+    assert list(problems) == [where]
+    assert problems[where].startswith(
+        "the history gate's reference holds at most 4 day(s) (the same weekday among 28 days)"
+    )
+    fits = edit(
+        FLIGHTS_TEXT,
+        "  bad_rows: {policy: fail}\n",
+        "  bad_rows: {policy: fail}\n  history: {min_days: 4}\n",
+    )
+    path = tmp_path / "fits.yaml"
+    path.write_text(fits)
+    assert load_contract(path).quality.history.min_days == 4

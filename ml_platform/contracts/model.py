@@ -1038,6 +1038,19 @@ def _drift_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         yield from _reference_problems(
             c.quality.history.reference, ("quality", "history", "reference"), c.partitions
         )
+    ref = c.history_reference
+    # The fewest reference days a day can ever have once the partitions have run long enough:
+    # a same-weekday window of N days holds N // 7 of them (under 7, said above).
+    capacity = ref.days // 7 if ref.same_weekday else ref.days
+    if c.quality.history.min_days > capacity and not (ref.same_weekday and ref.days < 7):
+        # The history gate would never judge a day, while each day's check promised it would.
+        yield (
+            ("quality", "history", "min_days"),
+            f"the history gate's reference holds at most {capacity} day(s) "
+            f"({'the same weekday among ' if ref.same_weekday else ''}{ref.days} days): "
+            f"{c.quality.history.min_days} would never be reached; lower min_days or widen "
+            "the reference",
+        )
     features = {f.name: f for f in c.features}
     constant_columns = {col.name for col in c.columns if col.constant_within_day}
     for name, spec in c.drift.features.items():
