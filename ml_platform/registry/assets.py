@@ -91,6 +91,33 @@ SUPERSEDED = "superseded"
 STREAK_LOOKBACK = 4
 
 
+class ChampionFeaturesError(dg.Failure):
+    """The champion needs features the contract no longer provides: no candidate can meet it.
+
+    A contract change (a feature dropped or renamed) under the serving champion. Not retried:
+    every later day meets the same champion until a person chooses the way out, which the
+    message names.
+    """
+
+    def __init__(self, champion: str, missing: list[str], day: str, contract: Contract):
+        provided = [feature.name for feature in contract.features]
+        super().__init__(
+            description=(
+                f"registered_model {day}: the champion {champion} needs the feature(s) "
+                f"{missing}, which the contract of '{contract.name}' no longer provides (its "
+                f"features: {provided}), so no candidate can be scored against it and every "
+                "later day stops here too, whatever the wait. Either put the feature(s) back in "
+                f"the contract (as features of the same names) and rerun the days from {day}, "
+                "or make the change a dataset of its own (a contract with a new `name`: "
+                "its registry starts empty, so its first eligible model is promoted). "
+                "`ml-platform replay promote` does not help: it changes the live contract, not "
+                "the champion, which moves only by this step's rule (docs/replay.md)"
+            ),
+            metadata={"champion": champion, "missing_features": missing},
+            allow_retries=False,
+        )
+
+
 def outcome_line(decision: str, cause: str) -> str:
     """What a day's verdict did to the registry, in the words `ml-platform materialize` prints."""
     if decision == PROMOTE:
@@ -440,6 +467,15 @@ def build_registered_model(
                     allow_retries=False,
                 ) from exc
 
+        def scorable_champion(day: str, version: str) -> TrainedModel:
+            """The champion's model, which must find its features among the contract's."""
+            champion = load_champion(version)
+            provided = {feature.name for feature in contract.features}
+            missing = [name for name in champion.features if name not in provided]
+            if missing:
+                raise ChampionFeaturesError(version, missing, day, contract)
+            return champion
+
         def moves_back(alias: str, version: str) -> str | None:
             """The later day's version `alias` points at, if moving it to `version` goes back."""
             now = current[alias]
@@ -513,7 +549,7 @@ def build_registered_model(
                 # The model and its window disagree: only rematerialising the model fixes that.
                 raise dg.Failure(description=str(exc), allow_retries=False) from exc
             champion_scores = (
-                score_model(load_champion(champion), holdout, spec.bootstrap_samples, seed)
+                score_model(scorable_champion(day, champion), holdout, spec.bootstrap_samples, seed)
                 if champion is not None
                 else None
             )
