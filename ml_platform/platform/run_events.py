@@ -12,6 +12,7 @@ from typing import Any
 import dagster as dg
 
 from ml_platform.platform.failures import (
+    CODE_BUG,
     Classification,
     FailedCheck,
     StepFailure,
@@ -77,12 +78,25 @@ class RunOutcome:
     unfinished_steps: list[str] = dataclasses.field(default_factory=list)
     # Episodes (drift) that the run's checks opened or closed, by day.
     episodes: list[EpisodeNews] = dataclasses.field(default_factory=list)
+    # An error Dagster recorded outside any step (on an engine event): a run worker that could
+    # not load the code ("Could not load job definition.") records its error there, and then a
+    # run failure with none.
+    run_error: StepFailure | None = None
 
 
 def classify_outcome(outcome: RunOutcome) -> Classification:
-    """The failure class of a finished, failed run."""
-    return classify_failure(
+    """The failure class of a finished, failed run.
+
+    A run with no failed step is classed by the error recorded outside any step, if any, as a
+    step's would be: a run worker that cannot import a module is a dependency mismatch.
+    """
+    found = classify_failure(
         outcome.step_failures, outcome.failed_checks, outcome.run_message, outcome.unfinished_steps
+    )
+    if outcome.step_failures or outcome.run_error is None or found.failure_class != CODE_BUG:
+        return found  # explained already (a killed process, a failed blocking check)
+    return classify_failure(
+        [outcome.run_error], outcome.failed_checks, outcome.run_message, outcome.unfinished_steps
     )
 
 
@@ -117,6 +131,22 @@ def step_failure(entry: dg.EventLogEntry, data: Any, step: str, attempts: int) -
     )
 
 
+# The "step" an error recorded outside any step is named for.
+RUN_WORKER = "the run worker"
+
+
+def run_error(entry: dg.EventLogEntry, error: Any) -> StepFailure:
+    """An error an engine event recorded outside any step, as the failure a person reads."""
+    cause = user_error(error)
+    return StepFailure(
+        step=RUN_WORKER,
+        error_class=cause.cls_name or "Error",
+        message=f"{entry.message} {error_chain(cause)[0]}".strip(),
+        user_failure=False,
+        chain=error_chain(error),
+    )
+
+
 def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> RunOutcome | None:
     """What a finished run did, read from its event log; None if the run is gone."""
     run = instance.get_run_by_id(run_id)
@@ -127,6 +157,7 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
     succeeded_steps: list[str] = []
     failed_checks: list[FailedCheck] = []
     run_message = ""
+    outside: StepFailure | None = None
     begun: list[str] = []
     ended: set[str] = set()
     episodes: list[EpisodeNews] = []
@@ -161,9 +192,21 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
                         partition=data.partition,
                     )
                 )
+        elif event.event_type == dg.DagsterEventType.ENGINE_EVENT and event.step_key is None:
+            error = getattr(data, "error", None)
+            if error is not None and outside is None:
+                outside = run_error(entry, error)
         elif event.event_type == dg.DagsterEventType.RUN_FAILURE:
             error = getattr(data, "error", None)
-            run_message = error.message if error else entry.message
+            # A run failure with no error of its own says only that the run was marked failed:
+            # the error recorded before it (a run worker that could not load the code) says why.
+            run_message = (
+                error.message
+                if error
+                else f"{entry.message} {outside.message}"
+                if outside
+                else entry.message
+            )
     return RunOutcome(
         run_id=run_id,
         root_run_id=run.tags.get("dagster/root_run_id", run_id),
@@ -176,4 +219,5 @@ def run_outcome(instance: dg.DagsterInstance, run_id: str, succeeded: bool) -> R
         run_message=run_message,
         unfinished_steps=[step for step in begun if step not in ended],
         episodes=episodes,
+        run_error=outside,
     )
