@@ -1294,3 +1294,13 @@ def test_landing_and_clock_failures_are_classed_by_what_fixes_them(error_class, 
     verdict = classify_failure([failure], [])
 
     assert verdict.failure_class == expected, verdict.reason
+
+
+def test_a_champion_the_contract_no_longer_feeds_is_a_configuration_failure():
+    # A contract change a person resolves: neither the day's data nor a bug of the code.
+    message = (
+        "2024-01-02: the serving champion daily-2024-01-01 (version 1) needs feature(s) x4, "
+        "which the contract no longer provides"
+    )
+    alone = StepFailure("synthetic__registered_model", "ChampionFeaturesError", message, True)
+    assert classify_failure([alone], []).failure_class == CONFIGURATION

@@ -96,6 +96,9 @@ CONFIGURATION_ERROR_CLASSES = frozenset(
         "PermissionError",
         # The landing zone's directory is not there (a volume not mounted): mount it.
         "LandingZoneMissingError",
+        # The contract no longer provides a feature the serving champion needs: a person
+        # resolves the contract change (docs/runbook.md).
+        "ChampionFeaturesError",
         "NotADirectoryError",
         "IsADirectoryError",
         "DeletedInMlflowError",
