@@ -165,10 +165,16 @@ def quiet_mlflow() -> None:
 
     Its telemetry is off: nothing leaves the machine (as `telemetry` in dagster.yaml); MLflow
     starts it when imported, so this runs before. No progress bar per downloaded model in the
-    runs' logs. A variable the user set stands.
+    runs' logs. Its REST client retries a failed request inside the call, by default 7 times
+    with a backoff factor of 2 (about 4 minutes before the step sees the error), which the
+    steps' retry policy then repeats: one attempt retries a blip for a few seconds (1 + 2 s)
+    and leaves longer outages to the retry policy, which logs each attempt. A variable the
+    user set stands.
     """
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
 
 
 class Settings:

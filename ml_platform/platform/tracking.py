@@ -7,7 +7,7 @@ to the tracking store); unset, the tracking store is a SQLite file in the lake d
 (`<lake>/mlflow/artifacts/<dataset>`, a directory or an S3 prefix); MLflow reaches S3 through
 boto3's chain and `MLFLOW_S3_ENDPOINT_URL`. A lake on S3 needs a tracking store MLflow can share
 between machines (PostgreSQL): the embedded file is refused there. MLflow's HTTP client retries
-a failed request for seconds, not its default of minutes (`HTTP_RETRIES`): longer outages are the
+a failed request for seconds, not its default of minutes (`quiet_mlflow`): longer outages are the
 steps' retry policy's, and a value set in the environment stands.
 
 MLflow is imported by the steps that use it, not by the code location: its import costs seconds
@@ -15,9 +15,7 @@ that the webserver, the daemon and the sensors never need.
 """
 
 import functools
-import os
 import threading
-from collections.abc import MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,23 +33,8 @@ REGISTRY_ENV = "MLFLOW_REGISTRY_URI"
 MLFLOW_PREFIX = "mlflow"
 # Tags the platform sets on runs and model versions, under one namespace.
 TAG = "ml_platform"
-# MLflow's REST client retries a failed request inside the call: by default 7 times with a
-# backoff factor of 2 (2, 4, ... 128 s), about 4 minutes before the step even sees the error,
-# which the steps' retry policy (STORAGE_RETRY_POLICY) then repeats. One attempt retries a
-# blip for a few seconds (1 + 2 s) and leaves longer outages to the retry policy, which logs
-# each attempt and gives up after its own.
-HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
-
-
-def bounded_mlflow_retries(environ: MutableMapping[str, str] = os.environ) -> None:
-    """MLflow's in-call HTTP retries bounded to seconds (`HTTP_RETRIES`); a value set stands."""
-    for name, value in HTTP_RETRIES.items():
-        environ.setdefault(name, value)
-
-
 # Before any module of the platform imports MLflow (they all import this one first).
 quiet_mlflow()
-bounded_mlflow_retries()
 
 # Creating an experiment or registered model twice at once is refused by one of the two;
 # within a process one lock keeps it to one attempt, across processes the loser reads it.
