@@ -63,7 +63,7 @@ from ml_platform.platform.steps import (
     previous_day_input,
     retryable,
 )
-from ml_platform.registry.chain import RecordedChain, aliases_of, says_aliases
+from ml_platform.registry.chain import RecordedChain, aliases_of, fed_champion, says_aliases
 from ml_platform.registry.store import (
     ALIASES,
     ModelRegistryResource,
@@ -89,33 +89,6 @@ SUPERSEDED = "superseded"
 # A streak looks back at most this many times its length in days: a day without an accepted
 # record (a tombstone) neither counts nor ends it, so the look-back needs a bound.
 STREAK_LOOKBACK = 4
-
-
-class ChampionFeaturesError(dg.Failure):
-    """The champion needs features the contract no longer provides: no candidate can meet it.
-
-    A contract change (a feature dropped or renamed) under the serving champion. Not retried:
-    every later day meets the same champion until a person chooses the way out, which the
-    message names.
-    """
-
-    def __init__(self, champion: str, missing: list[str], day: str, contract: Contract):
-        provided = [feature.name for feature in contract.features]
-        super().__init__(
-            description=(
-                f"registered_model {day}: the champion {champion} needs the feature(s) "
-                f"{missing}, which the contract of '{contract.name}' no longer provides (its "
-                f"features: {provided}), so no candidate can be scored against it and every "
-                "later day stops here too, whatever the wait. Either put the feature(s) back in "
-                f"the contract (as features of the same names) and rerun the days from {day}, "
-                "or make the change a dataset of its own (a contract with a new `name`: "
-                "its registry starts empty, so its first eligible model is promoted). "
-                "`ml-platform replay promote` does not help: it changes the live contract, not "
-                "the champion, which moves only by this step's rule (docs/replay.md)"
-            ),
-            metadata={"champion": champion, "missing_features": missing},
-            allow_retries=False,
-        )
 
 
 def outcome_line(decision: str, cause: str) -> str:
@@ -469,12 +442,7 @@ def build_registered_model(
 
         def scorable_champion(day: str, version: str) -> TrainedModel:
             """The champion's model, which must find its features among the contract's."""
-            champion = load_champion(version)
-            provided = {feature.name for feature in contract.features}
-            missing = [name for name in champion.features if name not in provided]
-            if missing:
-                raise ChampionFeaturesError(version, missing, day, contract)
-            return champion
+            return fed_champion(REGISTERED_MODEL, day, version, load_champion(version), contract)
 
         def moves_back(alias: str, version: str) -> str | None:
             """The later day's version `alias` points at, if moving it to `version` goes back."""

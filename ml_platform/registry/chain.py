@@ -7,17 +7,73 @@ aliases must be before a step judges anything (what the latest recorded day says
 A step that failed after moving aliases recorded no day (a step's days are recorded together,
 at its end), so its moves are undone before its retry or the next run judges again: a day's
 decision is the same whatever attempts failed before it.
+
+The champion is scored by two steps, registered_model (against each candidate) and
+champion_performance (on each day's rows): both first make sure the contract still feeds it
+(`fed_champion`), and stop the same way when it does not.
 """
 
+import dataclasses
 import datetime as dt
 
 import dagster as dg
 
+from ml_platform.contracts import Contract
 from ml_platform.platform.records import DayRecord, day_records
 from ml_platform.registry.store import ALIASES
+from ml_platform.training.model import TrainedModel
 
 # Days asked of Dagster at once when looking back for the latest recorded day.
 LOOKBACK_DAYS = 31
+
+
+class ChampionFeaturesError(dg.Failure):
+    """The champion needs features the contract no longer provides: it cannot be scored.
+
+    A contract change (a feature dropped or renamed) under the serving champion, met by either
+    step that scores it (`step`: registered_model or champion_performance). Not retried: every
+    later day meets the same champion until a person chooses the way out, which the message
+    names.
+    """
+
+    def __init__(self, step: str, champion: str, missing: list[str], day: str, contract: Contract):
+        provided = [feature.name for feature in contract.features]
+        super().__init__(
+            description=(
+                f"{step} {day}: the champion {champion} needs the feature(s) "
+                f"{missing}, which the contract of '{contract.name}' no longer provides (its "
+                f"features: {provided}), so it can be scored neither against a candidate "
+                "(registered_model) nor on a day's rows (champion_performance), and every "
+                "later day stops here too, whatever the wait. Either put the feature(s) back in "
+                f"the contract (as features of the same names) and rerun the days from {day}, "
+                "or make the change a dataset of its own (a contract with a new `name`: "
+                "its registry starts empty, so its first eligible model is promoted). "
+                "`ml-platform replay promote` does not help: it changes the live contract, not "
+                "the champion, which moves only by registered_model's rule (docs/replay.md)"
+            ),
+            metadata={"champion": champion, "missing_features": missing},
+            allow_retries=False,
+        )
+
+
+def missing_features(model: TrainedModel, contract: Contract) -> list[str]:
+    """The features `model` learnt that the contract no longer provides (dropped or renamed)."""
+    provided = {feature.name for feature in contract.features}
+    return [name for name in model.features if name not in provided]
+
+
+def fed_champion(
+    step: str, day: str, version: str, champion: TrainedModel, contract: Contract
+) -> TrainedModel:
+    """The champion's model, which must find its features among the contract's.
+
+    It is scored against the contract's label, whatever the label was called when it trained:
+    its predictions never read the label, and the days it serves are judged by the contract's.
+    """
+    missing = missing_features(champion, contract)
+    if missing:
+        raise ChampionFeaturesError(step, version, missing, day, contract)
+    return dataclasses.replace(champion, label=contract.label_name)
 
 
 def says_aliases(record: DayRecord | None) -> bool:

@@ -67,7 +67,7 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
-from ml_platform.registry.chain import RecordedChain
+from ml_platform.registry.chain import RecordedChain, fed_champion
 from ml_platform.registry.store import ModelRegistryResource, RegistryError
 from ml_platform.training.model import TrainedModel, labelled
 
@@ -639,7 +639,13 @@ def build_champion_performance(
             day: str, features: pd.DataFrame, drift_report: dict[str, Any]
         ) -> Iterator:
             version = chain.before(day)["champion"]
-            record = champion_record(contract, day, version, features, load)
+
+            def scorable(version: str) -> TrainedModel:
+                # A contract change can leave the champion without a feature it learnt: the
+                # same named stop as registered_model's, not a KeyError classed as a bug.
+                return fed_champion(CHAMPION_PERFORMANCE, day, version, load(version), contract)
+
+            record = champion_record(contract, day, version, features, scorable)
             judged = feature_days(drift_report)
             spec = contract.drift.episodes
             read_before = episodes_before(day)
@@ -657,7 +663,7 @@ def build_champion_performance(
             elif episodes.opened and version is not None:
                 metric = primary_metric(contract)
                 seed = contract.training.random_seed
-                shares = importance_shares(load(version), rows, metric, seed)
+                shares = importance_shares(scorable(version), rows, metric, seed)
                 if shares is None:
                     unmeasured = f"{metric} is undefined on the {len(rows)} labelled rows of {day}"
             episodes = with_importance(episodes, shares, spec.page_importance, unmeasured)
