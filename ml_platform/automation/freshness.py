@@ -6,7 +6,9 @@ accepted (validated_data's recorded verdict); a recorded rejection does not make
 it rejected a correction and the day keeps the delivery it accepted before. A file that came in
 time is being run, not late, until VERDICT_ALLOWANCE after the deadline; a file still without a
 verdict then makes its day late: its run failed or never ran. Only the days whose deadline fell
-within the last `lookback_days` are watched.
+within the last `lookback_days` are watched. A file arrived when its content did: the sensor
+keeps when it first saw each watched day's content (`first_arrivals`), so a chmod or touch after
+the deadline does not make a file that came in time late.
 
 The judgement (`judge_days`) is a pure function of the time, the contract, the files found in
 the landing zone and the recorded verdicts. Three things use it:
@@ -189,12 +191,42 @@ def judge_days(
     return judged
 
 
+def first_arrivals(
+    landed: Mapping[str, LandedObject], arrived: dict[str, list[Any]]
+) -> dict[str, LandedObject]:
+    """Each day's entry as it arrived: `modified` when its content was first seen.
+
+    An entry's `modified` is its content's arrival only until its metadata changes: locally it
+    is the later of mtime and ctime (a file moved in keeps an old mtime), and a chmod, chown or
+    touch moves the ctime, S3's LastModified moves with a copy onto itself. So the first time
+    of each day's content (day -> [content key, time]) is kept in `arrived`, and an entry whose
+    content key is unchanged keeps it: a chmod after the deadline does not make a file that
+    came in time late. A new content arrives anew; a day with no entry is forgotten.
+    """
+    found = {}
+    for day in list(arrived):
+        if day not in landed:
+            del arrived[day]
+    for day, entry in landed.items():
+        first = arrived.get(day)
+        if first is not None and first[0] == entry.content_key:
+            entry = dataclasses.replace(entry, modified=min(float(first[1]), entry.modified))
+        arrived[day] = [entry.content_key, entry.modified]
+        found[day] = entry
+    return found
+
+
 def day_freshness(
-    contract: Contract, zone: LandingStore, instance: dg.DagsterInstance, now: dt.datetime
+    contract: Contract,
+    zone: LandingStore,
+    instance: dg.DagsterInstance,
+    now: dt.datetime,
+    arrived: dict[str, list[Any]] | None = None,
 ) -> list[DayFreshness]:
     """The watched days of `contract` from its landing zone and Dagster's records, as of `now`.
 
-    One look-up per watched day's expected file, whatever the size of the zone.
+    One look-up per watched day's expected file, whatever the size of the zone. `arrived`, the
+    sensor's memory of when each day's content first was seen (`first_arrivals`), is updated.
     """
     days = watched_days(contract, now)
     landed = {}
@@ -202,6 +234,8 @@ def day_freshness(
         entry = zone.find(contract.landing.file_name(day))
         if entry is not None:
             landed[day] = entry
+    if arrived is not None:
+        landed = first_arrivals(landed, arrived)
     records = day_records(instance, asset_key(contract.name, "validated_data"), days)
     return judge_days(contract, now, landed, records)
 
@@ -367,14 +401,21 @@ def with_freshness_policy(
 
 @dataclasses.dataclass
 class FreshnessCursor:
-    """The sensor's memory: the late days it warned of (day -> when), and alert delivery."""
+    """The sensor's memory: late days warned of, first arrivals, alert delivery.
+
+    `warned`: day -> when it was warned of; `arrived`: day -> [content key, time] of the day's
+    file content when first seen (`first_arrivals`).
+    """
 
     warned: dict[str, float] = dataclasses.field(default_factory=dict)
     delivery: DeliveryState = dataclasses.field(default_factory=DeliveryState)
+    arrived: dict[str, list[Any]] = dataclasses.field(default_factory=dict)
 
     def dumps(self) -> str:
         """For the sensor's cursor."""
-        return json.dumps({"warned": self.warned, "delivery": self.delivery.to_json()})
+        return json.dumps(
+            {"warned": self.warned, "delivery": self.delivery.to_json(), "arrived": self.arrived}
+        )
 
     @classmethod
     def loads(cls, text: str | None) -> "FreshnessCursor":
@@ -383,6 +424,7 @@ class FreshnessCursor:
         return cls(
             warned=dict(data.get("warned", {})),
             delivery=DeliveryState.from_json(data.get("delivery")),
+            arrived=dict(data.get("arrived", {})),
         )
 
 
@@ -412,7 +454,11 @@ def build_freshness_sensors(
         location = str(landing.path_for(""))
         runbook = notifier.runbook(RUNBOOK_SECTION)
         statuses = day_freshness(
-            contract, landing, context.instance, dt.datetime.fromtimestamp(now, dt.UTC)
+            contract,
+            landing,
+            context.instance,
+            dt.datetime.fromtimestamp(now, dt.UTC),
+            arrived=cursor.arrived,
         )
         alerts = []
         for status in statuses:

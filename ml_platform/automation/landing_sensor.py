@@ -13,8 +13,11 @@ many files have landed, and remembers in its cursor what it has already handled:
 - `walk`: where the current walk is (the name to list after). Entries of `seen` in a listed
   range that the listing no longer holds were deleted and are forgotten.
 - `walked`: a complete walk has been made. During the first walk after the sensor is turned
-  on, a file whose day was materialised after the file became readable is not rerun.
-- `pending`: files of days that are not partitions yet (today's file, landed early).
+  on, a file whose day was materialised after the file became readable is not rerun, nor one
+  whose bytes are those its day accepted (its ctime moved by a chmod of the zone, or a copy).
+- `pending`: files of days that are not partitions yet (today's file, landed early). One of a
+  day more than a day ahead of today is logged at WARNING and named in the tick's reason,
+  once, as waiting for its day: a wrong date looks just like it.
 
 A version says that a file may have changed, its bytes that it did: a file seen before under
 another version whose bytes hash to what raw_data last accepted for its day (`content_sha256`)
@@ -29,13 +32,16 @@ became readable: the daemon never launches the same request twice, and a correct
 new run, as does an earlier version put back after a correction. A file whose name
 carries no valid date, and an entry the zone refuses to read (a symbolic link, a directory, a
 FIFO or device, an S3 key with `..` segments or an absolute-looking name), is logged and alerted
-once per version, and runs nothing. Dagster's `get_objects` is not used: it lists the whole
-bucket on every call and its `since_key` misses overwritten files (dagster-io/dagster#22892).
+once per content, and runs nothing: it is remembered by its content key (locally inode and
+size, on S3 the ETag), so a chmod or touch of it alerts nothing again. Dagster's `get_objects`
+is not used: it lists the whole bucket on every call and its `since_key` misses overwritten
+files (dagster-io/dagster#22892).
 """
 
 import base64
 import bisect
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import time
@@ -80,6 +86,9 @@ CONTENT_ENTRY = "content_sha256"
 # zone replaces every version at once): the rest are compared on the next walk.
 CONTENT_BUDGET_SECONDS = 10.0
 CONTENT_CHUNK_BYTES = 1 << 20
+# The digest remembered for a file first seen on the first walk and left uncompared: no version
+# digests to it, so the next walk finds the file changed and compares its bytes then.
+UNCOMPARED = bytes(DIGEST_BYTES)
 
 
 def version_digest(version: str) -> bytes:
@@ -187,6 +196,17 @@ class WalkStep:
     replaced: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
+def remember_content(cursor: LandingCursor, obj: LandedObject) -> None:
+    """Remember an entry that runs nothing (a misfit, a refused entry) by its content key.
+
+    Its version moves with a chmod, a chown or a touch (they set the ctime), which changes
+    nothing that is alerted: the entry is new again, and alerted again, only when its content
+    key changes (`walk_landing`). Only such entries: a file that runs its day is remembered by
+    its version, whose bytes are then compared with those accepted.
+    """
+    cursor.seen[obj.name] = version_digest(obj.content_key)
+
+
 def forget_deleted(
     cursor: LandingCursor, known: list[str], after: str | None, end: str | None, listed: set[str]
 ) -> None:
@@ -211,7 +231,8 @@ def walk_landing(
     """List the next pages of the zone and return the entries not handled yet; updates `cursor`.
 
     Stops after `max_changed` such entries, mid-page if need be: the walk goes on after the
-    last entry it handled.
+    last entry it handled. An entry remembered by its content key (`remember_content`) is new
+    only when that changed, not with every version.
     """
     if cursor.walk is None:
         cursor.walk = {"after": None}
@@ -237,6 +258,9 @@ def walk_landing(
             listed += 1
             handled.add(obj.name)
             digest = version_digest(obj.version)
+            seen = cursor.seen.get(obj.name)
+            if seen not in (None, digest) and seen == version_digest(obj.content_key):
+                continue  # an entry that only alerts, with its content unchanged
             if cursor.is_new(obj, digest):
                 changed.append(obj)
                 if obj.name in cursor.seen:
@@ -393,9 +417,11 @@ def build_landing_sensor(
         refused = {obj.name: obj.refused for obj in step.changed if obj.refused is not None}
         readable = [obj.name for obj in step.changed if obj.refused is None]
         scan = scan_landing(contract, own_files(contract, readable, other_datasets))
+        by_name = {obj.name: obj for obj in step.changed}
         for name in refused:
             cursor.pending.pop(name, None)
-        by_name = {obj.name: obj for obj in step.changed}
+        for name in [*refused, *scan.problems]:
+            remember_content(cursor, by_name[name])
         # Daily keys are ISO dates, so "is a partition" is a range test, once per tick instead
         # of a partition-set computation per file.
         first_day = partitions.get_first_partition_key()
@@ -404,21 +430,52 @@ def build_landing_sensor(
         def is_partition(day: str) -> bool:
             return first_day is not None and last_day is not None and first_day <= day <= last_day
 
+        # Today's file and tomorrow's (a day that has begun somewhere east) wait as a matter of
+        # course; a file of a later day waits days or more, which its sender should hear of.
+        newest = last_day or (contract.partitions.start_date - dt.timedelta(days=1)).isoformat()
+        horizon = (dt.date.fromisoformat(newest) + dt.timedelta(days=2)).isoformat()
+        early: list[str] = []
         ready: list[tuple[str, LandedObject]] = []
         for day, name in sorted(scan.days.items()):
             obj = by_name[name]
-            cursor.pending.pop(name, None)
+            waited = cursor.pending.pop(name, None)
             if is_partition(day):
                 ready.append((day, obj))
+                continue
+            cursor.pending[name] = [obj.version, day, obj.modified]
+            if day > horizon and waited is None:
+                early.append(f"{name} waits for its day {day}")
+                context.log.warning(
+                    f"{landing.path_for(name)} is for {day}, more than a day ahead (the latest "
+                    f"day that has ended is {newest}): it waits for its day and runs once that "
+                    "has ended. If its date is wrong, rename it to the day it holds."
+                )
             else:
                 context.log.info(f"{name}: day {day} is not a partition yet; will run it then")
-                cursor.pending[name] = [obj.version, day, obj.modified]
         for name, (version, day, modified) in sorted(cursor.pending.items()):
             if is_partition(day):
                 ready.append((day, LandedObject(name=name, modified=modified, version=version)))
                 del cursor.pending[name]
 
-        replaced = [(day, obj) for day, obj in ready if obj.name in step.replaced]
+        # One query for the days that have any materialisation; only those need a closer look.
+        done = context.instance.get_materialized_partitions(first_key) if first_walk else set()
+        read_already = {
+            obj.name
+            for day, obj in ready
+            if day in done
+            and materialised_after(
+                context.instance, first_key, day, obj.modified, landing.modified_slack_seconds()
+            )
+        }
+        for day, obj in ready:
+            if obj.name in read_already:
+                context.log.info(f"{obj.name}: {day} was materialised from this file already")
+        ready = [(day, obj) for day, obj in ready if obj.name not in read_already]
+        # On the first walk, a file of a day materialised before the file's last change is
+        # compared by its bytes as a replaced one is: a chmod or chown of the zone, or its copy
+        # to a new volume (rsync -a), moves every ctime past its day's run, and turning the
+        # sensor on then must not rerun them all.
+        replaced = [(day, obj) for day, obj in ready if obj.name in step.replaced or day in done]
         same, deferred = (
             same_bytes_as_accepted(
                 context.instance,
@@ -434,8 +491,9 @@ def build_landing_sensor(
         )
         for day, obj in replaced:
             if obj.name in deferred:
-                # Its old version kept: the next walk finds it changed and compares it then.
-                cursor.seen[obj.name] = step.replaced[obj.name]
+                # Its old version kept (none on the first walk): the next walk finds it changed
+                # and compares it then.
+                cursor.seen[obj.name] = step.replaced.get(obj.name, UNCOMPARED)
             elif obj.name in same:
                 context.log.info(
                     f"{obj.name}: a new version with the bytes already accepted for {day} (a "
@@ -445,14 +503,7 @@ def build_landing_sensor(
         ready = [(day, obj) for day, obj in ready if obj.name not in same | deferred]
 
         requests = []
-        # One query for the days that have any materialisation; only those need a closer look.
-        done = context.instance.get_materialized_partitions(first_key) if first_walk else set()
         for day, obj in sorted(ready, key=lambda pair: pair[0]):
-            if day in done and materialised_after(
-                context.instance, first_key, day, obj.modified, landing.modified_slack_seconds()
-            ):
-                context.log.info(f"{obj.name}: {day} was materialised from this file already")
-                continue
             requests.append(
                 dg.RunRequest(
                     # The time too: an S3 version is the content's ETag, and a file put back
@@ -516,7 +567,7 @@ def build_landing_sensor(
         summary = (
             f"listed {step.listed} file(s) in {step.pages} page(s); {len(step.changed)} new or "
             f"changed; {len(requests)} run(s) requested; {len(scan.problems)} misfit(s); "
-            f"{len(refused)} refused; {walk}"
+            f"{len(refused)} refused; {walk}" + "".join(f"; {line}" for line in early)
         )
         context.log.info(summary)
         return dg.SensorResult(

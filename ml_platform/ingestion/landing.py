@@ -72,6 +72,15 @@ class LandedObject:
     # size and ctime (a rename, a copy and an in-place rewrite each change one of them).
     version: str
     refused: str | None = None  # why the entry is never read (a link, not a regular file...)
+    # Changes only when the bytes may have, not with metadata: locally inode and size (a chmod,
+    # chown or touch moves the ctime, so the version, and leaves both; a same-size rewrite in
+    # place is not told); empty: the version, which on S3 (the ETag) is the content's already.
+    content: str = ""
+
+    @property
+    def content_key(self) -> str:
+        """What tells this content from another one of the same name (see `content`)."""
+        return self.content or self.version
 
 
 LINK_REASON = (
@@ -383,6 +392,11 @@ def local_object(name: str, found: os.stat_result) -> LandedObject:
         # A rename or a copy gives a new inode or ctime, an in-place rewrite a new ctime.
         version=f"{found.st_ino}-{found.st_size}-{found.st_ctime_ns}",
         refused=refused,
+        # A link's size is the length of the path it holds; a directory's moves with what is
+        # filed in it, which is nothing the zone reads: the folder itself is what is there.
+        content=(
+            f"{found.st_ino}" if stat_module.S_ISDIR(mode) else f"{found.st_ino}-{found.st_size}"
+        ),
     )
 
 
