@@ -1304,3 +1304,113 @@ def test_a_champion_the_contract_no_longer_feeds_is_a_configuration_failure():
     )
     alone = StepFailure("synthetic__registered_model", "ChampionFeaturesError", message, True)
     assert classify_failure([alone], []).failure_class == CONFIGURATION
+
+
+def dropped_download() -> Exception:
+    """A real S3 body read whose connection drops: botocore's ResponseStreamingError.
+
+    A server on 127.0.0.1 announces 100 bytes of a day file, sends 8 and closes; botocore's own
+    StreamingBody reads it through urllib3, as S3LandingZone.open_file hands raw_data the body.
+    """
+    import urllib3
+    from botocore.exceptions import ResponseStreamingError
+    from botocore.response import StreamingBody
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\na,b\n1,2\n")
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    port = listener.getsockname()[1]
+    with urllib3.PoolManager() as pool:
+        response = pool.request(
+            "GET", f"http://127.0.0.1:{port}/synthetic_2024-01-03.csv", preload_content=False
+        )
+        with pytest.raises(ResponseStreamingError) as dropped:
+            StreamingBody(response, 100).read()
+    server.join(timeout=10)
+    listener.close()
+    return dropped.value
+
+
+def test_a_download_dropped_mid_file_is_retried_and_classed_transient(tmp_path):
+    # raw_data streams the landed object's body: S3 closing the connection mid-file is a
+    # network hiccup the step's retry policy is for, and the alert's class if it lasts.
+    attempts: list[int] = []
+
+    @dg.asset(
+        partitions_def=DAILY,
+        metadata={FORMAT_KEY: "parquet"},
+        retry_policy=dg.RetryPolicy(max_retries=1, delay=0.1),
+    )
+    def landed(context: dg.AssetExecutionContext) -> Iterator:
+        """Reads the day's landed object, whose download drops every time."""
+
+        def day_of_landed(day: str) -> Iterator:
+            attempts.append(context.retry_number)
+            raise dropped_download()
+            yield
+
+        yield from each_day(context, day_of_landed)
+
+    defs = lake_defs(tmp_path, [landed])
+    with dg.instance_for_test() as instance:
+        result = run_of(defs, instance, landed, partition_key=DAY)
+        assert not result.success
+        assert attempts == [0, 1]  # retried, not failed at once as a bug
+        outcome = run_outcome(instance, result.run_id, succeeded=False)
+        assert outcome is not None
+        verdict = classify_outcome(outcome)
+    assert verdict.failure_class == TRANSIENT_INFRASTRUCTURE, verdict.reason
+    assert "ResponseStreamingError" in verdict.reason
+
+
+def test_reproduce_of_raw_data_judges_the_file_the_run_read_not_the_one_the_sensor_listed(
+    platform_for, monkeypatch, tmp_path
+):
+    import ml_platform.ingestion.assets as ingestion_assets
+    from ml_platform.ingestion.landing import LANDED_FILE_TAG, LANDED_VERSION_TAG
+    from ml_platform.platform.storage import write_atomically
+
+    def storable(frame: pd.DataFrame, contract: Any) -> pd.DataFrame:
+        raise RuntimeError("a bug in raw_data")
+
+    monkeypatch.setattr(ingestion_assets, "storable", storable)
+    platform = platform_for("synthetic")
+    platform.land(DAY, 1)
+    zone = LandingZone(base_dir=str(platform.landing_dir))
+    path = zone.path_for(platform.contract.landing.file_name(DAY))
+    listed = zone.find(path.name)  # the version the landing sensor's tick listed
+    assert listed is not None
+    # Delivered again between the tick and the run (the upstream system re-sent it): the run
+    # reads this one, which is still there.
+    write_atomically(path, path.read_bytes())
+    result = dg.materialize(
+        list(platform.defs.assets or []),
+        selection=[platform.key("raw_data")],
+        partition_key=DAY,
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        tags={LANDED_FILE_TAG: str(path), LANDED_VERSION_TAG: listed.version},
+        raise_on_error=False,
+    )
+    failed = run_id_of(result)
+
+    def reproduced(scratch: str) -> None:
+        reproduce(
+            platform.instance, failed, platform.defs, tmp_path / scratch, contract=platform.contract
+        )
+
+    with pytest.raises(RuntimeError, match="a bug in raw_data"):
+        reproduced("scratch1")
+
+    # Replaced after the run read it: a rerun would read other data.
+    time.sleep(1.1)  # past the local zone's second of slack on modification times
+    write_atomically(path, path.read_bytes() + path.read_bytes().splitlines(keepends=True)[-1])
+    with pytest.raises(InputsChangedError, match="was replaced at .*, after the run read it"):
+        reproduced("scratch2")

@@ -15,9 +15,9 @@ Six classes, because each needs a different fix and a different person:
   that are missing, incomplete or expired. Fix the mount, owner, path, bucket or credentials.
 - dependency mismatch: a module is missing or an installed version does not fit the code
   (ImportError, a version conflict). Rebuild the environment from the lock.
-- transient infrastructure: a timeout, a refused or dropped connection, or S3 throttling or a
-  5xx answer (SlowDown, ServiceUnavailable) that outlasted the step's retries. Check the
-  service, then rerun.
+- transient infrastructure: a timeout, a refused or dropped connection (a download cut off
+  mid-file too), or S3 throttling or a 5xx answer (SlowDown, ServiceUnavailable) that
+  outlasted the step's retries. Check the service, then rerun.
 - code bug: anything else; reproduce it on a sample (`ml-platform reproduce RUN_ID`).
 
 The rules read the class names and messages of each failed step's whole error chain (the
@@ -143,6 +143,12 @@ TRANSIENT_ERROR_CLASSES = frozenset(
         "RetryRequested",
         # A landed file still being written in place while raw_data read it: read again later.
         "LandedFileChangedError",
+        # A download cut off mid-body (S3 closing the connection while raw_data streams a
+        # landed object): botocore's error, around urllib3's and http.client's.
+        "ResponseStreamingError",
+        "IncompleteReadError",
+        "ProtocolError",
+        "IncompleteRead",
     }
 )
 # S3's (and other AWS services') answers for throttling and for a server error, as botocore
@@ -154,7 +160,7 @@ THROTTLED_OR_5XX = (
     r"|5\d\d)\)|reached max retries"
 )
 TRANSIENT_PATTERN = re.compile(
-    r"Connection refused|Connection reset|timed out|Temporary failure in name resolution"
+    r"Connection (?:refused|reset|broken|aborted)|timed out|Temporary failure in name resolution"
     rf"|Max retries exceeded|Service Unavailable|{THROTTLED_OR_5XX}"
     # An embedded SQLite store another process holds past the busy timeout (two datasets
     # registering at once), and a PostgreSQL server restarted or failed over under a session.

@@ -41,7 +41,7 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.reference import reference_days
-from ml_platform.ingestion.landing import LANDED_VERSION_TAG, LandingStore
+from ml_platform.ingestion.landing import LandingStore
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.failures import (
     RESOURCE_EXHAUSTION,
@@ -468,12 +468,11 @@ def landed_file_change(
         return None if missing_then else f"the landed file {zone.path_for(name)} is gone"
     if missing_then:
         return f"the landed file {zone.path_for(name)} had not landed when the run ran; it has now"
-    # A run the landing sensor requested names the file version it was asked to read.
-    read_version = target.tags.get(LANDED_VERSION_TAG)
-    if read_version is not None:
-        if read_version == entry.version:
-            return None
-    elif entry.modified <= target.step_started + zone.modified_slack_seconds():
+    # The file in place when the step started is the one it read. Not the version the landing
+    # sensor listed (the run's tag): a file delivered again between the tick and the run is
+    # what the run read, and one put back as it was listed after the run is not what it read.
+    # raw_data records the bytes it read only for a day it recorded, never in a failed step.
+    if entry.modified <= target.step_started + zone.modified_slack_seconds():
         return None
     when = dt.datetime.fromtimestamp(entry.modified, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"the landed file {zone.path_for(name)} was replaced at {when}, after the run read it"
