@@ -126,7 +126,8 @@ def test_a_feature_without_values_on_the_day_is_named_as_not_tested():
 
 def test_reference_days_stored_before_the_contract_declared_a_feature_are_named(tmp_path):
     # The team added `segment` and `temperature` to the contract; the features of the first
-    # reference days were stored before, without them.
+    # reference days were stored before, without them. The features are tested from the
+    # reference days that have them (`test_drift_contract_change.py`: none has them yet).
     platform = Platform(SYNTHETIC, tmp_path)
     days = days_from("2024-01-01", 5)
     for i, day in enumerate(days):
@@ -148,14 +149,48 @@ def test_reference_days_stored_before_the_contract_declared_a_feature_are_named(
         raise_on_error=False,
     )
 
+    assert result.success
+    report = json.loads(platform.stored("drift_report", days[-1], "json").read_text())
+    verdicts = {v["feature"]: v for v in report["features"]}
+    assert report["tested_features"] == 8
+    for name in ("segment", "temperature"):
+        assert verdicts[name]["n_reference"] == 400
+        assert verdicts[name]["change"].endswith(
+            "; against the 2 of the 4 reference days that have it (the others lack the column, "
+            "added to the contract after them)"
+        )
+    assert verdicts["x1"]["n_reference"] == 800
+
+
+def test_a_day_whose_own_features_lack_a_declared_feature_names_the_day_to_rematerialise(
+    tmp_path,
+):
+    # The day's own features were stored before the contract declared `temperature`.
+    platform = Platform(SYNTHETIC, tmp_path)
+    days = days_from("2024-01-01", 5)
+    for i, day in enumerate(days):
+        frame = features(200, i)
+        platform.put(
+            "features", day, frame.drop(columns=["temperature"]) if i == 4 else frame, "parquet"
+        )
+    defs = platform.defs
+
+    result = dg.materialize(
+        [*(defs.assets or []), *(defs.asset_checks or [])],
+        partition_key=days[-1],
+        resources=defs.resources,
+        instance=platform.instance,
+        selection=[platform.key("drift_report")],
+        raise_on_error=False,
+    )
+
     assert not result.success
     [failure] = result.get_step_failure_events()
     message = failure.event_specific_data.error.to_string()
     assert (
-        f"{days[-1]}: the features of reference day(s) {days[0]}, {days[1]} lack "
-        "segment, temperature, which the contract declares"
+        f"{days[-1]}: the features of the day lack temperature, which the contract declares"
     ) in message
-    assert f"rematerialise features for {days[0]}, {days[1]}" in message
+    assert f"rematerialise features for {days[-1]}, then this day's drift_report" in message
     assert "KeyError" not in message
 
 

@@ -23,9 +23,9 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.contracts.reference import reference_days
-from ml_platform.drift.categorical import category_counts, summed_counts
+from ml_platform.drift.categorical import column_counts, summed_counts
 from ml_platform.drift.checks import FEATURES_DRIFT_CHECK, drift_check_result, require_features
-from ml_platform.drift.detect import Calibration, calibrate, tested_features
+from ml_platform.drift.detect import Calibration, as_declared, calibrate, tested_features
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
 from ml_platform.platform.io_manager import LakeIOManager
@@ -89,7 +89,11 @@ def build_drift_report(
         compared with. The metadata names those days and the data version and run of each
         (`reference_partitions`, `reference_data_versions`, `reference_runs`); the
         `features_drift` check says what drifted, in words. A day whose features were rejected
-        has no drift to judge: it is recorded "no accepted input".
+        has no drift to judge: it is recorded "no accepted input". A feature the reference days
+        were stored without (added, renamed or of another kind in the contract since) has "no
+        reference values yet" until days that have it enter the window, and the day's other
+        features are tested as usual; a day whose own features lack one fails, naming the day
+        to rematerialise.
         """
         instance = context.instance
         wanted_by_day = {
@@ -125,7 +129,9 @@ def build_drift_report(
         def stored_counts(day: str) -> dict[str, pd.Series]:
             frame = stored_features(day)
             assert frame is not None, "only stored reference days are counted"
-            return {name: category_counts(frame[name]) for name in categorical}
+            # A day stored before a feature became categorical holds no categories of it.
+            declared = as_declared(frame, contract)
+            return {name: column_counts(declared, name) for name in categorical}
 
         # Days of a range share their reference window (a baseline, or most of a sliding one
         # from one day to the next): its day-to-day distances are computed once per window.
@@ -139,9 +145,7 @@ def build_drift_report(
         def day_of_drift_report(day: str, features: pd.DataFrame) -> Iterator:
             wanted = wanted_by_day[day]
             found = {d: stored_features(d) for d in wanted}
-            require_features(
-                contract, day, features, {d: f for d, f in found.items() if f is not None}
-            )
+            require_features(contract, day, features)
             frames = [frame for frame in found.values() if frame is not None]
             stored = [d for d, frame in found.items() if frame is not None]
             missing = [d for d in wanted if d not in stored]

@@ -62,6 +62,15 @@ def category_counts(values: pd.Series) -> pd.Series:
     return values.dropna().astype("str").value_counts()
 
 
+def column_counts(frame: pd.DataFrame, name: str) -> pd.Series:
+    """The `category_counts` of a frame's column; none when the frame lacks the column.
+
+    Features stored before the contract declared a feature (added, or renamed) lack its
+    column: that day holds no values of it, as a day whose column is all missing.
+    """
+    return category_counts(frame[name]) if name in frame.columns else pd.Series(dtype="int64")
+
+
 def _as_dict(counts: pd.Series) -> dict[str, int]:
     return dict(zip(counts.index, counts.to_numpy(dtype="int64").tolist(), strict=True))
 

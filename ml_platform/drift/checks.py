@@ -18,9 +18,11 @@ from ml_platform.contracts.reference import describe_reference
 from ml_platform.drift.detect import (
     Calibration,
     FeatureVerdict,
+    as_declared,
     calibrate,
     detect_drift,
     tested_features,
+    undeclared,
 )
 from ml_platform.drift.report import DriftReport, render_markdown, verdict_table
 
@@ -42,6 +44,8 @@ class DriftOutcome:
             "drift_share",
             "drifting_features",
             "tested_features",
+            "untested_blocking_features",
+            "features_without_reference_yet",
             *REFERENCE_KEYS,
             "reference_rows",
         )
@@ -60,35 +64,32 @@ REFERENCE_KEYS = (
 )
 
 
-def require_features(
-    contract: Contract, day: str, current: pd.DataFrame, reference: Mapping[str, pd.DataFrame]
-) -> None:
-    """Fail the day when its features or a reference day's lack a feature of the contract.
+def require_features(contract: Contract, day: str, current: pd.DataFrame) -> None:
+    """Fail the day when its own features lack a feature of the contract, or hold another kind.
 
-    Features stored before the contract declared a feature do not have it, and nothing
-    rematerialises them by itself: the error names those days and what to do, where comparing
-    would only raise a KeyError. The step names the day that failed (`steps.each_day`). Not
-    retried: waiting does not add the feature.
+    Its features were stored before the contract declared the feature so, and nothing
+    rematerialises them by itself: the error names the day and what to do, where comparing
+    would only raise a KeyError (or a ValueError reading text as numbers, or call numbers
+    stored as 5.0 categories the reference never had). The step names the day that failed
+    (`steps.each_day`). Not retried: waiting does not rebuild the features. Reference days
+    stored before the change are no error: the feature has no reference values yet there
+    (`detect.NOT_YET_IN_REFERENCE`), and the day's other features are tested as usual.
     """
-    names = [spec.name for spec in contract.features]
-    lacking = {
-        d: [name for name in names if name not in frame.columns]
-        for d, frame in {day: current, **reference}.items()
-    }
-    days = [d for d in sorted(lacking) if lacking[d]]
-    if not days:
+    stale = undeclared(current, contract)
+    if not stale:
         return
-    absent = [name for name in names if any(name in lacking[d] for d in days)]
-    others = [d for d in days if d != day]
-    which = " and ".join(
-        (["the day"] if day in days else [])
-        + ([f"reference day(s) {', '.join(others)}"] if others else [])
+    kinds = {spec.name: spec.kind for spec in contract.features}
+    absent = [name for name, other in stale.items() if not other]
+    other_kind = [f"{name} ({kinds[name]})" for name, other in stale.items() if other]
+    found = ([f"lack {', '.join(absent)}, which the contract declares"] if absent else []) + (
+        [f"hold {', '.join(other_kind)} as another kind than the contract declares"]
+        if other_kind
+        else []
     )
     raise dg.Failure(
         description=(
-            f"the features of {which} lack {', '.join(absent)}, which the "
-            "contract declares (stored before it declared them): rematerialise features for "
-            f"{', '.join(days)}, then this day's drift_report"
+            f"the features of the day {'; and '.join(found)} (stored before it declared them "
+            f"so): rematerialise features for {day}, then this day's drift_report"
         ),
         allow_retries=False,
     )
@@ -121,8 +122,11 @@ def drift_check_result(
         if reference_partitions
         else []
     )
+    # Plotted as tested: a day stored before a feature changed kind holds none of it.
     reference = (
-        pd.concat(reference_frames, ignore_index=True) if reference_frames else current.iloc[0:0]
+        pd.concat([as_declared(f, contract) for f in reference_frames], ignore_index=True)
+        if reference_frames
+        else current.iloc[0:0]
     )
     report = DriftReport(
         dataset=contract.name,
@@ -171,6 +175,13 @@ def drift_check_result(
             metadata[f"{verdict.feature}/calibration_bound"] = dg.MetadataValue.float(
                 verdict.calibration_bound
             )
+    if report.untested_blocking:
+        metadata["untested_blocking_features"] = [v.feature for v in report.untested_blocking]
+    # Features added to the contract (or renamed, or of another kind) since the reference days.
+    if report.without_reference_yet:
+        metadata["features_without_reference_yet"] = [
+            v.feature for v in report.without_reference_yet
+        ]
     if report.evaluated:
         metadata["features"] = dg.MetadataValue.md(verdict_table(report).to_markdown(index=False))
     check = dg.AssetCheckResult(
@@ -225,13 +236,32 @@ def describe(report: DriftReport, contract: Contract) -> str:
     named = "; ".join(
         f"{v.feature} ({v.change}{', blocking' if v.blocking else ''})" for v in untested
     )
+    # A blocking feature that could not be tested does not stop the model: held as drifted,
+    # a blocking feature added to the contract would stop it for a whole reference window.
+    # Said apart from the others (and in `untested_blocking_features`), so that nobody reads
+    # the day's model as checked against it.
+    unknown = report.untested_blocking
+    blocking_untested = (
+        " Blocking, not tested: "
+        + "; ".join(f"{v.feature} ({v.change})" for v in unknown)
+        + f". The day's model is trained without {'its' if len(unknown) == 1 else 'their'} "
+        "drift checked: a blocking feature stops it only when it drifts or has no values on "
+        "the day."
+        if unknown
+        else ""
+    )
     if not report.tested and untested:
         return (
             f"Drift not tested on {report.partition}: none of its {len(untested)} feature(s) "
             f"had values to compare {where}: {named}. Check the day's rows and its reference "
-            f"days' upstream.{missing}"
+            f"days' upstream.{blocking_untested}{missing}"
         )
-    not_tested = f" Not tested, without values to compare: {named}." if untested else ""
+    quiet_named = "; ".join(f"{v.feature} ({v.change})" for v in untested if not v.blocking)
+    not_tested = (
+        f" Not tested, without values to compare: {quiet_named}.{blocking_untested}"
+        if quiet_named
+        else blocking_untested
+    ) + _until_reference_has(report, contract)
     usual = [v for v in report.tested if v.fixed_gate and v.status != "drift"]
     held = (
         " Moved, but no more than on an ordinary day of the reference window: "
@@ -298,6 +328,28 @@ def describe(report: DriftReport, contract: Contract) -> str:
         f"Check the upstream source of "
         f"{'this feature' if len(measured) == 1 else 'these features'} for a change; "
         f"{action}.{stops}{held_blocking}{held}{alone}{not_tested}{missing}"
+    )
+
+
+def _until_reference_has(report: DriftReport, contract: Contract) -> str:
+    """When features the reference days were stored without get tested, and how to sooner."""
+    new = [v.feature for v in report.without_reference_yet]
+    if not new:
+        return ""
+    them = "it" if len(new) == 1 else "them"
+    days = f"{report.reference_days[0]} to {report.reference_days[-1]}"
+    if contract.drift.reference.mode == "baseline":
+        # The baseline days never change by themselves: without a word it would stay untested.
+        return (
+            f" {', '.join(new)} {'stays' if len(new) == 1 else 'stay'} untested until the "
+            f"baseline days hold {them}: rematerialise features for {days}, or move the "
+            "baseline (drift.reference.start in the contract)."
+        )
+    return (
+        f" {', '.join(new)} {'is' if len(new) == 1 else 'are'} tested from the days stored "
+        f"with {them} as they enter the reference window (by the fixed gate alone until "
+        f"drift.calibration.min_days of them have values); rematerialising features for "
+        f"{days} tests {them} sooner."
     )
 
 

@@ -14,6 +14,7 @@ each reference day from the other reference days (leave-one-out, same statistic)
 reference days to know that movement, the fixed gate decides alone and the verdict says so.
 """
 
+import collections
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -23,7 +24,12 @@ import pandas as pd
 
 from ml_platform.contracts import Contract, FeatureSpec
 from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
-from ml_platform.drift.categorical import CategoricalComparison, category_counts, compare_counts
+from ml_platform.drift.categorical import (
+    CategoricalComparison,
+    category_counts,
+    column_counts,
+    compare_counts,
+)
 from ml_platform.drift.correction import CORRECTIONS
 from ml_platform.drift.ks import ks_2samp_columns
 
@@ -48,6 +54,19 @@ LEVEL_SHIFT_SD = 3.0
 # A quarter of the median day is twice the noise of the median day; the flights days (634 to
 # about 1000 flights) and the synthetic ones are all kept.
 CALIBRATION_DAY_SHARE = 0.25
+# Why a feature the reference days were stored without (added to the contract, or renamed,
+# after them) is not tested: not "no values", which would read as a broken delivery.
+NO_REFERENCE_YET = "no reference values yet"
+NOT_YET_IN_REFERENCE = (
+    f"{NO_REFERENCE_YET}: the reference days lack the column, added to the contract after them"
+)
+# Stored before the contract changed a feature's kind, a reference day holds it as the other
+# kind: numbers (5.0) where the day has categories ('5'), every one a category the reference
+# never had, or text that no number can be read from.
+OTHER_KIND_IN_REFERENCE = (
+    f"{NO_REFERENCE_YET}: the reference days hold the column as another kind of feature, "
+    "changed in the contract after them"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +146,39 @@ def skip_reason(spec: FeatureSpec, contract: Contract) -> str | None:
     return None
 
 
+def undeclared(frame: pd.DataFrame, contract: Contract) -> dict[str, bool]:
+    """The features a stored features frame does not hold as the contract now declares them.
+
+    Maps each to whether the frame holds its column as another kind of feature. Features are
+    stored typed (`features.transforms.feature_column`): float64 numeric, text categorical.
+    A day stored before the contract added or renamed a feature lacks its column, one stored
+    before it changed the feature's kind holds the other type. Read from the frame's dtypes
+    once: a day's reference days are checked on every day.
+    """
+    dtypes = frame.dtypes.to_dict()
+    found = {}
+    for spec in contract.features:
+        dtype = dtypes.get(spec.name)
+        if dtype is None:
+            found[spec.name] = False
+        # A column without values (no rows, all missing) has nothing to misread.
+        elif (
+            pd.api.types.is_numeric_dtype(dtype) != (spec.kind == "numeric")
+            and frame[spec.name].notna().any()
+        ):
+            found[spec.name] = True
+    return found
+
+
+def as_declared(frame: pd.DataFrame, contract: Contract) -> pd.DataFrame:
+    """The frame without the feature columns it holds as another kind than the contract's.
+
+    Such a day has no values of the feature: it is tested from the days that do.
+    """
+    stale = [name for name, other_kind in undeclared(frame, contract).items() if other_kind]
+    return frame.drop(columns=stale) if stale else frame
+
+
 def tested_features(contract: Contract) -> list[FeatureSpec]:
     """The features the drift check tests, in contract order."""
     return [spec for spec in contract.features if skip_reason(spec, contract) is None]
@@ -188,20 +240,22 @@ def leave_one_out_distances(
     of days with fewer than `CALIBRATION_DAY_SHARE` of the median day's values of the feature.
     `counts` holds each day's `category_counts` per categorical feature when already known.
     """
+    days = [as_declared(frame, contract) for frame in days]
     specs = tested_features(contract)
     numeric = [s.name for s in specs if s.kind == "numeric"]
     categorical = [s.name for s in specs if s.kind == "categorical"]
     found: dict[str, np.ndarray] = {}
     sizes: dict[str, np.ndarray] = {}
     if numeric:
-        values = [frame[numeric].to_numpy(dtype="float64") for frame in days]
+        # A day stored before the contract declared a feature holds no values of it.
+        values = [frame.reindex(columns=numeric).to_numpy(dtype="float64") for frame in days]
         statistics = _leave_one_out_ks(values)
         found |= {name: statistics[:, j] for j, name in enumerate(numeric)}
         present = np.array([np.sum(~np.isnan(v), axis=0) for v in values]).reshape(-1, len(numeric))
         sizes |= {name: present[:, j] for j, name in enumerate(numeric)}
     for name in categorical:
         day_counts = (
-            [category_counts(frame[name]) for frame in days]
+            [column_counts(frame, name) for frame in days]
             if counts is None
             else [day[name] for day in counts]
         )
@@ -338,10 +392,26 @@ def detect_drift(
     settings = contract.drift
     if isinstance(reference, pd.DataFrame):
         calibration = calibration or _uncalibrated(contract)
+        days = [reference]
     else:
         days = list(reference)
         calibration = calibration or calibrate(days, contract)
+    # Reference days stored before the contract declared a feature as it is now (added,
+    # renamed, or of another kind since) lack its column: it is tested from the days that
+    # have it, and until one does it has no reference values yet.
+    gaps = [undeclared(frame, contract) for frame in days]
+    lacking = collections.Counter(name for gap in gaps for name in gap)
+    other_kind = {name for gap in gaps for name, other in gap.items() if other}
+    n_days = len(days)
+    if other_kind:
+        days = [as_declared(frame, contract) for frame in days]
+    if isinstance(reference, pd.DataFrame):
+        reference = days[0]
+    else:
         reference = pd.concat(days, ignore_index=True) if days else current.iloc[0:0]
+    if lacking:
+        absent = [name for name in lacking if name not in reference.columns]
+        reference = reference.reindex(columns=[*reference.columns, *absent])
     skipped: dict[str, str] = {}
     for spec in contract.features:
         reason = skip_reason(spec, contract)
@@ -391,7 +461,14 @@ def detect_drift(
         if numbers.n_reference == 0 or numbers.n_current == 0:
             side = "the reference" if numbers.n_reference == 0 else "the day"
             skipped[name] = f"no values in {side}"
+            if numbers.n_reference == 0 and name in lacking:
+                skipped[name] = _not_yet(lacking[name], n_days, name in other_kind)
             del tested[name]
+        elif name in lacking:
+            numbers.change += (
+                f"; against the {n_days - lacking[name]} of the {n_days} reference days that "
+                f"have it (the others {_held_before(name in other_kind)} after them)"
+            )
     names = [spec.name for spec in contract.features if spec.name in tested]
     adjusted = CORRECTIONS[settings.correction](np.array([tested[n].p_value for n in names]))
     for name, p_adjusted in zip(names, adjusted, strict=True):
@@ -456,6 +533,22 @@ def detect_drift(
             )
         )
     return verdicts
+
+
+def _not_yet(lacking: int, days: int, other_kind: bool) -> str:
+    """Why a feature that `lacking` of the `days` reference days do not hold is not tested."""
+    if lacking == days:
+        return OTHER_KIND_IN_REFERENCE if other_kind else NOT_YET_IN_REFERENCE
+    return (
+        f"{NO_REFERENCE_YET}: {lacking} of the {days} reference days "
+        f"{_held_before(other_kind)} after them, and the others hold no values of it"
+    )
+
+
+def _held_before(other_kind: bool) -> str:
+    if other_kind:
+        return "hold the column as another kind of feature, changed in the contract"
+    return "lack the column, added to the contract"
 
 
 @dataclasses.dataclass

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ml_platform.drift.detect import FeatureVerdict
+from ml_platform.drift.detect import NO_REFERENCE_YET, FeatureVerdict
 from ml_platform.platform import plots
 
 # Plotting every feature would make a report of a wide dataset long and slow to load in the
@@ -74,6 +74,25 @@ class DriftReport:
         return [v for v in self.verdicts if v.status == "drift"]
 
     @property
+    def without_reference_yet(self) -> list[FeatureVerdict]:
+        """Verdicts of features the reference days were stored without (a contract change)."""
+        return [
+            v
+            for v in self.verdicts
+            if v.status == "skipped" and v.change.startswith(NO_REFERENCE_YET)
+        ]
+
+    @property
+    def untested_blocking(self) -> list[FeatureVerdict]:
+        """Verdicts of blocking features that could not be tested: no reference values.
+
+        Not held as drifted (a newly added blocking feature would stop the model for a whole
+        reference window), so the report names them: the model trains without their drift
+        checked.
+        """
+        return [v for v in self.verdicts if v.status == "skipped" and v.blocking]
+
+    @property
     def drift_share(self) -> float:
         """Share of the tested features that drifted (0.0 when none was tested)."""
         return len(self.drifting) / len(self.tested) if self.tested else 0.0
@@ -98,6 +117,8 @@ class DriftReport:
             "calibration": self.calibration,
             "tested_features": len(self.tested),
             "drifting_features": [v.feature for v in self.drifting],
+            "untested_blocking_features": {v.feature: v.change for v in self.untested_blocking},
+            "features_without_reference_yet": [v.feature for v in self.without_reference_yet],
             "drift_share": self.drift_share,
             "features": [dataclasses.asdict(v) for v in self.verdicts],
         }
