@@ -254,3 +254,36 @@ def test_a_sliding_reference_says_when_a_new_feature_is_tested(tmp_path):
         "(by the fixed gate alone until drift.calibration.min_days of them have values); "
         "rematerialising features for 2024-01-03 to 2024-01-07 tests it sooner."
     ) in outcome.check.description
+
+
+def short_window_temperature_blocking(document: dict) -> None:
+    temperature_blocking(document)
+    document["training"]["window_days"] = 7
+
+
+def test_a_model_trained_with_a_blocking_feature_untested_says_so(tmp_path):
+    contract = synthetic(tmp_path, short_window_temperature_blocking)
+    platform = Platform(contract, tmp_path)
+    days = days_from("2024-01-01", 7)
+    # The window's days before the last held temperature empty (a source outage the gate let
+    # through): the last day's temperature has no reference values to be tested against.
+    for day in days:
+        frame = generate_day(dt.date.fromisoformat(day), seed=contract.source.seed, rows=1000)
+        raw = read_landed_file(file_bytes(frame), "day.csv", day, ["segment"])
+        built = build_features(type_rows(raw, contract, day), contract)
+        if day != days[-1]:
+            built["temperature"] = np.nan
+        platform.put("features", day, built, "parquet")
+
+    result = platform.materialize(days[-1], ["drift_report", "model"])
+
+    assert result.success
+    [model] = [
+        m.metadata
+        for m in result.get_asset_materialization_events()
+        for m in [m.materialization]
+        if m.asset_key == platform.key("model")
+    ]
+    assert model["untested_blocking_features"].value == {
+        "temperature": "no values in the reference"
+    }

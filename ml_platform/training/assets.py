@@ -277,6 +277,23 @@ def blocking_drift(
     return [f["feature"] for f in report["features"] if f["blocking"] and f["feature"] in drifting]
 
 
+def untested_blocking(reports: DailyInput | None, day: str, own_features: bool) -> dict[str, str]:
+    """The blocking features the day's drift report could not test, each with why.
+
+    They do not stop the model (`drift.checks.describe`: a blocking feature added to the
+    contract would stop it for a whole reference window), so its metadata names them: a
+    model trained without a blocking feature's drift checked is not read as checked. A
+    report stored before the report named them names none.
+    """
+    if reports is None or not own_features:
+        return {}
+    try:
+        report = reports.for_day(day)
+    except MissingPartitionError:
+        return {}  # `blocking_drift` has stopped the day: "no drift report"
+    return dict(report.get("untested_blocking_features", {}))
+
+
 class LakeCheckpoints(Checkpoints):
     """Training state of one asset partition, kept in lake storage between epochs."""
 
@@ -561,6 +578,12 @@ def build_model(
                     {"blocking_drift": drifted},
                 )
             require_coverage(coverage, min_coverage, name, contract.name, own_day_required)
+            unchecked = untested_blocking(reports, day, own)
+            if unchecked:
+                context.log.warning(
+                    f"{name} {day} trains with the drift of blocking feature(s) unchecked: "
+                    + "; ".join(f"{feature} ({why})" for feature, why in unchecked.items())
+                )
             if coverage.missing:
                 context.log.warning(
                     f"{name} {day} trains on {len(coverage.stored)} of "
@@ -630,6 +653,8 @@ def build_model(
                     "best_validation_loss": min(h["validation_loss"] for h in trained.history),
                     f"loss_per_{unit}": dg.MetadataValue.md(loss_curve(trained)),
                     "hyperparameters": trained.hyperparameters,
+                    # Blocking features the day's drift report could not test, with why.
+                    **({"untested_blocking_features": unchecked} if unchecked else {}),
                     **mlflow.run_link(contract.name, run_id),
                     **telemetry.metadata(),
                 },
