@@ -12,6 +12,8 @@ from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import DriftEpisodeSpec
 from ml_platform.drift.checks import drift_check_result
 from ml_platform.drift.episodes import FeatureDay, advance
+from ml_platform.platform.failures import DATA
+from ml_platform.platform.run_events import classify_outcome, run_outcome
 from ml_platform_tests.conftest import Platform, days_from
 
 SYNTHETIC = load_contract("synthetic")
@@ -192,6 +194,10 @@ def test_a_day_whose_own_features_lack_a_declared_feature_names_the_day_to_remat
     ) in message
     assert f"rematerialise features for {days[-1]}, then this day's drift_report" in message
     assert "KeyError" not in message
+    # A deliberate stop of the day, as the failure alerts class the run: not a code bug.
+    outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
+    assert outcome is not None
+    assert classify_outcome(outcome).failure_class == DATA
 
 
 def test_rejected_reference_days_are_named_as_rejected_not_as_days_to_materialise(tmp_path):

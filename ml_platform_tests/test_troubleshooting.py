@@ -1414,3 +1414,22 @@ def test_reproduce_of_raw_data_judges_the_file_the_run_read_not_the_one_the_sens
     write_atomically(path, path.read_bytes() + path.read_bytes().splitlines(keepends=True)[-1])
     with pytest.raises(InputsChangedError, match="was replaced at .*, after the run read it"):
         reproduced("scratch2")
+
+
+def test_a_days_deliberate_stop_inside_its_steps_failure_is_a_deliberate_stop():
+    # each_day wraps a day's dg.Failure in the step's own: two links, both deliberate stops.
+    stop = StepFailure(
+        "drift_report",
+        "Failure",
+        "drift_report: 1 of 1 days failed; no day of this run was stored or recorded",
+        True,
+        chain=(
+            "Failure: drift_report: 1 of 1 days failed; no day of this run was stored",
+            "Failure: drift_report 2024-01-02: the features of 2024-01-02 lack x4_value",
+        ),
+    )
+
+    verdict = classify_failure([stop], [])
+
+    assert verdict.failure_class == DATA
+    assert verdict.reason.startswith("drift_report stopped on a failed gate (dg.Failure): ")

@@ -379,9 +379,10 @@ def classify_failure(
             return found
     for failure in step_failures:
         # A dg.Failure raised from another error is that error's account (a range step names
-        # its failed days, `steps.each_day`), classed by it below; only one raised alone is a
+        # its failed days, `steps.each_day`), classed by it below; one raised alone, or from a
+        # day's own dg.Failure (`each_day` wraps the failed days' errors in the step's), is a
         # deliberate stop.
-        if failure.user_failure and len(failure.chain) <= 1:
+        if failure.user_failure and all(name == "Failure" for name, _ in _chain(failure)[1:]):
             return Classification(
                 DATA,
                 f"{failure.step} stopped on a failed gate (dg.Failure): {failure.message}",
