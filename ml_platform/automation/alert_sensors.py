@@ -16,6 +16,8 @@
 - `alert_delivery_sensor` sends the pending alerts through the notifier each tick. Its cursor
   keeps what was sent (deduplication) and what a failed sink still has to send, so a webhook
   that is down is tried again on the next ticks although no further run finishes.
+- `pool_limits_sensor` (`ml_platform.platform.pools`) is served with them, on from the start
+  as they are: it stores the limit of a pool added with a dataset while the daemon runs.
 
 A streak ("job daily_pipeline_job failed 3 times in a row") is read from the runs before the
 one at hand, newest first: failed runs of the job (or runs where the asset's step failed) count
@@ -48,6 +50,7 @@ from ml_platform.automation.alerts import (
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.failures import FAILURE_CLASS_TAG
 from ml_platform.platform.partitions import run_days
+from ml_platform.platform.pools import POOL_LIMITS_SENSOR, build_pool_limits_sensor
 from ml_platform.platform.records import ACCEPTED, UNCHANGED, day_records
 from ml_platform.platform.rejected import rejected_days, rerun_command
 from ml_platform.platform.run_events import RunOutcome, classify_outcome, run_outcome
@@ -57,11 +60,14 @@ RUN_FAILURE_ALERTS_SENSOR = "run_failure_alerts_sensor"
 RUN_SUCCESS_ALERTS_SENSOR = "run_success_alerts_sensor"
 ALERT_DELIVERY_SENSOR = "alert_delivery_sensor"
 BACKFILL_SUMMARY_SENSOR = "backfill_summary_sensor"
+# The instance-wide sensors, on from the start (the pools' is no alert sensor, but is served
+# and started with them).
 ALERT_SENSORS = (
     RUN_FAILURE_ALERTS_SENSOR,
     RUN_SUCCESS_ALERTS_SENSOR,
     ALERT_DELIVERY_SENSOR,
     BACKFILL_SUMMARY_SENSOR,
+    POOL_LIMITS_SENSOR,
 )
 # Dagster's tag on the runs a backfill launched: the backfill's id.
 BACKFILL_TAG = "dagster/backfill"
@@ -215,7 +221,8 @@ def build_alert_sensors(
     """The sensors that turn finished runs into alerts and deliver them; all start RUNNING.
 
     Alerts are on from the start: failing in silence is the one thing never wanted. They watch
-    every run of the instance, whichever code location launched it.
+    every run of the instance, whichever code location launched it. The pools' sensor comes
+    with them: a new dataset's pools need their limits whether or not anyone turned it on.
     """
 
     def raising(succeeded: bool) -> Callable[[dg.RunStatusSensorContext, Notifier], None]:
@@ -333,6 +340,7 @@ def build_alert_sensors(
         run_success_alerts_sensor,
         alert_delivery_sensor,
         backfill_summary_sensor,
+        build_pool_limits_sensor(minimum_interval_seconds),
     ]
 
 
