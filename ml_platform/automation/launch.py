@@ -23,9 +23,19 @@ import dagster as dg
 
 # The daemon that takes queued runs from the queue and launches them.
 QUEUE_DAEMON = "QUEUED_RUN_COORDINATOR"
+# dagster-daemon stores a heartbeat of each of its daemons every 30 s (Dagster's default, which
+# `dagster-daemon run` does not change). Dagster still calls a daemon healthy 30 minutes after
+# its last one, long enough for runs to wait unseen behind a daemon that died: one silent for
+# four intervals has stopped or hangs.
+HEARTBEAT_INTERVAL_SECONDS = 30
+QUEUE_SILENCE_SECONDS = 4 * HEARTBEAT_INTERVAL_SECONDS
 DAEMON_HEALTH = """
 query QueueDaemon($daemonType: String!) {
-  instance { daemonHealth { daemonStatus(daemonType: $daemonType) { healthy } } }
+  instance {
+    daemonHealth {
+      daemonStatus(daemonType: $daemonType) { required healthy lastHeartbeatTime }
+    }
+  }
 }
 """
 RELOAD_WORKSPACE = """
@@ -193,15 +203,39 @@ class Webserver:
     def check_queue(self) -> None:
         """Raise `LaunchError` unless the webserver answers and a daemon works the run queue.
 
-        A run queued with no daemon would wait in the queue until one starts.
+        A run queued with no daemon would wait in the queue until one starts. A daemon works it
+        while its heartbeats come (`QUEUE_SILENCE_SECONDS`), read against this machine's clock.
         """
         data = self._query(DAEMON_HEALTH, {"daemonType": QUEUE_DAEMON})
-        if not data["instance"]["daemonHealth"]["daemonStatus"]["healthy"]:
+        status = data["instance"]["daemonHealth"]["daemonStatus"]
+        start = (
+            "Start it (`make serve` starts one; alone: `ml-platform pools && dagster-daemon run "
+            "-w workspace.yaml`, the pools' limits first) and run this again"
+        )
+        if status.get("required") is False:
+            # No run queue: each run starts as it is launched, so the pools' limits, which only
+            # the queue applies, would let two writers of a day run at once. No daemon mends that.
+            raise LaunchError(
+                f"the instance served at {self.url} has no run queue (its dagster.yaml's "
+                "run_coordinator is not the QueuedRunCoordinator), so the limits only the queue "
+                "applies (the pools, one run of a day at a time) would not hold: configure the "
+                "QueuedRunCoordinator (Dagster's default, which the repository's dagster.yaml "
+                "keeps), restart the webserver and daemon, then run this again"
+            )
+        if not status["healthy"]:
             raise NotUpYetError(
                 f"no dagster-daemon works the run queue of the instance served at {self.url}: "
-                "a run launched now would wait in the queue. Start it (`make serve` starts one; "
-                "alone: `ml-platform pools && dagster-daemon run -w workspace.yaml`, the pools' "
-                "limits first) and run this again"
+                f"a run launched now would wait in the queue. {start}"
+            )
+        # Dagster's healthy daemon has a heartbeat; a server that says no time is taken at its word.
+        last = status.get("lastHeartbeatTime")
+        silent = 0.0 if last is None else time.time() - float(last)
+        if silent > QUEUE_SILENCE_SECONDS:
+            raise NotUpYetError(
+                f"the dagster-daemon that works the run queue of the instance served at "
+                f"{self.url} last reported {silent:.0f} s ago (one at work reports every "
+                f"{HEARTBEAT_INTERVAL_SECONDS} s): it stopped or hangs, and a run launched now "
+                f"would wait in the queue. {start}"
             )
 
     def wait_until_up(self, wait: float) -> None:

@@ -18,7 +18,11 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
-from ml_platform.automation.launch import QUEUE_DAEMON
+from ml_platform.automation.launch import (
+    HEARTBEAT_INTERVAL_SECONDS,
+    QUEUE_DAEMON,
+    QUEUE_SILENCE_SECONDS,
+)
 from ml_platform.platform.observability import STEP_PREFIX
 from ml_platform.platform.records import DayRecord
 from ml_platform.platform.sizes import MEMORY_HEADROOM, memory_request_mb
@@ -106,11 +110,30 @@ class HealthReport:
         """Peak memory plus headroom, rounded up to a multiple of MEMORY_STEP_MB."""
         return memory_request_mb(self.peak_rss_mb[asset])
 
+    @property
+    def queue_daemon_silent(self) -> bool:
+        """Whether the daemon that worked the queue stopped reporting: it stopped or hangs."""
+        return (
+            self.queue_daemon_seconds is not None
+            and self.queue_daemon_seconds > QUEUE_SILENCE_SECONDS
+        )
+
+    def silent_daemon(self) -> str:
+        """How long the queue's daemon has been silent, and what to start."""
+        return (
+            f"no dagster-daemon has worked the queue of this instance for "
+            f"{duration(self.queue_daemon_seconds or 0.0)} (its last heartbeat; one at work "
+            f"reports every {HEARTBEAT_INTERVAL_SECONDS}s): it stopped or hangs, so nothing "
+            f"starts queued runs; start one ({START_DAEMON})"
+        )
+
     def queued_line(self) -> str:
         """The runs waiting in the queue now, and whether a daemon takes them from it."""
         start = f"start one ({START_DAEMON})"
         if self.queue_daemon_seconds is None:
             daemon = f"no dagster-daemon ever worked the queue of this instance: {start}"
+        elif self.queue_daemon_silent:
+            daemon = self.silent_daemon()
         else:
             daemon = (
                 f"a dagster-daemon last worked the queue {duration(self.queue_daemon_seconds)} "
@@ -137,6 +160,9 @@ class HealthReport:
         )
         if self.queued_seconds:
             lines.append(self.queued_line())
+        elif self.queue_daemon_silent:
+            # Nothing waits yet, but whatever a sensor, schedule or person launches will.
+            lines.append(f"queue: {self.silent_daemon()}")
         lines.append("jobs (success rate):")
         lines += [f"  {job}: {tally.text()}" for job, tally in sorted(self.jobs.items())]
         lines.append("assets (success rate, p50/p95 duration, step retries):")
@@ -184,7 +210,14 @@ def pipeline_health(
     step_retries: collections.Counter[str] = collections.Counter()
     peaks: dict[str, float] = {}
     queue: list[float] = []
-    queued: list[float] = []
+    # Every run waiting now, however long ago it was created: the ones created before the
+    # window have waited longest.
+    queued = [
+        max(0.0, now - waiting.create_timestamp.timestamp())
+        for waiting in instance.get_run_records(
+            filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED])
+        )
+    ]
     retried_runs = 0
     for record in records:
         run = record.dagster_run
@@ -196,8 +229,6 @@ def pipeline_health(
             jobs[run.job_name].canceled += 1
         if record.start_time is not None:
             queue.append(max(0.0, record.start_time - record.create_timestamp.timestamp()))
-        elif run.status == dg.DagsterRunStatus.QUEUED:
-            queued.append(max(0.0, now - record.create_timestamp.timestamp()))
         if "dagster/parent_run_id" in run.tags:
             retried_runs += 1
         for event_record in instance.get_records_for_run(run.run_id, of_type=EVENTS).records:
