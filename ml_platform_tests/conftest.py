@@ -4,7 +4,6 @@ import contextlib
 import datetime as dt
 import errno
 import functools
-import json
 import shutil
 import signal
 import socket
@@ -23,6 +22,7 @@ from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions
 from ml_platform.ingestion.landing import LandingZone, land_days
 from ml_platform.platform.datasets import asset_key, op_name
+from ml_platform.platform.formats import from_json_text
 from ml_platform.platform.records import day_records
 from ml_platform.platform.storage import LocalStorage
 from ml_platform.platform.tracking import MLFLOW_PREFIX, MlflowStores
@@ -63,7 +63,8 @@ def rejected_days(contract: Contract, lake_dir: Path, days: list[str]) -> list[s
             day_files(lake_dir, contract.name, "evaluation_report", day),
             key=lambda p: p.stat().st_mtime_ns,
         )
-        report = json.loads(path.read_text())
+        # As the platform reads it: a metric the day could not define is NaN again.
+        report = from_json_text(path.read_text())
         metrics = report["metrics"]
         misses = [
             metric

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from ml_platform.platform.failures import transient
+from ml_platform.platform.formats import from_json_text, json_text
 from ml_platform.platform.settings import Settings
 from ml_platform.platform.tracking import TAG, MlflowStores
 from ml_platform.training.model import TrainedModel
@@ -121,7 +122,9 @@ def _json(value: Any) -> bytes:
             return item.item()
         return str(item)
 
-    return json.dumps(value, default=plain, indent=2, sort_keys=True).encode()
+    # Strict JSON, as the lake's: MLflow's UI, jq and other clients read these files, and a
+    # metric the hold-out could not define (NaN) is no JSON they take.
+    return json_text(value, default=plain).encode()
 
 
 class ModelRegistry:
@@ -345,7 +348,7 @@ class ModelRegistry:
     def _read_json(self, local: Path, name: str, version: str, found: "ModelVersion") -> Any:
         """A JSON file of a downloaded version; RegistryError if it is cut short or not JSON."""
         try:
-            return json.loads((local / name).read_text())
+            return from_json_text((local / name).read_text())
         except ValueError as exc:
             raise RegistryError(
                 f"version '{version}' (model version {found.version} of '{self.name}') is "
