@@ -265,6 +265,18 @@ def test_unknown_contract_name_lists_the_bundled_contracts():
 SYNTHETIC_TEXT = (BUNDLED_DIR / "synthetic.yaml").read_text()
 
 
+def test_drift_settings_on_a_calendar_feature_are_reported(tmp_path):
+    # day_of_week of the event time is one value a day, set by the date: drift never tests it,
+    # so a blocking mark on it would promise a gate that never runs.
+    text = FLIGHTS_TEXT + "  features:\n    day_of_week: {blocking: true}\n"
+
+    problems = located(load_broken(tmp_path, text))
+
+    found = problems[(line_of(text, "day_of_week: {blocking"), "drift.features.day_of_week")]
+    assert found.startswith("'day_of_week' is a calendar feature (day_of_week of event_time")
+    assert found.endswith("settings would never apply; remove them")
+
+
 def test_flights_marks_its_date_columns_constant_within_a_day():
     contract = load_contract("flights")
     marked = {c.name for c in contract.columns if c.constant_within_day}
@@ -609,8 +621,9 @@ def test_hhmm_to_minutes_needs_its_column_bounded_to_times_of_day(tmp_path, boun
         ("flights_{date}}.csv", "containing '{date}' exactly once"),
         (".flights_{date}.csv", "hidden files are not listed"),
         ("f" * 250 + "_{date}.csv", "at most 255 bytes"),
+        ("flights_{date}\\t.csv", "must not hold control characters"),
     ],
-    ids=["stray brace", "hidden", "too long"],
+    ids=["stray brace", "hidden", "too long", "tab"],
 )
 def test_a_file_pattern_no_day_could_be_landed_under_is_refused(tmp_path, pattern, reason):
     # A stray '}' crashed file_name(); a hidden name is never listed; a name over 255 bytes

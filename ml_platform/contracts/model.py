@@ -32,6 +32,10 @@ EVENT_TIME = "event_time"
 # With a timezone column, the event time is in UTC and this column of validated rows holds each
 # row's local wall-clock time, which tells the day a row belongs to.
 LOCAL_EVENT_TIME = "local_event_time"
+# Transforms of the event time that are the same for every row of a day: their distribution
+# on day D is a single value fixed by the calendar, so drift never tests them (comparing it
+# with any reference tests the calendar, not the data).
+CALENDAR_TRANSFORMS = frozenset({"day_of_week", "month", "day_of_year"})
 
 
 class ContractError(ValueError):
@@ -895,6 +899,10 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         or pattern.count("}") != 1
     ):
         yield ("landing", "file_pattern"), "must be a file name containing '{date}' exactly once"
+    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in pattern):
+        # A file name with a tab or a newline is refused by the zone (or mangled by the tools
+        # that deliver it): every day's file would wait or be refused, each day again.
+        yield ("landing", "file_pattern"), "must not hold control characters (tab, newline...)"
     elif pattern.startswith("."):
         # Listings leave hidden files out (an upload in progress is often one): no day would
         # ever be seen.
@@ -1061,16 +1069,23 @@ def _drift_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         feature = features.get(name)
         if feature is None or not (spec.blocking or spec.threshold is not None):
             continue
-        if feature.constant_within_day:
+        # With a timezone column the event time is in UTC, and a local day spans two UTC dates.
+        local = LOCAL_EVENT_TIME if c.event_time.timezone_column else EVENT_TIME
+        if feature.source == local and feature.transform in CALENDAR_TRANSFORMS:
+            marked = f"is a calendar feature ({feature.transform} of {local}: one value a day)"
+            remedy = "remove them"
+        elif feature.constant_within_day:
             marked = "is marked constant_within_day"
+            remedy = "remove them, or the constant_within_day mark"
         elif feature.source in constant_columns:
             marked = f"comes from column '{feature.source}', marked constant_within_day"
+            remedy = "remove them, or the constant_within_day mark"
         else:
             continue
         yield (
             ("drift", "features", name),
             f"'{name}' {marked}, so drift never tests it: its threshold and blocking "
-            "settings would never apply; remove them, or the constant_within_day mark",
+            f"settings would never apply; {remedy}",
         )
 
 

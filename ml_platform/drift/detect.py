@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract, FeatureSpec
-from ml_platform.contracts.model import EVENT_TIME, LOCAL_EVENT_TIME
+from ml_platform.contracts.model import CALENDAR_TRANSFORMS, EVENT_TIME, LOCAL_EVENT_TIME
 from ml_platform.drift.categorical import (
     CategoricalComparison,
     category_counts,
@@ -32,11 +32,6 @@ from ml_platform.drift.categorical import (
 )
 from ml_platform.drift.correction import CORRECTIONS
 from ml_platform.drift.ks import ks_2samp_columns
-
-# Transforms of the event time that are the same for every row of a day: their distribution
-# on day D is a single value fixed by the calendar, so comparing it with any reference tests
-# the calendar, not the data.
-CALENDAR_TRANSFORMS = {"day_of_week", "month", "day_of_year"}
 
 Status = Literal["drift", "stable", "skipped"]
 # A day whose categories the reference never had make at least this share of its rows is a
