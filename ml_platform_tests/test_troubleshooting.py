@@ -1415,6 +1415,13 @@ def test_reproduce_of_raw_data_judges_the_file_the_run_read_not_the_one_the_sens
     with pytest.raises(InputsChangedError, match="was replaced at .*, after the run read it"):
         reproduced("scratch2")
 
+    # A link in the file's place is nothing the zone reads: said so, not "gone".
+    kept = tmp_path / "kept.csv"
+    path.rename(kept)
+    path.symlink_to(kept)
+    with pytest.raises(InputsChangedError, match="is no readable file now: "):
+        reproduced("scratch3")
+
 
 def test_a_days_deliberate_stop_inside_its_steps_failure_is_a_deliberate_stop():
     # each_day wraps a day's dg.Failure in the step's own: two links, both deliberate stops.

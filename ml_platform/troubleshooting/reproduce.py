@@ -459,7 +459,11 @@ def landed_file_change(
         return None
     zone = configured(landing, instance)
     name = contract.landing.file_name(target.partition)
-    entry = next((e for e in zone.entries() if e.name == name and e.refused is None), None)
+    # One look-up, not a listing of the zone (10,000s of files); a refused entry (a link put in
+    # the file's place) is no file the run could have read.
+    entry = zone.find(name)
+    if entry is not None and entry.refused is not None:
+        return f"the landed file {zone.path_for(name)} is no readable file now: {entry.refused}"
     failure = target.diagnosis.failed_steps[0] if target.diagnosis else None
     missing_then = failure is not None and any(
         "MissingLandingFileError" in link for link in failure.chain
