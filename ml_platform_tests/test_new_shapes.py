@@ -285,10 +285,13 @@ def test_a_day_of_150_features_is_drafted_typed_and_gated_column_by_column(tmp_p
     assert len(contract.columns) == width + 2
     bounds = {c.name: (c.min, c.max) for c in contract.columns if c.name.startswith("f")}
     assert len(bounds) == width
-    # Each column's own range, widened a little: none lost, none shared by mistake.
-    for low, high in bounds.values():
-        assert low is not None and high is not None
-        assert -1.3 <= low <= -0.8 and 0.8 <= high <= 1.3
+    # Each column's own range, twice its span beyond each end (it takes both signs): none
+    # lost, none shared by mistake.
+    seen = pd.concat(pd.read_csv(path) for path in paths)
+    for column, (low, high) in bounds.items():
+        least, most = seen[column].min(), seen[column].max()
+        span = most - least
+        assert (low, high) == pytest.approx((least - 2 * span, most + 2 * span), abs=1e-6)
 
     # A later day of the same shape passes; one value far out is named with its column.
     day = days(4)[3]

@@ -1,7 +1,7 @@
 """A draft contract inferred from sample day files, as TFDV's `infer_schema` drafts a schema.
 
 The machine reads what the samples show: each column's type, its nulls (with the share seen),
-numeric ranges widened by a margin, the allowed values of low-cardinality text, a row key, the
+numeric ranges that catch gross errors, the allowed values of low-cardinality text, a row key, the
 file name pattern and the day it carries, how the event time is built (a datetime column, or a
 date column and an hour column), a column of timezone names, and the columns that hold one value
 all day. What it cannot know, which column is the label and which columns leak it, it leaves as
@@ -39,13 +39,26 @@ from ml_platform.ingestion.assets import LandingFileError, read_landed_file
 # The day as landing.file_pattern's {date} writes it.
 FILE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 FLOAT_MAX = sys.float_info.max
-# Text with at most this many distinct values (and each seen several times) gets allowed_values.
+# Text with at most this many distinct values (seen five times each on average) gets
+# allowed_values.
 MAX_ALLOWED_VALUES = 20
 # An hour column holds at most 24 hours in a few spellings each ('6am', '6 AM', '06:00').
 MAX_HOUR_SPELLINGS = 24 * 6
 MAX_DATE_SPELLINGS = 3
-# Ranges are widened by this share of the observed span on each side.
-RANGE_MARGIN = 0.1
+# A drafted range catches gross errors (a unit changed x1000, a sign flipped, a sentinel such as
+# -999 or 99999), not an unusual day: an ordinary day beyond a few samples' range (a heavy tail,
+# one of 150 columns) would be rejected for one row, and the history gate and the drift check
+# judge a day against the days before it. A column of one sign keeps its sign, and its far end
+# may reach this many times the farthest value seen (an order of magnitude: in log space, as
+# money and counts spread);
+RANGE_GROWTH = 10
+# a column of both signs may go this many times its span beyond each end.
+RANGE_SPANS = 2
+# An int column unique within each day is an identifier when at least this share of each day's
+# numbers is above all of the day before's.
+MIN_COUNTED_ON = 0.9
+# A text header without a comma but with one of these is a file separated otherwise.
+SEPARATORS = {";": "';'", "\t": "tabs", "|": "'|'"}
 # Text columns with more distinct values than this share of the rows are identifiers, no feature.
 MAX_CATEGORICAL_SHARE = 0.5
 
@@ -108,6 +121,14 @@ def read_samples(paths: Sequence[Path]) -> tuple[str, list[Sample]]:
     samples = []
     for path, day in zip(paths, days, strict=True):
         data = path.read_bytes()
+        separator = _separator(data)
+        if separator:
+            # pandas reads such a file as one column named by the whole header, and the draft
+            # would hold no event time: refused as the landing zone refuses it.
+            raise InferenceError(
+                f"{path.name} (partition {day}) is not a readable CSV file: its header is "
+                f"separated by {separator}, not ','; export it comma-separated"
+            )
         try:
             header = list(pd.read_csv(io.BytesIO(data), nrows=0).columns)
         except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
@@ -127,6 +148,15 @@ def read_samples(paths: Sequence[Path]) -> tuple[str, list[Sample]]:
             + "; ".join(f"{s.path.name}: {list(s.frame.columns)}" for s in samples)
         )
     return pattern, sorted(samples, key=lambda s: s.day)
+
+
+def _separator(data: bytes) -> str:
+    """The separator (as words) of a header that holds no comma but another separator, or ''."""
+    header = data.removeprefix(b"\xef\xbb\xbf").splitlines()[:1]
+    if not header or b"," in header[0]:
+        return ""
+    found = [words for sep, words in SEPARATORS.items() if sep.encode() in header[0]]
+    return found[0] if found else ""
 
 
 def _dtype(values: pd.Series) -> tuple[str, pd.Series | None]:
@@ -268,6 +298,33 @@ def guess_event_time(columns: Sequence[Column], samples: Sequence[Sample]) -> Ev
     )
 
 
+def _counts_on(column: Column, samples: Sequence[Sample]) -> bool:
+    """Whether an int column numbers rows on from day to day (an order id, a ticket number).
+
+    Unique within every sample day, and each day's numbers above the day before's but for a few
+    (an order placed before midnight, paid after it): every later day's fall beyond the samples'
+    range, so no range holds them, and a number given in turn is neither a label nor a feature.
+    Whichever key `row_key` picks, such a column is an identifier; one row a day, or one day,
+    shows nothing of that.
+    """
+    if (
+        column.dtype != "int"
+        or column.null_share > 0
+        or len(samples) < 2
+        or not any(len(s.frame) > 1 for s in samples)
+    ):
+        return False
+    previous = None
+    for sample in samples:  # sorted by day
+        numbers = pd.to_numeric(sample.frame[column.name])
+        if numbers.duplicated().any():
+            return False
+        if previous is not None and (numbers > previous).mean() < MIN_COUNTED_ON:
+            return False
+        previous = numbers.max()
+    return True
+
+
 def _timezone_column(columns: Sequence[Column]) -> Column | None:
     zones = known_zones()
     for column in columns:
@@ -276,8 +333,11 @@ def _timezone_column(columns: Sequence[Column]) -> Column | None:
     return None
 
 
-def _bounds(column: Column) -> tuple[float, float] | None:
-    """The finite observed range widened by the margin; None for one value (no spread)."""
+def _bounds(column: Column) -> tuple[float, float, str] | None:
+    """The drafted range of the finite values seen, and the note saying what it holds.
+
+    None for one value (no spread).
+    """
     assert column.numbers is not None
     finite = column.numbers[np.isfinite(column.numbers)]
     if finite.empty:
@@ -285,22 +345,30 @@ def _bounds(column: Column) -> tuple[float, float] | None:
     low, high = float(finite.min()), float(finite.max())
     if low == high:
         return None
-    # The span of floats near the largest (-1e308 to 1e308) overflows: then each side is
-    # scaled first. A widened side stays the largest finite float at most.
-    span = high - low
-    margin = (
-        RANGE_MARGIN * span if math.isfinite(span) else RANGE_MARGIN * high - RANGE_MARGIN * low
-    )
-    wide_low, wide_high = max(low - margin, -FLOAT_MAX), min(high + margin, FLOAT_MAX)
+    # As written in the files (15 digits): 6 would show 1234.5678 as 1234.57, beyond its max.
+    seen = f"seen {low:.15g} to {high:.15g}"
+    if column.dtype == "int" and finite.nunique() == 2:
+        # A 0/1 flag or a code of two values: a third value is a new coding, not a wider range.
+        return int(low), int(high), f"{seen}; two values: drafted to them"
+    # Beyond the largest float a side is the largest float (a span of -1e308 to 1e308 is inf).
     if low >= 0:
-        wide_low = max(wide_low, 0.0)  # a count or an amount stays non-negative
+        wide_low, wide_high = 0.0, min(RANGE_GROWTH * high, FLOAT_MAX)
+        why = f"never negative, at most {RANGE_GROWTH}x the largest"
+    elif high <= 0:
+        wide_low, wide_high = max(RANGE_GROWTH * low, -FLOAT_MAX), 0.0
+        why = f"never positive, at least {RANGE_GROWTH}x the smallest"
+    else:
+        margin = RANGE_SPANS * (high - low)
+        wide_low, wide_high = max(low - margin, -FLOAT_MAX), min(high + margin, FLOAT_MAX)
+        why = f"{RANGE_SPANS}x the span beyond each end"
+    note = f"{seen}; drafted {why} (gross errors only)"
     if column.dtype == "int":
-        # Whole units only: a 0/1 flag keeps its range instead of growing to [0, 2].
-        whole = math.floor(margin)
-        return max(math.floor(low) - whole, math.floor(wide_low)), math.ceil(high) + whole
+        # Whole units, outwards: a widened side of a whole-number column moves by 1 at least
+        # (10x a positive whole number, or twice a span of 1 or more).
+        return math.floor(wide_low), math.ceil(wide_high), note
     # Rounded outwards: to the nearest, tiny or close values would lose the samples' own range
     # (1e-8 to 2e-7 became [0, 0]).
-    return _outwards(wide_low, math.floor), _outwards(wide_high, math.ceil)
+    return _outwards(wide_low, math.floor), _outwards(wide_high, math.ceil), note
 
 
 def _outwards(value: float, rounding: Callable[[float], int]) -> float:
@@ -396,6 +464,39 @@ def _offset_warning(event_time: EventTimeGuess, samples: Sequence[Sample]) -> li
     ]
 
 
+def _other_day_warning(event_time: EventTimeGuess, samples: Sequence[Sample]) -> list[str]:
+    """Comment lines for local times (no UTC offset) on another day than their file's name.
+
+    A file named by the day it was exported, the morning after its events, holds no row of
+    its day: the quality gate rejects every day, and no zone changes a local time's day. Times
+    with an offset are `_offset_warning`'s.
+    """
+    column = event_time.spec.get("column")
+    if column is None or "hour" in event_time.spec:
+        return []
+    left = total = 0
+    example = ""
+    for sample in samples:
+        text = sample.frame[column].dropna().astype("str").str.strip()
+        local = text[~text.str.contains(WITH_OFFSET, regex=True)]
+        if local.empty:
+            continue
+        times = parse_times(local, "coerce")
+        other = times.notna() & (times.dt.date != sample.day)
+        total += int(times.notna().sum())
+        left += int(other.sum())
+        if other.any() and not example:
+            example = f"{sample.path.name} holds {local[other].iloc[0]}"
+    if not left:
+        return []
+    return [
+        f"  # {left} of {total} sample row(s) have an event time on another day than their "
+        f"file's name carries ({example}):",
+        "  # the quality gate rejects a day holding such rows. Name each file by the day of its",
+        "  # events (the partition day), or build the event time from other columns.",
+    ]
+
+
 def draft_contract(paths: Sequence[Path], name: str) -> str:
     """The YAML text of a draft contract for the sample day files at `paths`."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
@@ -408,6 +509,7 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
     zones = _timezone_column(columns)
     key = row_key(columns, samples, event_time)
     key_columns = set(key or [])
+    identifiers = {c.name for c in columns if _counts_on(c, samples)}
     rows = [len(s.frame) for s in samples]
     sources = set(event_time.sources)
     label_candidates = [
@@ -417,6 +519,7 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
         and c.name not in sources
         and not c.constant_within_day
         and c.name not in (key or [])
+        and c.name not in identifiers
     ]
     landed = {c.name for c in columns}
     names = ", ".join(s.path.name for s in samples)
@@ -445,6 +548,7 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
         '# freshness: {expected_by: "06:00", grace_minutes: 60}',
         "event_time:",
         f"  # Guess: {event_time.why}.",
+        *_other_day_warning(event_time, samples),
     ]
     for field, value in event_time.spec.items():
         out.append(f"  {field}: {_value(value)}")
@@ -469,26 +573,29 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
             notes.append(f"{column.null_share:.1%} null in the samples")
         else:
             notes.append("no nulls in the samples")
+        if column.name in identifiers:
+            notes.append(
+                "unique within every sample day and counts on from day to day: an identifier, "
+                "no range, label or feature"
+            )
         # A key's values (ticket numbers) move on from day to day: no range holds them.
         if (
             column.numbers is not None
             and column.name not in sources
             and column.name not in key_columns
+            and column.name not in identifiers
         ):
             finite = column.numbers[np.isfinite(column.numbers)]
             bounds = _bounds(column)
             if bounds is None:
                 notes.append(
-                    f"always {finite.min():g} in the samples: no range guessed"
+                    f"always {finite.min():.15g} in the samples: no range guessed"
                     if len(finite)
                     else "no finite value in the samples: no range guessed"
                 )
             else:
-                spec["min"], spec["max"] = bounds
-                notes.append(
-                    f"seen {finite.min():g} to {finite.max():g}, "
-                    f"range widened by {RANGE_MARGIN:.0%}"
-                )
+                spec["min"], spec["max"], note = bounds
+                notes.append(note)
             if len(finite) < len(column.numbers):
                 notes.append(
                     f"{len(column.numbers) - len(finite)} infinite value(s) in the samples, "
@@ -542,7 +649,12 @@ def draft_contract(paths: Sequence[Path], name: str) -> str:
         return name
 
     for column in columns:
-        if column.name in sources or column.name in (key or []) or column in label_candidates:
+        if (
+            column.name in sources
+            or column.name in (key or [])
+            or column.name in identifiers
+            or column in label_candidates
+        ):
             continue
         if column.values.empty:
             # Nothing to learn from, and its first real values would read as a change of
