@@ -949,7 +949,17 @@ def init_contract(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     output = args.output or Path(f"{args.name}.yaml")
-    output.write_text(text)
+    try:
+        # A contract of that name may be one a person has edited since: never lost unasked.
+        with output.open("w" if args.force else "x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        print(
+            f"error: {output} exists (a contract edited since it was drafted?): choose another "
+            "file with -o, or --force to replace it",
+            file=sys.stderr,
+        )
+        return 2
     print(
         f"wrote {output}: choose the label there (uncomment one `label:` line), then run "
         f"`ml-platform check-contract {output}`"
@@ -1280,6 +1290,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("samples", nargs="+", type=Path, help="sample day files (CSV), one per day")
     p.add_argument("--name", required=True, help="dataset name: lowercase letters, digits, _")
     p.add_argument("-o", "--output", type=Path, help="default: NAME.yaml")
+    p.add_argument("--force", action="store_true", help="replace the output file if it exists")
     p.set_defaults(func=init_contract)
     return top
 

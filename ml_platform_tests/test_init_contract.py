@@ -529,3 +529,24 @@ def test_zero_padded_numbers_are_no_hour_unless_named_so(tmp_path):
     assert (event_time["column"], event_time["hour"]) == ("sale_date", "sale_hour")
     shelf = next(c for c in drafted(text)["columns"] if c["name"] == "shelf")
     assert shelf["dtype"] == "str"
+
+
+def test_init_contract_never_replaces_an_existing_contract_unasked(tmp_path, capsys):
+    days = ["2024-01-01", "2024-01-02", "2024-01-03"]
+    paths = write_samples(
+        tmp_path,
+        {
+            day: pd.DataFrame({"ts": [f"{day} 10:15:00"], "amount": [str(3 + i)], "shop": ["n"]})
+            for i, day in enumerate(days)
+        },
+    )
+    edited = tmp_path / "shop.yaml"
+    edited.write_text("# the contract a person has edited\n")
+    command = ["init-contract", *map(str, paths), "--name", "shop", "-o", str(edited)]
+
+    assert cli.main(command) == 2
+
+    assert f"error: {edited} exists" in capsys.readouterr().err
+    assert edited.read_text() == "# the contract a person has edited\n"
+    assert cli.main([*command, "--force"]) == 0
+    assert "name: shop" in edited.read_text()
