@@ -7,7 +7,6 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
-import pandas as pd
 import yaml
 
 from ml_platform.contracts import Contract, load_contract
@@ -18,6 +17,7 @@ from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import file_bytes, generate_day
 from ml_platform_tests.conftest import Platform, days_from
+from ml_platform_tests.test_drift_shapes import drift_run, features
 
 NOT_YET = (
     "no reference values yet: the reference days lack the column, added to the contract after them"
@@ -54,15 +54,7 @@ def store_features(platform: Platform, contract: Contract, day: str) -> None:
 
 
 def drift_of(platform: Platform, day: str) -> tuple[dg.AssetCheckEvaluation, dict]:
-    defs = platform.defs
-    result = dg.materialize(
-        [*(defs.assets or []), *(defs.asset_checks or [])],
-        partition_key=day,
-        resources=defs.resources,
-        instance=platform.instance,
-        selection=[platform.key("drift_report")],
-        raise_on_error=False,
-    )
+    result = drift_run(platform, day)
     failures = [e.event_specific_data.error.to_string() for e in result.get_step_failure_events()]
     assert result.success, failures
     [check] = result.get_asset_check_evaluations()
@@ -122,23 +114,6 @@ def test_a_feature_added_or_renamed_is_not_yet_tested_and_the_others_are(tmp_pat
     _, report = drift_of(platform, days[9])
     segment = next(v for v in report["features"] if v["feature"] == "segment")
     assert segment["status"] != "skipped" and segment["calibration_bound"] is not None
-
-
-def features(rows: int, seed: int, **columns) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    frame = pd.DataFrame(
-        {
-            "x1": rng.normal(0.0, 1.0, rows),
-            "x2": rng.normal(5.0, 2.0, rows),
-            "x3": rng.uniform(-1.0, 1.0, rows),
-            "x4": rng.normal(0.0, 1.0, rows),
-            "log_amount": rng.normal(3.0, 1.0, rows),
-            "segment": pd.Series(rng.choice(["A", "B", "C"], rows), dtype="str"),
-            "hour": rng.integers(0, 24, rows).astype("float64"),
-            "temperature": rng.normal(12.0, 2.0, rows),
-        }
-    )
-    return frame.assign(**columns)
 
 
 def test_a_blocking_feature_without_reference_values_is_named_as_not_tested(tmp_path):
@@ -215,16 +190,8 @@ def test_a_day_whose_own_features_hold_another_kind_names_the_day_to_remateriali
     days = days_from("2024-01-01", 6)
     for day in days:
         store_features(platform, numeric, day)
-    defs = platform.defs
 
-    result = dg.materialize(
-        [*(defs.assets or []), *(defs.asset_checks or [])],
-        partition_key=days[5],
-        resources=defs.resources,
-        instance=platform.instance,
-        selection=[platform.key("drift_report")],
-        raise_on_error=False,
-    )
+    result = drift_run(platform, days[5])
 
     assert not result.success
     [failure] = result.get_step_failure_events()
