@@ -151,9 +151,14 @@ class Platform:
         """The op of the dataset's asset `asset`, as `asset_materializations_for_node` wants."""
         return op_name(self.contract.name, asset)
 
-    def materialize(self, day: str, selection=None) -> dg.ExecuteInProcessResult:
-        """Materialise `day` of the assets named in `selection` (default: the daily job's)."""
-        assets = list(self.defs.assets or [])
+    def materialize(
+        self, day: str, selection=None, checks: bool = False
+    ) -> dg.ExecuteInProcessResult:
+        """Materialise `day` of the assets named in `selection` (default: the daily job's).
+
+        `checks`: with the code location's asset checks defined apart from the assets.
+        """
+        assets = [*(self.defs.assets or []), *((checks and self.defs.asset_checks) or [])]
         return dg.materialize(
             assets,
             partition_key=day,

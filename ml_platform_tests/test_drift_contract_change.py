@@ -17,7 +17,7 @@ from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import file_bytes, generate_day
 from ml_platform_tests.conftest import Platform, days_from
-from ml_platform_tests.test_drift_shapes import drift_run, features
+from ml_platform_tests.test_drift_shapes import features
 
 NOT_YET = (
     "no reference values yet: the reference days lack the column, added to the contract after them"
@@ -54,7 +54,7 @@ def store_features(platform: Platform, contract: Contract, day: str) -> None:
 
 
 def drift_of(platform: Platform, day: str) -> tuple[dg.AssetCheckEvaluation, dict]:
-    result = drift_run(platform, day)
+    result = platform.materialize(day, ["drift_report"], checks=True)
     failures = [e.event_specific_data.error.to_string() for e in result.get_step_failure_events()]
     assert result.success, failures
     [check] = result.get_asset_check_evaluations()
@@ -191,7 +191,7 @@ def test_a_day_whose_own_features_hold_another_kind_names_the_day_to_remateriali
     for day in days:
         store_features(platform, numeric, day)
 
-    result = drift_run(platform, days[5])
+    result = platform.materialize(days[5], ["drift_report"], checks=True)
 
     assert not result.success
     [failure] = result.get_step_failure_events()

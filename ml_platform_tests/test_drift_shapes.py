@@ -40,19 +40,6 @@ def features(rows: int, seed: int, **columns) -> pd.DataFrame:
     return frame.assign(**columns)
 
 
-def drift_run(platform: Platform, day: str) -> dg.ExecuteInProcessResult:
-    """drift_report of `day` alone over the real graph, its checks included; failures kept."""
-    defs = platform.defs
-    return dg.materialize(
-        [*(defs.assets or []), *(defs.asset_checks or [])],
-        partition_key=day,
-        resources=defs.resources,
-        instance=platform.instance,
-        selection=[platform.key("drift_report")],
-        raise_on_error=False,
-    )
-
-
 def reference_days(count: int, rows: int = 500, **columns) -> tuple[list[pd.DataFrame], list[str]]:
     frames = [features(rows, seed, **columns) for seed in range(count)]
     days = [(dt.date(2024, 1, 1) + dt.timedelta(days=i)).isoformat() for i in range(count)]
@@ -154,7 +141,7 @@ def test_reference_days_stored_before_the_contract_declared_a_feature_are_named(
             "parquet",
         )
 
-    result = drift_run(platform, days[-1])
+    result = platform.materialize(days[-1], ["drift_report"], checks=True)
 
     assert result.success
     report = json.loads(platform.stored("drift_report", days[-1], "json").read_text())
@@ -181,7 +168,7 @@ def test_a_day_whose_own_features_lack_a_declared_feature_names_the_day_to_remat
             "features", day, frame.drop(columns=["temperature"]) if i == 4 else frame, "parquet"
         )
 
-    result = drift_run(platform, days[-1])
+    result = platform.materialize(days[-1], ["drift_report"], checks=True)
 
     assert not result.success
     [failure] = result.get_step_failure_events()
