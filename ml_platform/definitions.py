@@ -28,7 +28,7 @@ from ml_platform.evaluation.assets import build_evaluation_report
 from ml_platform.features.assets import build_features_asset
 from ml_platform.ingestion.assets import build_raw_data
 from ml_platform.ingestion.zones import landing_store
-from ml_platform.platform.datasets import catalogued, dataset_name
+from ml_platform.platform.datasets import asset_key, catalogued, dataset_name
 from ml_platform.platform.io_manager import LakeIOManager
 from ml_platform.platform.locations import lake_storage, s3_resource
 from ml_platform.platform.partitions import daily_partitions
@@ -122,8 +122,16 @@ def dataset_definitions(
         assets=daily + summaries + full_retrain,
         jobs=jobs,
         schedules=[
-            build_daily_schedule(dataset, partitions, daily_job, [a.key for a in daily]),
-            build_weekly_retrain_schedule(dataset, partitions, retrain_job),
+            build_daily_schedule(
+                dataset, partitions, daily_job, [a.key for a in daily], contract.freshness
+            ),
+            build_weekly_retrain_schedule(
+                dataset,
+                partitions,
+                retrain_job,
+                asset_key(dataset, "features"),
+                contract.freshness,
+            ),
         ],
         sensors=[
             build_landing_sensor(

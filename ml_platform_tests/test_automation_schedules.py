@@ -48,13 +48,15 @@ NEW_YORK = ZoneInfo("America/New_York")
 def test_daily_schedule_runs_the_day_that_just_ended_in_the_dataset_timezone(flights):
     defs, repository = flights
     schedule = defs.resolve_schedule_def(FLIGHTS_DAILY_SCHEDULE)
-    assert schedule.cron_schedule == "0 2 * * *"
+    # When the day's file is due: flights' freshness says 06:00 the next day, 60 minutes' grace.
+    # At 02:00 it has not landed yet, and a run would record the day rejected as a missing file.
+    assert schedule.cron_schedule == "0 7 * * *"
     assert schedule.execution_timezone == "America/New_York"  # the flights contract's timezone
     assert schedule.job_name == FLIGHTS_DAILY_JOB
 
-    # 02:00 in New York is 07:00 UTC: the previous day there, not the UTC day.
+    # 07:00 in New York is 12:00 UTC: the previous day there, not the UTC day.
     result = evaluate(
-        defs, repository, FLIGHTS_DAILY_SCHEDULE, dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
+        defs, repository, FLIGHTS_DAILY_SCHEDULE, dt.datetime(2013, 3, 5, 7, tzinfo=NEW_YORK)
     )
 
     [request] = result.run_requests
@@ -68,7 +70,7 @@ def test_daily_schedule_runs_the_day_that_just_ended_in_the_dataset_timezone(fli
 def test_daily_schedule_skips_a_day_that_is_already_accepted_and_reruns_a_rejected_one(flights):
     defs, repository = flights
     job_assets = defs.resolve_job_def(FLIGHTS_DAILY_JOB).asset_layer.executable_asset_keys
-    at = dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
+    at = dt.datetime(2013, 3, 5, 7, tzinfo=NEW_YORK)
     with dg.instance_for_test() as instance:
         for key in job_assets:
             instance.report_runless_asset_event(
@@ -116,10 +118,10 @@ def test_daily_schedule_skips_a_day_that_is_already_accepted_and_reruns_a_reject
     ],
 )
 def test_daily_schedule_leaves_a_day_to_its_run_in_flight(flights, status, runs_again):
-    # The file landed at 01:55: the landing sensor's run of the day is queued or running at
-    # 02:00. A second run would wait behind it, then compute the same day again.
+    # The file landed at 06:55: the landing sensor's run of the day is queued or running at
+    # 07:00. A second run would wait behind it, then compute the same day again.
     defs, repository = flights
-    at = dt.datetime(2013, 3, 5, 2, tzinfo=NEW_YORK)
+    at = dt.datetime(2013, 3, 5, 7, tzinfo=NEW_YORK)
     with dg.instance_for_test() as instance:
         sensors_run = instance.add_run(
             dg.DagsterRun(
@@ -148,19 +150,51 @@ def test_daily_schedule_leaves_a_day_to_its_run_in_flight(flights, status, runs_
         )
 
 
-def test_weekly_retrain_runs_on_monday_for_sunday(flights):
+def test_weekly_retrain_runs_once_sunday_has_its_verdict(flights):
     defs, repository = flights
     schedule = defs.resolve_schedule_def(FLIGHTS_WEEKLY_RETRAIN_SCHEDULE)
-    assert schedule.cron_schedule == "0 2 * * 1"
+    # Every hour of Monday from Sunday's deadline (07:00): Sunday's own run starts then.
+    assert schedule.cron_schedule == "0 * * * 1"
     assert schedule.execution_timezone == "America/New_York"
     assert schedule.job_name == FLIGHTS_WEEKLY_RETRAIN_JOB
-
-    monday = dt.datetime(2013, 1, 7, 2, tzinfo=NEW_YORK)
+    monday = dt.datetime(2013, 1, 7, 7, tzinfo=NEW_YORK)
     assert monday.weekday() == 0
-    [request] = evaluate(defs, repository, FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, monday).run_requests
 
+    with dg.instance_for_test() as instance:
+        # Sunday has no verdict yet: a window without its last day would never be redone.
+        waiting = evaluate(defs, repository, FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, monday, instance)
+        before_deadline = evaluate(
+            defs, repository, FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, monday.replace(hour=6), instance
+        )
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(
+                asset_key=asset_key("flights", "features"), partition="2013-01-06"
+            )
+        )
+        later = monday.replace(hour=8)
+        [request] = evaluate(
+            defs, repository, FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, later, instance
+        ).run_requests
+        instance.add_run(
+            dg.DagsterRun(
+                job_name=FLIGHTS_WEEKLY_RETRAIN_JOB,
+                status=dg.DagsterRunStatus.SUCCESS,
+                tags={"dagster/partition": "2013-01-06"},
+            )
+        )
+        again = evaluate(
+            defs, repository, FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, later.replace(hour=9), instance
+        )
+
+    assert waiting.run_requests == []
+    assert "2013-01-06 has no verdict of flights/features yet" in (waiting.skip_message or "")
+    assert before_deadline.run_requests == []
+    assert "2013-01-05, not a Sunday" in (before_deadline.skip_message or "")
     assert request.partition_key == "2013-01-06"
     assert request.run_key == f"{FLIGHTS_WEEKLY_RETRAIN_SCHEDULE}:2013-01-06"
+    # Once a week: the ticks after its run leave it.
+    assert again.run_requests == []
+    assert "the retrain of 2013-01-06 ran already" in (again.skip_message or "")
 
 
 def test_synthetic_schedules_use_utc(tmp_path):
@@ -220,14 +254,14 @@ def test_schedules_run_the_last_day_once_and_nothing_after_the_partitions_end(fl
     # flights ends 2013-12-31. A schedule reruns whatever a tick requests (its run key is kept
     # per tick only): after the end, the last day would run again every night and every Monday.
     defs, repository = flights
-    last_night = dt.datetime(2014, 1, 1, 2, tzinfo=NEW_YORK)
+    last_night = dt.datetime(2014, 1, 1, 7, tzinfo=NEW_YORK)
     [request] = evaluate(defs, repository, FLIGHTS_DAILY_SCHEDULE, last_night).run_requests
     assert request.partition_key == "2013-12-31"
 
     for name, at in [
-        (FLIGHTS_DAILY_SCHEDULE, dt.datetime(2014, 1, 2, 2, tzinfo=NEW_YORK)),
-        (FLIGHTS_DAILY_SCHEDULE, dt.datetime(2026, 12, 7, 2, tzinfo=NEW_YORK)),
-        (FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, dt.datetime(2014, 1, 6, 2, tzinfo=NEW_YORK)),
+        (FLIGHTS_DAILY_SCHEDULE, dt.datetime(2014, 1, 2, 7, tzinfo=NEW_YORK)),
+        (FLIGHTS_DAILY_SCHEDULE, dt.datetime(2026, 12, 7, 7, tzinfo=NEW_YORK)),
+        (FLIGHTS_WEEKLY_RETRAIN_SCHEDULE, dt.datetime(2014, 1, 6, 7, tzinfo=NEW_YORK)),
     ]:
         result = evaluate(defs, repository, name, at)
         assert result.run_requests == []

@@ -160,16 +160,21 @@ def test_files_before_the_first_or_after_the_last_partition_run_nothing(tmp_path
     assert sensor.requested(day_ends(contract, "2025-02-01")) == []
 
 
-def schedule_requests(defs: dg.Definitions, name: str, at: dt.datetime) -> list[str] | str:
+def schedule_requests(
+    defs: dg.Definitions, name: str, at: dt.datetime, instance: dg.DagsterInstance | None = None
+) -> list[str] | str:
     """The days a schedule's tick at `at` requests, or why it skipped."""
-    # Dagster resolves the repository against the current instance: the test's, inside.
-    with dg.instance_for_test() as instance:
-        context = dg.build_schedule_context(
-            instance=instance,
-            scheduled_execution_time=at,
-            repository_def=defs.get_repository_def(),
-        )
-        result = defs.resolve_schedule_def(name).evaluate_tick(context)
+    if instance is None:
+        with dg.instance_for_test() as fresh:
+            return schedule_requests(defs, name, at, fresh)
+    # The repository is built outside the instance's block, and the context is left as a
+    # context manager: otherwise Dagster's current state storage stays that of an instance
+    # gone, and later tests of the process that build a repository fail on it.
+    repository, schedule = defs.get_repository_def(), defs.resolve_schedule_def(name)
+    with dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=at, repository_def=repository
+    ) as context:
+        result = schedule.evaluate_tick(context)
     if result.run_requests:
         return [str(r.partition_key) for r in result.run_requests]
     return result.skip_message or ""
@@ -190,7 +195,7 @@ def test_the_nightly_schedule_runs_the_day_that_just_ended_through_the_partition
     def at_two(day: dt.date) -> dt.datetime:
         return dt.datetime.combine(day, dt.time(2), zone)
 
-    assert "no complete day yet" in schedule_requests(defs, name, at_two(dt.date(2024, 3, 5)))
+    assert "no day is due yet" in schedule_requests(defs, name, at_two(dt.date(2024, 3, 5)))
     assert schedule_requests(defs, name, at_two(dt.date(2024, 3, 6))) == ["2024-03-05"]
     # Across the night the clocks jump at midnight: each day once, none skipped.
     nights = [jump + dt.timedelta(days=n) for n in range(3)]
@@ -204,35 +209,52 @@ def test_the_nightly_schedule_runs_the_day_that_just_ended_through_the_partition
     )
 
 
+@pytest.fixture
+def test_instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
 @pytest.mark.parametrize(
     ("start", "first_monday", "first_retrain"),
     [
         # Starting on a Sunday: the first Monday retrains on that one day.
         ("2024-03-03", dt.date(2024, 3, 4), "2024-03-03"),
-        # Starting on a Monday: no day has ended at its 02:00, the next Monday has a week.
+        # Starting on a Monday: no day is due at its 02:00, the next Monday has a week.
         ("2024-03-04", dt.date(2024, 3, 11), "2024-03-10"),
     ],
 )
 def test_the_weekly_retrain_takes_the_sunday_from_the_first_week_to_the_last(
-    tmp_path, start, first_monday, first_retrain
+    tmp_path, start, first_monday, first_retrain, test_instance
 ):
     contract = shaped(tmp_path, start=start, end="2024-12-31", training={"window_days": 7})
     defs = build_definitions(
         contract, landing_dir=str(tmp_path / "landing"), lake_dir=str(tmp_path / "lake")
     )
     name = dataset_name(contract.name, WEEKLY_RETRAIN_SCHEDULE)
-    with dg.instance_for_test():
-        assert defs.resolve_schedule_def(name).cron_schedule == "0 2 * * 1"
+    # Every hour of Monday from 02:00 (no freshness deadline), until Sunday has its verdict.
+    assert defs.resolve_schedule_def(name).cron_schedule == "0 * * * 1"
+    instance = test_instance
 
     def monday(day: dt.date) -> dt.datetime:
         assert day.weekday() == 0
         return dt.datetime.combine(day, dt.time(2), dt.UTC)
 
+    def retrain(day: dt.date) -> list[str] | str:
+        sunday = (day - dt.timedelta(days=1)).isoformat()
+        # Sunday's features recorded, as its nightly run records them.
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(
+                asset_key=asset_key(contract.name, "features"), partition=sunday
+            )
+        )
+        return schedule_requests(defs, name, monday(day), instance)
+
     if first_monday > dt.date(2024, 3, 4):
-        assert "no complete day yet" in schedule_requests(defs, name, monday(dt.date(2024, 3, 4)))
-    assert schedule_requests(defs, name, monday(first_monday)) == [first_retrain]
+        assert "no day is due yet" in schedule_requests(defs, name, monday(dt.date(2024, 3, 4)))
+    assert retrain(first_monday) == [first_retrain]
     # 2024-12-31 is a Tuesday: the Monday after it has no Sunday of the partitions to run.
-    assert schedule_requests(defs, name, monday(dt.date(2024, 12, 30))) == ["2024-12-29"]
+    assert retrain(dt.date(2024, 12, 30)) == ["2024-12-29"]
     assert "the last partition, 2024-12-31, ended" in schedule_requests(
         defs, name, monday(dt.date(2025, 1, 6))
     )
@@ -388,9 +410,9 @@ def test_a_job_backfill_of_one_of_two_datasets_sharing_a_zone_is_summarised_as_i
     defs = build_definitions([a, ba], landing_dir=str(landing), lake_dir=str(tmp_path / "lake"))
     notifier = defs.resources["notifier"]
     # Dagster resolves the job against the current instance: the test's.
+    job = defs.resolve_job_def(dataset_name("a", "ingestion_job"))
     with dg.instance_for_test() as instance:
         # What `dagster job backfill -j a_ingestion_job` launches: a run a day, tagged with it.
-        job = defs.resolve_job_def(dataset_name("a", "ingestion_job"))
         for day in ("2024-06-15", "2024-06-16", "2024-06-17"):
             job.execute_in_process(
                 instance=instance,
