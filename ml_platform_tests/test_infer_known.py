@@ -1,5 +1,6 @@
-"""The draft of `init-contract` on sample shapes a team brings: ids that count on, heavy tails,
-many columns, small whole-number spans, files separated otherwise than by commas.
+"""The draft of `init-contract` on sample shapes a team brings: ids that count on, down or at
+random, heavy tails, many columns, small whole-number spans, files separated otherwise than by
+commas, a category too rare for the samples, quieter weekends after weekday samples.
 
 A team that follows docs/contracts.md (draft, choose the label, check-contract, materialise)
 must not get ordinary days rejected by what the draft guessed; the drafted ranges still catch
@@ -7,6 +8,7 @@ gross errors (a unit changed, a sign flipped, a sentinel value).
 """
 
 import datetime as dt
+import json
 import re
 from pathlib import Path
 
@@ -277,3 +279,212 @@ def test_samples_separated_otherwise_than_by_commas_are_refused_naming_file_and_
     assert cli.main(argv) == 2
     assert not output.exists()
     assert f"separated by {named}, not ','" in capsys.readouterr().err
+
+
+MONDAY = dt.date(2024, 3, 4)
+PAYMENTS = ["card", "cash", "voucher", "crypto"]
+
+
+def shop_day(i: int) -> tuple[str, pd.DataFrame]:
+    """Day i (from a Monday) of a shop export: fewer rows at weekends, a payment type of 0.3 %.
+
+    The first three days (the samples) happen to hold no 'crypto' payment, too rare to show in
+    them; from the fourth day on it is paid 0.3 % of the time, a row or none a day.
+    """
+    day = MONDAY + dt.timedelta(days=i)
+    rng = np.random.default_rng(200 + i)
+    rows = 60 if day.weekday() >= 5 else int(rng.integers(250, 400))
+    seconds = np.sort(rng.choice(86_400, rows, replace=False))
+    shares = [0.6, 0.3, 0.1, 0.0] if i < 3 else [0.6, 0.3, 0.097, 0.003]
+    return day.isoformat(), pd.DataFrame(
+        {
+            "ts": [(pd.Timestamp(day) + pd.Timedelta(seconds=int(s))).isoformat() for s in seconds],
+            "payment": rng.choice(PAYMENTS, rows, p=shares),
+            "spend": rng.gamma(2, 10, rows).round(2),
+        }
+    )
+
+
+def shop_draft(folder: Path, count: int = 3) -> str:
+    """The draft of the first `count` shop days (weekdays), as `init-contract` writes it."""
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for i in range(count):
+        day, frame = shop_day(i)
+        paths.append(folder / f"shop_{day}.csv")
+        frame.to_csv(paths[-1], index=False)
+    return draft_contract(paths, "shop")
+
+
+def test_a_category_too_rare_for_the_samples_rejects_no_later_day(tmp_path):
+    text = shop_draft(tmp_path)
+    payment = next(c for c in yaml.safe_load(text)["columns"] if c["name"] == "payment")
+    assert "allowed_values" not in payment
+    # What was seen, as the allowed values a person who knows the set is closed would write.
+    line = column_line(text, "payment")
+    assert "3 values seen" in line
+    assert line.endswith("allowed_values: [card, cash, voucher]")
+    contract = with_label(text, "spend_label")
+    rejected = {}
+    crypto_days = 0
+    for i in range(3, 23):
+        day, frame = shop_day(i)
+        crypto_days += int((frame["payment"] == "crypto").any())
+        failures = gate_failures(contract, day, frame)
+        if failures:
+            rejected[day] = [f.column for f in failures]
+    assert crypto_days >= 5  # the rare value did come
+    assert rejected == {}
+
+
+def test_the_seen_values_of_a_note_turned_into_allowed_values_close_the_set(tmp_path):
+    text = shop_draft(tmp_path)
+    line = column_line(text, "payment")
+    closed = line.split("  # ")[0].replace("}", f", {line.split(', add ')[1]}}}")
+    contract = with_label(text.replace(line, closed), "spend_label")
+    assert next(c for c in contract.columns if c.name == "payment").allowed_values == [
+        "card",
+        "cash",
+        "voucher",
+    ]
+    day, frame = shop_day(3)
+    frame["payment"] = frame["payment"].replace("crypto", "cash")
+    frame.loc[5, "payment"] = "crypto"
+    assert [(f.column, f.rows) for f in gate_failures(contract, day, frame)] == [("payment", [5])]
+
+
+def test_the_drafted_row_count_passes_a_weekend_and_catches_an_empty_or_duplicated_file(
+    tmp_path,
+):
+    text = shop_draft(tmp_path)  # Monday to Wednesday
+    rows = [len(shop_day(i)[1]) for i in range(3)]
+    fewest, most = min(rows), max(rows)
+    assert yaml.safe_load(text)["quality"]["row_count"] == {"min": fewest // 10, "max": most * 10}
+    assert (
+        f"  # The samples hold {fewest} to {most} rows a day; drafted a tenth of the fewest (1 "
+        "at least) to\n  # 10x the most (gross errors only: an empty or truncated export"
+    ) in text
+    # The history gate, which judges the count against the days before, is told how to judge
+    # a weekend by weekends.
+    weekly = "  # history: {reference: {mode: previous_days, days: 28, same_weekday: true}}"
+    assert weekly in text
+    reference = with_label(text.replace(weekly, weekly.replace("# ", "", 1)), "spend_label")
+    assert reference.quality.history.reference is not None
+    assert reference.quality.history.reference.same_weekday
+    contract = with_label(text, "spend_label")
+    # A Saturday of 60 rows is an ordinary day of this shop.
+    day, saturday = shop_day(5)
+    assert len(saturday) == 60
+    assert gate_failures(contract, day, saturday) == []
+    # An export cut short, and a file appended to itself many times over, are not.
+    day, monday = shop_day(7)
+    for spoiled in (monday.iloc[: fewest // 20], pd.concat([monday] * 12)):
+        failed = {f.expectation for f in gate_failures(contract, day, spoiled)}
+        assert "expect_table_row_count_to_be_between" in failed, len(spoiled)
+
+
+@pytest.mark.slow
+def test_a_shop_following_the_docs_gets_its_weekends_and_rare_payments_accepted(tmp_path, capsys):
+    """The documented path on weekday samples: weekends and a rare category are ordinary days."""
+    landing = tmp_path / "exports"
+    landing.mkdir()
+    days = []
+    for i in range(10):
+        day, frame = shop_day(i)
+        frame.to_csv(landing / f"shop_{day}.csv", index=False)
+        days.append(day)
+    draft = tmp_path / "shop.yaml"
+    samples = [str(landing / f"shop_{day}.csv") for day in days[:3]]
+    assert cli.main(["init-contract", *samples, "--name", "shop", "-o", str(draft)]) == 0
+    label = "# label: {name: spend_label, task: regression, source: spend}"
+    draft.write_text(draft.read_text().replace(label, label.removeprefix("# ")))
+    assert cli.main(["check-contract", str(draft)]) == 0
+    capsys.readouterr()
+
+    platform = Platform(load_contract(draft), tmp_path / "platform")
+    platform.landing_dir.mkdir(parents=True)
+    for path in landing.iterdir():
+        (platform.landing_dir / path.name).write_bytes(path.read_bytes())
+    for day in days:
+        assert platform.materialize(day).success, day
+    records = day_records(platform.instance, platform.key("validated_data"), days)
+    assert {day: records[day].reason for day in days if not records[day].accepted} == {}
+    assert platform.materialized("model") == set(days)
+
+
+def ids_day(i: int, ids: str) -> tuple[str, pd.DataFrame]:
+    """Day i of the order export, its order id counting down, or drawn at random, and the bytes
+    of each order's page, a measurement whose whole numbers happen never to repeat."""
+    day, frame = orders_day(i)
+    rows = len(frame)
+    rng = np.random.default_rng(50 + i)
+    if ids == "down":
+        frame["order_id"] = 5_000_000 - i * rows - np.arange(rows)
+    else:
+        frame["order_id"] = rng.choice(10**9, rows, replace=False)
+    frame["page_bytes"] = np.exp(rng.normal(14, 1.5, rows)).round().astype(int)
+    return day, frame
+
+
+def ids_draft(folder: Path, ids: str, count: int = 3) -> str:
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for i in range(count):
+        day, frame = ids_day(i, ids)
+        paths.append(folder / f"orders_{day}.csv")
+        frame.to_csv(paths[-1], index=False)
+    return draft_contract(paths, "orders")
+
+
+@pytest.mark.parametrize("ids", ["down", "random"])
+def test_an_id_counting_down_or_drawn_at_random_is_no_range_label_or_feature(tmp_path, ids):
+    text = ids_draft(tmp_path, ids)
+    columns = {c["name"]: c for c in yaml.safe_load(text)["columns"]}
+    assert columns["order_id"] == {"name": "order_id", "dtype": "int"}
+    assert "each of the 900 sample values distinct, spread evenly" in column_line(text, "order_id")
+    offered = [line for line in text.splitlines() if "source: order_id" in line]
+    assert offered == [], offered
+    # A measurement whose values never repeat, but not evenly spread, stays one.
+    assert columns["page_bytes"]["min"] == 0
+    assert "# label: {name: page_bytes_label, task: regression, source: page_bytes}" in text
+    day, frame = ids_day(7, ids)
+    assert gate_failures(with_label(text, "spend_label"), day, frame) == []
+
+
+@pytest.mark.slow
+def test_a_team_following_the_docs_gets_no_drift_from_an_id_counting_down(tmp_path, capsys):
+    """The documented path, every label candidate's feature but the label's taken in."""
+    landing = tmp_path / "exports"
+    landing.mkdir()
+    days = []
+    for i in range(10):
+        day, frame = ids_day(i, "down")
+        frame.to_csv(landing / f"orders_{day}.csv", index=False)
+        days.append(day)
+    draft = tmp_path / "orders.yaml"
+    samples = [str(landing / f"orders_{day}.csv") for day in days[:3]]
+    assert cli.main(["init-contract", *samples, "--name", "orders", "-o", str(draft)]) == 0
+    label = "# label: {name: spend_label, task: regression, source: spend}"
+    lines = [
+        line.replace("# - {", "- {", 1) if line.startswith("  # - {name:") else line
+        for line in draft.read_text().replace(label, label.removeprefix("# ")).splitlines()
+        if "source: spend}" not in line or line.startswith("label:")
+    ]
+    draft.write_text("\n".join([*lines, ""]))
+    assert cli.main(["check-contract", str(draft)]) == 0
+    capsys.readouterr()
+
+    platform = Platform(load_contract(draft), tmp_path / "platform")
+    platform.landing_dir.mkdir(parents=True)
+    for path in landing.iterdir():
+        (platform.landing_dir / path.name).write_bytes(path.read_bytes())
+    for day in days:
+        assert platform.materialize(day).success, day
+    assert platform.materialized("model") == set(days)
+    drifting = {
+        day: json.loads(platform.stored("drift_report", day, "json").read_text())[
+            "drifting_features"
+        ]
+        for day in days[1:]
+    }
+    assert {day: names for day, names in drifting.items() if "order_id" in names} == {}

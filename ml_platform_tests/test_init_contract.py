@@ -109,7 +109,12 @@ def test_the_draft_reads_types_nulls_ranges_key_pattern_and_event_time(week):
         line for line in text.splitlines() if "temperature, " in line
     )
     assert not any(c.get("nullable") for n, c in columns.items() if n != "temperature")
-    assert columns["store"]["allowed_values"] == ["east", "north", "south"]
+    # The values seen, for a person who knows the set is closed: a value too rare for the
+    # samples must not reject a later day.
+    assert "allowed_values" not in columns["store"]
+    assert next(line for line in text.splitlines() if "{name: store," in line).endswith(
+        "add allowed_values: [east, north, south]"
+    )
     assert columns["holiday"] == {
         "name": "holiday",
         "dtype": "int",
@@ -465,9 +470,12 @@ def test_codes_with_leading_zeros_are_drafted_as_text_that_keeps_them(tmp_path):
 
     branch = next(c for c in drafted(text)["columns"] if c["name"] == "branch")
     assert branch["dtype"] == "str"
-    assert branch["allowed_values"] == ["00001", "00002", "00003", "00004"]
+    assert "allowed_values" not in branch
     line = next(line for line in text.splitlines() if "{name: branch," in line)
     assert "leading zeros ('00001'): text, which keeps them" in line
+    # The codes seen, quoted: copied into the mapping they stay text, zeros kept.
+    seen = line.split("add allowed_values: ")[1]
+    assert yaml.safe_load(seen) == ["00001", "00002", "00003", "00004"]
     feature = next(f for f in drafted(text)["features"] if f["source"] == "branch")
     assert feature["kind"] == "categorical"
     accepts_its_samples(text, paths, "amount_label")

@@ -110,12 +110,19 @@ def test_a_bom_crlf_quoted_export_with_a_yes_no_label_runs_by_day_as_a_range_and
     # The label spelled yes/no is a bool column, offered as a classification label.
     assert "# label: {name: churned_label, task: classification, source: churned}" in text
     choose_label(draft, "label: {name: churn_label, task: classification, source: churned}")
+    # The notes are a closed set: its line's comment lists the values seen, which the team
+    # copies in as the allowed values, as the comment says.
+    line = next(line for line in draft.read_text().splitlines() if "{name: note," in line)
+    mapping, seen = line.split("  # ")[0], line.split("add allowed_values: ")[1]
+    closed = mapping.replace("}", f", allowed_values: {seen}}}")
+    draft.write_text(draft.read_text().replace(line, closed))
     assert cli.main(["check-contract", str(draft)]) == 0
     capsys.readouterr()
     contract = load_contract(draft)
     columns = {c.name: c for c in contract.columns}
     assert columns["churned"].dtype == "bool"
-    # Values holding a comma, a quote, LF or CRLF are allowed values as written, byte for byte.
+    # Values holding a comma, a quote, LF or CRLF are allowed values as written, byte for byte
+    # (listed on one comment line, line breaks escaped).
     assert sorted(columns["note"].allowed_values or []) == sorted(NOTES)
     # A column every sample left empty is text that may be missing, never a number.
     assert columns["unused"].dtype == "str" and columns["unused"].nullable
