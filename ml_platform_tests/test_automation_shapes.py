@@ -13,6 +13,7 @@ ticked in-process against a real instance, at the instants given (`partition_loa
 
 import datetime as dt
 import hashlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -317,6 +318,22 @@ def test_datasets_sharing_a_zone_each_run_their_own_files_whatever_the_patterns_
         sensor = Sensor(zone, contract, served, instance)
         assert sensor.requested() == [landed[contract.name]], contract.name
         assert sensor.requested() == []
+
+
+def test_a_file_misnamed_in_case_is_told_to_the_dataset_it_fits_not_to_the_others(tmp_path, caplog):
+    a = shaped(tmp_path, "a", pattern="a_{date}.csv", start="2024-01-01")
+    ba = shaped(tmp_path, "ba", pattern="ba_{date}.csv", start="2024-01-01")
+    directory = tmp_path / "landing"
+    put(directory, "a_2024-01-08.CSV")
+    zone = LandingZone(base_dir=str(directory))
+
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        assert Sensor(zone, ba, [a, ba]).requested() == []
+        # ba's owners would be told to rename a's file after ba's pattern.
+        assert [r for r in caplog.records if r.name == "ml_platform.alerts"] == []
+        assert Sensor(zone, a, [a, ba]).requested() == []
+    [alert] = [r.getMessage() for r in caplog.records if r.name == "ml_platform.alerts"]
+    assert "a_2024-01-08.csv" in alert
 
 
 def accept(instance: dg.DagsterInstance, dataset: str, day: str, data: bytes) -> None:

@@ -431,13 +431,30 @@ def own_files(
     """
     own = file_name_pattern(contract)
     spelled = literal_length(contract)
-    others = [(file_name_pattern(c), literal_length(c)) for c in served if c.name != contract.name]
+    served = [c for c in served if c.name != contract.name]
+    others = [(file_name_pattern(c), literal_length(c)) for c in served]
+    # Misnamed in letter case or Unicode form: the misfit is told to the dataset it fits.
+    own_loosely = loose_pattern(contract)
+    others_loosely = [(loose_pattern(c), literal_length(c)) for c in served]
 
     def theirs(name: str) -> bool:
         mine = own.match(name) is not None
-        return any(o.match(name) and (not mine or length > spelled) for o, length in others)
+        if any(o.match(name) and (not mine or length > spelled) for o, length in others):
+            return True
+        if mine:
+            return False
+        folded = unicodedata.normalize("NFC", name)
+        mine = own_loosely.match(folded) is not None
+        return any(
+            o.match(folded) and (not mine or length > spelled) for o, length in others_loosely
+        )
 
     return [name for name in file_names if not theirs(name)]
+
+
+def loose_pattern(contract: Contract) -> re.Pattern[str]:
+    """The contract's file pattern matching whatever the letter case (names taken as NFC)."""
+    return pattern_regex(unicodedata.normalize("NFC", contract.landing.file_pattern), re.IGNORECASE)
 
 
 def literal_length(contract: Contract) -> int:
@@ -483,8 +500,7 @@ def misfit_reason(contract: Contract, name: str) -> str:
     if match is None:
         # A Windows export's `.CSV`, a name from macOS with its accents as separate marks
         # (NFD): the day is right there, and the file reads as not landed.
-        loose = pattern_regex(unicodedata.normalize("NFC", pattern), re.IGNORECASE)
-        found = loose.match(unicodedata.normalize("NFC", name))
+        found = loose_pattern(contract).match(unicodedata.normalize("NFC", name))
         day = iso_day(found["date"]) if found else None
         if day is not None:
             meant = contract.landing.file_name(day.isoformat())
