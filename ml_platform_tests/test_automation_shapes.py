@@ -320,6 +320,26 @@ def test_datasets_sharing_a_zone_each_run_their_own_files_whatever_the_patterns_
         assert sensor.requested() == []
 
 
+def test_the_same_file_sent_again_after_its_removal_reruns_nothing(tmp_path):
+    # An upstream that archives and resends, or an S3 delete then put: the same delivery.
+    contract = shaped(tmp_path)
+    day, data = "2024-09-07", b"a\n1\n"
+    directory = tmp_path / "landing"
+    sensor = Sensor(LandingZone(base_dir=str(directory)), contract)
+    path = put(directory, contract.landing.file_name(day), data)
+    assert sensor.requested() == [day]
+    accept(sensor.instance, contract.name, day, data)
+    path.unlink()
+    assert sensor.requested() == []
+
+    put(directory, contract.landing.file_name(day), data)
+
+    assert sensor.requested() == []
+    # Other bytes under the same name are a correction, which runs.
+    put(directory, contract.landing.file_name(day), data + b"2\n")
+    assert sensor.requested() == [day]
+
+
 def test_a_file_misnamed_in_case_is_told_to_the_dataset_it_fits_not_to_the_others(tmp_path, caplog):
     a = shaped(tmp_path, "a", pattern="a_{date}.csv", start="2024-01-01")
     ba = shaped(tmp_path, "ba", pattern="ba_{date}.csv", start="2024-01-01")

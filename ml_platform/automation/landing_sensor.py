@@ -458,11 +458,12 @@ def build_landing_sensor(
                 del cursor.pending[name]
 
         # One query for the days that have any materialisation; only those need a closer look.
-        done = context.instance.get_materialized_partitions(first_key) if first_walk else set()
+        materialised = context.instance.get_materialized_partitions(first_key)
         read_already = {
             obj.name
             for day, obj in ready
-            if day in done
+            if first_walk
+            and day in materialised
             and materialised_after(
                 context.instance, first_key, day, obj.modified, landing.modified_slack_seconds()
             )
@@ -471,11 +472,14 @@ def build_landing_sensor(
             if obj.name in read_already:
                 context.log.info(f"{obj.name}: {day} was materialised from this file already")
         ready = [(day, obj) for day, obj in ready if obj.name not in read_already]
-        # On the first walk, a file of a day materialised before the file's last change is
-        # compared by its bytes as a replaced one is: a chmod or chown of the zone, or its copy
-        # to a new volume (rsync -a), moves every ctime past its day's run, and turning the
-        # sensor on then must not rerun them all.
-        replaced = [(day, obj) for day, obj in ready if obj.name in step.replaced or day in done]
+        # A file of a day materialised before is compared by its bytes as a replaced one is,
+        # whether or not its name was seen before: on the first walk a chmod or chown of the
+        # zone, or its copy to a new volume (rsync -a), moves every ctime past its day's run,
+        # and turning the sensor on then must not rerun them all; later, a file removed and sent
+        # again unchanged (an archive and resend, an S3 delete then put) is no new delivery.
+        replaced = [
+            (day, obj) for day, obj in ready if obj.name in step.replaced or day in materialised
+        ]
         same, deferred = (
             same_bytes_as_accepted(
                 context.instance,
