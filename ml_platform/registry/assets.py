@@ -63,9 +63,16 @@ from ml_platform.platform.steps import (
     previous_day_input,
     retryable,
 )
-from ml_platform.registry.chain import RecordedChain, aliases_of, fed_champion, says_aliases
+from ml_platform.registry.chain import (
+    RecordedChain,
+    aliases_of,
+    fed_champion,
+    says_aliases,
+    unloadable_champion,
+)
 from ml_platform.registry.store import (
     ALIASES,
+    DamagedVersionError,
     ModelRegistryResource,
     RegistryError,
     environment_manifest,
@@ -348,12 +355,22 @@ def build_registered_model(
             )
 
         def cannot_set(aliases: dict[str, str | None], exc: RegistryError) -> dg.Failure:
+            """The stop of a step whose aliases cannot point at the versions the record says.
+
+            A version lost or damaged is a lost artifact, as `unloadable_champion` says: raised
+            from None, it is classed as data; its error names the rerun that restores it.
+            """
+            way_out = (
+                ""
+                if isinstance(exc, DamagedVersionError)
+                else "; rerun registered_model for the latest recorded day or fix the registry "
+                "(docs/runbook.md)"
+            )
             return dg.Failure(
                 description=(
-                    f"registered_model: the aliases cannot be set to {aliases} ({exc}); "
-                    "rerun registered_model for the latest recorded day or fix the registry "
-                    "(docs/runbook.md)"
+                    f"registered_model: the aliases cannot be set to {aliases} ({exc}){way_out}"
                 ),
+                metadata={"registry_error": str(exc)},
                 allow_retries=False,
             )
 
@@ -425,24 +442,20 @@ def build_registered_model(
             value = store.load_recorded(context.instance, key, day, "json")
             return None if value is None else str(value["decision"])
 
-        def load_champion(version: str) -> TrainedModel:
+        def load_champion(day: str, version: str) -> TrainedModel:
             if version in loaded:
                 return loaded[version]
             try:
                 loaded[version] = registry.load(version)
                 return loaded[version]
             except RegistryError as exc:
-                raise dg.Failure(
-                    description=(
-                        f"registered_model: the champion {version} cannot be loaded ({exc}); "
-                        "rerun registered_model for its day or fix the registry (docs/runbook.md)"
-                    ),
-                    allow_retries=False,
-                ) from exc
+                raise unloadable_champion(REGISTERED_MODEL, day, version, exc) from None
 
         def scorable_champion(day: str, version: str) -> TrainedModel:
             """The champion's model, which must find its features among the contract's."""
-            return fed_champion(REGISTERED_MODEL, day, version, load_champion(version), contract)
+            return fed_champion(
+                REGISTERED_MODEL, day, version, load_champion(day, version), contract
+            )
 
         def moves_back(alias: str, version: str) -> str | None:
             """The later day's version `alias` points at, if moving it to `version` goes back."""
@@ -482,6 +495,59 @@ def build_registered_model(
                 "never moves back to an older day's model"
             ), None
 
+        def recorded_manifest(day: str, version: str) -> dict[str, Any] | None:
+            """The lineage manifest of `version` as the day's latest record keeps it, if it does."""
+            value = store.load_recorded(context.instance, key, day, "json")
+            for candidate in (value or {}).get("candidates", []):
+                if candidate.get("candidate") == version and candidate.get("manifest"):
+                    return dict(candidate["manifest"])
+            return None
+
+        def restored(
+            day: str,
+            version: str,
+            serving: str,
+            candidate_of: Callable[[], tuple[TrainedModel, Mapping[str, pd.DataFrame]]],
+        ) -> dict[str, Any]:
+            """A rerun of the day that registered `version`, which an alias serves, makes it whole.
+
+            Its files lost from the artifact store (a clean-up, a partial restore) stop every
+            later day that loads it; they are written again from the day's stored model, only
+            when it is the model registered (`ModelRegistry.restore` checks the checksum). The
+            record keeps the manifest, from which a later loss of the file is restored again.
+            """
+            manifest = recorded_manifest(day, version)
+
+            def source() -> tuple[TrainedModel, pd.DataFrame]:
+                model, window = candidate_of()
+                try:
+                    _, holdout = split_of(model, window, contract)
+                except ValueError as exc:
+                    raise dg.Failure(description=str(exc), allow_retries=False) from exc
+                return model, next(holdout.chunks()).head(5)
+
+            try:
+                written = registry.restore(version, source, manifest)
+            except RegistryError as exc:
+                # A lost artifact no wait brings back: a data failure, named (see chain.py).
+                raise dg.Failure(
+                    description=(
+                        f"registered_model {day}: {version}, the live {serving}, cannot be "
+                        f"made whole again: {exc}"
+                    ),
+                    metadata={"version": version, "registry_error": str(exc)},
+                    allow_retries=False,
+                ) from None
+            kept = {"manifest": manifest} if manifest is not None else {}
+            if not written:
+                return kept
+            context.log.warning(
+                f"registered_model {day}: {version}, the live {serving}, had lost files in the "
+                f"registry's artifact store; {', '.join(written)} written again from the stored "
+                f"model of {version_day(version)}, whose checksum is the registered one"
+            )
+            return {**kept, "restored": written}
+
         def judged(
             day: str,
             kind: str,
@@ -509,7 +575,10 @@ def build_registered_model(
             superseded = supersedes(day, version)
             if superseded is not None:
                 reason, serving = superseded
-                return {**record, "decision": SUPERSEDED, "reason": reason, "serving": serving}
+                record = {**record, "decision": SUPERSEDED, "reason": reason, "serving": serving}
+                if serving is None:
+                    return record
+                return {**record, **restored(day, version, serving, candidate_of)}
             model, window = candidate_of()
             try:
                 _, holdout = split_of(model, window, contract)
@@ -631,6 +700,11 @@ def build_registered_model(
             candidates.append(daily)
             for candidate in candidates:
                 candidate["outcome"] = outcome_line(candidate["decision"], candidate["reason"])
+                if candidate.get("restored"):
+                    candidate["outcome"] += (
+                        f"; its lost files restored ({', '.join(candidate['restored'])}) from "
+                        f"the stored model of {version_day(candidate['candidate'])}"
+                    )
             streak = rejected_in_a_row(decision_of, day, daily["decision"], limit)
             if past is not None or any(c["decision"] == SUPERSEDED for c in candidates):
                 # A rerun of the past: the day leaves what its decisions would have moved, or
@@ -698,7 +772,7 @@ def build_registered_model(
                 with registry_errors("setting the aliases"):
                     registry.set_aliases(current)
             except RegistryError as exc:
-                raise cannot_set(current, exc) from exc
+                raise cannot_set(current, exc) from None
 
         # Once per step: it runs git and reads the lock file.
         environment = environment_manifest()

@@ -10,7 +10,8 @@ decision is the same whatever attempts failed before it.
 
 The champion is scored by two steps, registered_model (against each candidate) and
 champion_performance (on each day's rows): both first make sure the contract still feeds it
-(`fed_champion`), and stop the same way when it does not.
+(`fed_champion`), and stop the same way when it does not, or when its files are lost from the
+registry (`unloadable_champion`).
 """
 
 import dataclasses
@@ -20,7 +21,7 @@ import dagster as dg
 
 from ml_platform.contracts import Contract
 from ml_platform.platform.records import DayRecord, day_records
-from ml_platform.registry.store import ALIASES
+from ml_platform.registry.store import ALIASES, DamagedVersionError, RegistryError
 from ml_platform.training.model import TrainedModel
 
 # Days asked of Dagster at once when looking back for the latest recorded day.
@@ -54,6 +55,32 @@ class ChampionFeaturesError(dg.Failure):
             metadata={"champion": champion, "missing_features": missing},
             allow_retries=False,
         )
+
+
+def unloadable_champion(step: str, day: str, version: str, exc: RegistryError) -> dg.Failure:
+    """The stop of a step whose champion cannot be loaded from the registry, never retried.
+
+    Its files lost or damaged in the artifact store (`DamagedVersionError`: the message names
+    the file, what is wrong and the rerun that restores it), or its model version gone from the
+    registry. Either is a stored artifact lost, which no wait brings back: a data failure, as
+    the runbook classes a registry entry that is missing. Raised from None, as a gate's stop
+    is: a cause recorded with it would class the run as a code bug, and its message is here.
+    """
+    if isinstance(exc, DamagedVersionError):
+        what = f"the champion {version} cannot be loaded: {exc}"
+    else:
+        what = (
+            f"the champion {version}, which the record of registered_model names, is not in "
+            f"the registry ({exc}): its model version was deleted in MLflow, or the platform "
+            "reads another MLflow store than the one that registered it. Check the MLflow URIs "
+            "of the code location, else restore MLflow's store from a backup "
+            "(docs/runbook.md#a-registered-models-files-are-lost)"
+        )
+    return dg.Failure(
+        description=f"{step} {day}: {what}",
+        metadata={"champion": version, "registry_error": str(exc)},
+        allow_retries=False,
+    )
 
 
 def missing_features(model: TrainedModel, contract: Contract) -> list[str]:

@@ -67,7 +67,7 @@ from ml_platform.platform.steps import (
     each_day,
     previous_day_input,
 )
-from ml_platform.registry.chain import RecordedChain, fed_champion
+from ml_platform.registry.chain import RecordedChain, fed_champion, unloadable_champion
 from ml_platform.registry.store import ModelRegistryResource, RegistryError
 from ml_platform.training.model import TrainedModel, labelled
 
@@ -576,17 +576,7 @@ def build_champion_performance(
         # A champion serves many days in a row: a range's step loads each version once.
         @functools.cache
         def load(version: str) -> TrainedModel:
-            try:
-                return registry.load(version)
-            except RegistryError as exc:
-                raise dg.Failure(
-                    description=(
-                        f"champion_performance: the serving champion {version} that the "
-                        f"record of registered_model names is not in the registry ({exc}); rerun "
-                        "registered_model for its day or fix the registry (docs/runbook.md)"
-                    ),
-                    allow_retries=False,
-                ) from exc
+            return registry.load(version)
 
         # The features the contract tests for drift: an episode of any other one has ended.
         monitored = {feature.name for feature in tested_features(contract)}
@@ -641,9 +631,14 @@ def build_champion_performance(
             version = chain.before(day)["champion"]
 
             def scorable(version: str) -> TrainedModel:
+                try:
+                    champion = load(version)
+                except RegistryError as exc:
+                    # Its files lost: the same named stop as registered_model's.
+                    raise unloadable_champion(CHAMPION_PERFORMANCE, day, version, exc) from None
                 # A contract change can leave the champion without a feature it learnt: the
                 # same named stop as registered_model's, not a KeyError classed as a bug.
-                return fed_champion(CHAMPION_PERFORMANCE, day, version, load(version), contract)
+                return fed_champion(CHAMPION_PERFORMANCE, day, version, champion, contract)
 
             record = champion_record(contract, day, version, features, scorable)
             judged = feature_days(drift_report)

@@ -15,10 +15,17 @@ A version is whole or absent: its files are logged first, under a folder named b
 content (so logging again never touches the bytes a committed version points to), and the model
 version is created after them, in one call that carries its tags. A registration that fails
 midway (a full disk) leaves no model version; a version whose model file does not match its
-checksum is refused by `load` and by `set_aliases`.
+checksum is refused by `load` and by `set_aliases` (`DamagedVersionError`).
+
+A version's files lost from the artifact store afterwards (a retention job, a partial restore)
+are written again by `restore`, from the day's stored model, only when that model is the one
+registered: the sklearn flavour's pickle is the same bytes for the same pipeline, so its sha256
+is the registered one. registered_model calls it when a rerun of the day that registered the
+version finds it damaged (`registered_on`).
 """
 
 import dataclasses
+import datetime as dt
 import functools
 import hashlib
 import importlib.metadata
@@ -30,6 +37,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,14 +114,54 @@ def version_day(version: str) -> str:
     return version.split("-", 1)[1]
 
 
+def registered_on(version: str) -> str:
+    """The day of registered_model that registers a version, whose rerun restores its files.
+
+    A daily model's own day; a weekly full retrain is judged on the day after its data's.
+    """
+    day = version_day(version)
+    if version.startswith("full-"):
+        return (dt.date.fromisoformat(day) + dt.timedelta(days=1)).isoformat()
+    return day
+
+
 class RegistryError(LookupError):
     """A version or alias asked for is not in the registry, or not whole."""
+
+
+class DamagedVersionError(RegistryError):
+    """A registered version whose files are lost from the artifact store, or fail the checksum.
+
+    Not an outage: the version is in the registry, and no wait brings its files back. The
+    message says which file and what is wrong with it, and the way out (`restore`).
+    """
 
 
 def _tag_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     # MLflow keeps at most 5000 characters of a model version's tag.
     return text if len(text) <= 5000 else text[:4990] + " [...]"
+
+
+def _save(model: TrainedModel, example: "pd.DataFrame", folder: Path) -> str:
+    """A version's files but the manifest, written to `folder`; the model file's sha256."""
+    import mlflow.sklearn
+    from mlflow.models import infer_signature
+
+    rows = example[model.features]
+    mlflow.sklearn.save_model(
+        model.pipeline,
+        str(folder),
+        serialization_format="cloudpickle",
+        signature=infer_signature(rows, model.pipeline.predict(rows)),
+        input_example=rows,
+        conda_env=serving_environment(),
+    )
+    fields = {
+        f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name != "pipeline"
+    }
+    (folder / MODEL_FIELDS).write_bytes(_json(fields))
+    return hashlib.sha256((folder / MODEL_FILE).read_bytes()).hexdigest()
 
 
 def _json(value: Any) -> bytes:
@@ -180,9 +228,7 @@ class ModelRegistry:
         model version is created from them with its tags: until then the name's previous
         version, if any, is the one that loads.
         """
-        import mlflow.sklearn
         from mlflow.entities import Metric
-        from mlflow.models import infer_signature
 
         client = self.client
         # The training's run; none when it was tracked in another store (a reproduction's
@@ -196,25 +242,10 @@ class ModelRegistry:
                 tags={f"{TAG}.kind": "registration"},
             )
         run_id = run.info.run_id
-        rows = example[model.features]
         with tempfile.TemporaryDirectory(prefix="ml_platform-register-") as scratch:
             folder = Path(scratch) / "model"
-            mlflow.sklearn.save_model(
-                model.pipeline,
-                str(folder),
-                serialization_format="cloudpickle",
-                signature=infer_signature(rows, model.pipeline.predict(rows)),
-                input_example=rows,
-                conda_env=serving_environment(),
-            )
-            digest = hashlib.sha256((folder / MODEL_FILE).read_bytes()).hexdigest()
+            digest = _save(model, example, folder)
             record = {**manifest, "version": version, "model_sha256": digest}
-            fields = {
-                f.name: getattr(model, f.name)
-                for f in dataclasses.fields(model)
-                if f.name != "pipeline"
-            }
-            (folder / MODEL_FIELDS).write_bytes(_json(fields))
             (folder / MANIFEST_FILE).write_bytes(_json(record))
             # A folder of its own: the same model registered again (a retry, a rerun) under
             # the same training run never rewrites the files an earlier version points to.
@@ -302,58 +333,169 @@ class ModelRegistry:
                 except MlflowException:
                     raise refused from None
 
-    def _download(self, version: str, scratch: str) -> tuple[Path, "ModelVersion"]:
-        """The files of a whole version, in `scratch`; RegistryError if it is not whole."""
+    def _fetch(self, found: "ModelVersion", scratch: str) -> tuple[Path | None, str | None]:
+        """A version's files downloaded to `scratch`, or None and why they cannot be read.
+
+        An outage (`transient`) is raised as it is: the step's retry policy tries again and
+        the failure is classed as transient, not the version as damaged.
+        """
         from mlflow.artifacts import download_artifacts
 
-        found = self.model_version(version)
         try:
-            local = Path(
-                download_artifacts(
-                    artifact_uri=found.source,
-                    dst_path=scratch,
-                    tracking_uri=self.stores.tracking(),
-                )
+            local = download_artifacts(
+                artifact_uri=found.source, dst_path=scratch, tracking_uri=self.stores.tracking()
             )
         except Exception as exc:
             if transient(exc):
-                # The store is down or slow, not the version damaged: raised as it is, so the
-                # step's retry policy tries again and the failure is classed as transient.
                 raise
-            raise RegistryError(
-                f"version '{version}' (model version {found.version} of '{self.name}') cannot "
-                f"be read from {found.source}: {exc}; rerun registered_model for its day"
-            ) from exc
+            return None, f"{type(exc).__name__}: {exc}"
+        return Path(local), None
+
+    def _damage(self, local: Path, found: "ModelVersion") -> dict[str, str]:
+        """What is wrong with each damaged file of a downloaded version (none: it is whole)."""
+        damage: dict[str, str] = {}
         model_file = local / MODEL_FILE
-        digest = (
-            hashlib.sha256(model_file.read_bytes()).hexdigest() if model_file.is_file() else None
-        )
-        if digest != found.tags.get(SHA256_TAG):
-            raise RegistryError(
-                f"version '{version}' (model version {found.version} of '{self.name}') is "
-                f"damaged: {found.source}/{MODEL_FILE} "
-                + ("is missing" if digest is None else "does not match its checksum")
-                + "; rerun registered_model for its day"
-            )
+        if not model_file.is_file():
+            damage[MODEL_FILE] = "is missing"
+        elif hashlib.sha256(model_file.read_bytes()).hexdigest() != found.tags.get(SHA256_TAG):
+            damage[MODEL_FILE] = "does not match its checksum"
         # The files a version loads with beside the model: without one it is as damaged as a
         # model file that fails its checksum, which no retry changes.
         for name in LOADED_WITH:
             if not (local / name).is_file():
-                raise RegistryError(
-                    f"version '{version}' (model version {found.version} of '{self.name}') is "
-                    f"damaged: {found.source}/{name} is missing; rerun registered_model for its day"
-                )
+                damage[name] = "is missing"
+            elif name.endswith(".json"):
+                try:
+                    from_json_text((local / name).read_text())
+                except ValueError as exc:
+                    damage[name] = f"is not JSON ({exc})"
+        return damage
+
+    def _damaged(
+        self, version: str, found: "ModelVersion", what: str, rerun: bool = True
+    ) -> DamagedVersionError:
+        """The error of a damaged version; `rerun`: whether rerunning its day can restore it."""
+        backup = (
+            "restore them from a backup of the registry's artifact store "
+            "(docs/runbook.md#a-registered-models-files-are-lost)"
+        )
+        day = registered_on(version)
+        way_out = (
+            f"Rerun registered_model for {day} (its Materialize in the UI, or `dagster asset "
+            f"materialize -m ml_platform.definitions --select {self.name}/registered_model "
+            f"--partition {day}`): it writes the files again from the stored model of "
+            f"{version_day(version)} when that is the registered model (same checksum); else "
+            f"{backup}"
+            if rerun
+            else backup[0].upper() + backup[1:]
+        )
+        return DamagedVersionError(
+            f"version '{version}' (model version {found.version} of '{self.name}') is in the "
+            f"registry but is damaged: {what}. {way_out}"
+        )
+
+    def _download(self, version: str, scratch: str) -> tuple[Path, "ModelVersion"]:
+        """The files of a whole version, in `scratch`; RegistryError if it is not whole."""
+        found = self.model_version(version)
+        local, unreadable = self._fetch(found, scratch)
+        if local is None:
+            raise self._damaged(version, found, f"{found.source} cannot be read ({unreadable})")
+        damage = self._damage(local, found)
+        if damage:
+            raise self._damaged(
+                version,
+                found,
+                "; ".join(f"{found.source}/{name} {what}" for name, what in damage.items()),
+            )
         return local, found
+
+    def restore(
+        self,
+        version: str,
+        source: Callable[[], tuple[TrainedModel, "pd.DataFrame"]],
+        manifest: dict | None,
+    ) -> list[str]:
+        """Write again the lost or damaged files of `version`; the names written (none: whole).
+
+        `source()` gives the model and an input example to write them from, asked for only
+        when the version is damaged. Only from the model registered: its file must have the
+        registered sha256, else DamagedVersionError says so and nothing is written. Files the
+        version still holds whole are left as they are; the lineage manifest, when lost, is
+        `manifest` (what the day's record of registered_model kept), else DamagedVersionError.
+        The files go where the model version's source points (MLflow's record of a version
+        never changes), through its run, and the version is read back whole before this
+        returns.
+        """
+        found = self.model_version(version)
+        with tempfile.TemporaryDirectory(prefix="ml_platform-restore-") as scratch:
+            (Path(scratch) / "found").mkdir()
+            local, unreadable = self._fetch(found, str(Path(scratch) / "found"))
+            damage = (
+                self._damage(local, found)
+                if local is not None
+                else dict.fromkeys((MODEL_FILE, *LOADED_WITH), f"cannot be read ({unreadable})")
+            )
+            if not damage:
+                return []
+            folder = Path(scratch) / "model"
+            digest = _save(*source(), folder)
+            if digest != found.tags.get(SHA256_TAG):
+                raise self._damaged(
+                    version,
+                    found,
+                    f"{found.source}/{MODEL_FILE} {damage.get(MODEL_FILE, 'is damaged')}, and the "
+                    f"stored model of {version_day(version)} is not the registered one (its "
+                    f"sha256 {digest[:12]}, registered {str(found.tags.get(SHA256_TAG))[:12]}: "
+                    "it was materialised again since), so it cannot be written from it",
+                    rerun=False,
+                )
+            if MANIFEST_FILE in damage:
+                if manifest is None:
+                    raise self._damaged(
+                        version,
+                        found,
+                        f"{found.source}/{MANIFEST_FILE} {damage[MANIFEST_FILE]}, and no record "
+                        "of registered_model keeps its lineage manifest to write it from",
+                        rerun=False,
+                    )
+                record = {**manifest, "version": version, "model_sha256": digest}
+                (folder / MANIFEST_FILE).write_bytes(_json(record))
+            # Every damaged file, and the flavour's others only where they are gone: nothing
+            # whole is written over.
+            written = sorted(
+                p.name
+                for p in folder.iterdir()
+                if p.name in damage or local is None or not (local / p.name).exists()
+            )
+            for path in folder.iterdir():
+                if path.name not in written:
+                    path.unlink()
+            # The files go through the version's run: a run deleted, or a source outside its
+            # artifacts (a version registered by hand), leaves MLflow's client no way there.
+            run = self._run(found.run_id) if found.run_id else None
+            base = run.info.artifact_uri.rstrip("/") + "/" if run is not None else ""
+            where = found.source or ""
+            if not base or not where.startswith(base):
+                raise self._damaged(
+                    version,
+                    found,
+                    f"{', '.join(damage)} lost, and {found.source} is not under the artifacts "
+                    f"of a live MLflow run ({found.run_id}), where MLflow's client can write "
+                    "them again",
+                    rerun=False,
+                )
+            self.client.log_artifacts(found.run_id, str(folder), where[len(base) :])
+        with tempfile.TemporaryDirectory(prefix="ml_platform-restored-") as scratch:
+            self._download(version, scratch)
+        return written
 
     def _read_json(self, local: Path, name: str, version: str, found: "ModelVersion") -> Any:
         """A JSON file of a downloaded version; RegistryError if it is cut short or not JSON."""
         try:
             return from_json_text((local / name).read_text())
         except ValueError as exc:
-            raise RegistryError(
-                f"version '{version}' (model version {found.version} of '{self.name}') is "
-                f"damaged: {found.source}/{name} is not JSON ({exc}); rerun registered_model "
-                "for its day"
+            raise self._damaged(
+                version, found, f"{found.source}/{name} is not JSON ({exc})"
             ) from exc
 
     def manifest(self, version: str) -> dict:
