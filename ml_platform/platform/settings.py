@@ -36,12 +36,12 @@ DEFAULT_SENSOR_INTERVAL = 30
 BACKFILL_DAYS_PER_RUN_ENV = "ML_PLATFORM_BACKFILL_DAYS_PER_RUN"
 # Half a year a run. The assets chained to the day before (validated_data, the registry, the
 # monitoring) advance one run per backfill-daemon loop (30 s), as does the model, which waits for
-# its window's features: each chunk of a range costs them a loop or more, while the other assets' chunks run side by side on the run
-# workers. A year of flights through the embedded instance (two runs at once) took 494 s in 2
-# chunks (183 days) against 634 s in 5 (90 days) when every chained asset ran a run per chunk
-# (benchmarks/backfill_year.py, docs/benchmarks.md; 443 s in 2 chunks since the registry takes
-# its days at once); more workers (ECS tasks) favour a smaller N. A run's memory holds one day at
-# a time however many days it has.
+# its window's features: each chunk of a range costs them a loop or more, while the other
+# assets' chunks run side by side on the run workers. A year of flights through the embedded
+# instance (two runs at once) took 494 s in 2 chunks (183 days) against 634 s in 5 (90 days)
+# when every chained asset ran a run per chunk (benchmarks/backfill_year.py, docs/benchmarks.md;
+# 443 s in 2 chunks since the registry takes its days at once); more workers (ECS tasks) favour
+# a smaller N. A run's memory holds one day at a time however many days it has.
 DEFAULT_BACKFILL_DAYS_PER_RUN = 183
 LOG_FORMAT_ENV = "ML_PLATFORM_LOG_FORMAT"
 GIT_COMMIT_ENV = "ML_PLATFORM_GIT_COMMIT"
