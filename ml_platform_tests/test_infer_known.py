@@ -84,6 +84,23 @@ def column_line(text: str, name: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(f"  - {{name: {name},"))
 
 
+def every_day_accepted_and_trained(
+    draft: Path, landing: Path, days: list[str], tmp_path: Path
+) -> Platform:
+    """The drafted contract's platform over the landed days, each materialised: every day is
+    accepted by the drafted gate and trains its model."""
+    platform = Platform(load_contract(draft), tmp_path / "platform")
+    platform.landing_dir.mkdir(parents=True)
+    for path in landing.iterdir():
+        (platform.landing_dir / path.name).write_bytes(path.read_bytes())
+    for day in days:
+        assert platform.materialize(day).success, day
+    records = day_records(platform.instance, platform.key("validated_data"), days)
+    assert {day: records[day].reason for day in days if not records[day].accepted} == {}
+    assert platform.materialized("model") == set(days)
+    return platform
+
+
 @pytest.mark.parametrize("late", [0, 5])
 def test_an_id_counting_on_across_days_is_no_range_label_or_feature_whatever_the_key(
     tmp_path, late
@@ -175,15 +192,7 @@ def test_a_team_following_the_docs_gets_its_ordinary_days_accepted_and_models_tr
     assert cli.main(["check-contract", str(draft)]) == 0
     capsys.readouterr()
 
-    platform = Platform(load_contract(draft), tmp_path / "platform")
-    platform.landing_dir.mkdir(parents=True)
-    for path in landing.iterdir():
-        (platform.landing_dir / path.name).write_bytes(path.read_bytes())
-    for day in days:
-        assert platform.materialize(day).success, day
-    records = day_records(platform.instance, platform.key("validated_data"), days)
-    assert {day: records[day].reason for day in days if not records[day].accepted} == {}
-    assert platform.materialized("model") == set(days)
+    every_day_accepted_and_trained(draft, landing, days, tmp_path)
 
 
 def wide_day(i: int) -> tuple[str, pd.DataFrame]:
@@ -401,15 +410,7 @@ def test_a_shop_following_the_docs_gets_its_weekends_and_rare_payments_accepted(
     assert cli.main(["check-contract", str(draft)]) == 0
     capsys.readouterr()
 
-    platform = Platform(load_contract(draft), tmp_path / "platform")
-    platform.landing_dir.mkdir(parents=True)
-    for path in landing.iterdir():
-        (platform.landing_dir / path.name).write_bytes(path.read_bytes())
-    for day in days:
-        assert platform.materialize(day).success, day
-    records = day_records(platform.instance, platform.key("validated_data"), days)
-    assert {day: records[day].reason for day in days if not records[day].accepted} == {}
-    assert platform.materialized("model") == set(days)
+    every_day_accepted_and_trained(draft, landing, days, tmp_path)
 
 
 def ids_day(i: int, ids: str) -> tuple[str, pd.DataFrame]:
@@ -474,13 +475,7 @@ def test_a_team_following_the_docs_gets_no_drift_from_an_id_counting_down(tmp_pa
     assert cli.main(["check-contract", str(draft)]) == 0
     capsys.readouterr()
 
-    platform = Platform(load_contract(draft), tmp_path / "platform")
-    platform.landing_dir.mkdir(parents=True)
-    for path in landing.iterdir():
-        (platform.landing_dir / path.name).write_bytes(path.read_bytes())
-    for day in days:
-        assert platform.materialize(day).success, day
-    assert platform.materialized("model") == set(days)
+    platform = every_day_accepted_and_trained(draft, landing, days, tmp_path)
     drifting = {
         day: json.loads(platform.stored("drift_report", day, "json").read_text())[
             "drifting_features"
