@@ -188,6 +188,15 @@ class Platform:
     def materialized(self, asset: str) -> set[str]:
         return set(self.instance.get_materialized_partitions(self.key(asset)))
 
+    def step_failure(self, result: dg.ExecuteInProcessResult, asset: str) -> Any:
+        """The one failure of `asset`'s step in `result`, as Dagster recorded it."""
+        [failure] = [
+            e
+            for e in result.all_events
+            if e.event_type == dg.DagsterEventType.STEP_FAILURE and e.step_key == self.node(asset)
+        ]
+        return failure.step_failure_data
+
 
 @pytest.fixture(autouse=True)
 def sigterm_not_ignored() -> None:

@@ -54,22 +54,13 @@ def champion_then(tmp_path: Path, change, rebuilt=("features",)) -> Platform:
     return after
 
 
-def step_failure(result: dg.ExecuteInProcessResult, platform: Platform, asset: str):
-    [failure] = [
-        e
-        for e in result.all_events
-        if e.event_type == dg.DagsterEventType.STEP_FAILURE and e.step_key == platform.node(asset)
-    ]
-    return failure.step_failure_data
-
-
 def test_a_champion_the_contract_no_longer_feeds_stops_monitoring_with_the_named_error(tmp_path):
     platform = champion_then(tmp_path, renamed_x4)
 
     result = platform.materialize(SECOND, MONITORED)
 
     assert not result.success
-    data = step_failure(result, platform, "champion_performance")
+    data = platform.step_failure(result, "champion_performance")
     assert "KeyError" not in data.error.message
     assert data.user_failure_data is not None
     description = data.user_failure_data.description

@@ -10,6 +10,7 @@ gross errors (a unit changed, a sign flipped, a sentinel value).
 import datetime as dt
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,24 @@ def gate_failures(contract: Contract, day: str, frame: pd.DataFrame) -> list[Fai
 
 def column_line(text: str, name: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(f"  - {{name: {name},"))
+
+
+def drafted_exports(
+    tmp_path: Path, name: str, day_of: Callable[[int], tuple[str, pd.DataFrame]]
+) -> tuple[Path, list[str], Path]:
+    """Ten days exported as `<name>_<day>.csv` and the contract init-contract drafts from the
+    first three, as docs/contracts.md has a team do: (exports folder, days, draft)."""
+    landing = tmp_path / "exports"
+    landing.mkdir()
+    days = []
+    for i in range(10):
+        day, frame = day_of(i)
+        frame.to_csv(landing / f"{name}_{day}.csv", index=False)
+        days.append(day)
+    draft = tmp_path / f"{name}.yaml"
+    samples = [str(landing / f"{name}_{day}.csv") for day in days[:3]]
+    assert cli.main(["init-contract", *samples, "--name", name, "-o", str(draft)]) == 0
+    return landing, days, draft
 
 
 def every_day_accepted_and_trained(
@@ -173,16 +192,7 @@ def test_a_team_following_the_docs_gets_its_ordinary_days_accepted_and_models_tr
     tmp_path, capsys
 ):
     """docs/contracts.md step by step: draft, choose the label, check-contract, materialise."""
-    landing = tmp_path / "exports"
-    landing.mkdir()
-    days = []
-    for i in range(10):
-        day, frame = orders_day(i, late=3)
-        frame.to_csv(landing / f"orders_{day}.csv", index=False)
-        days.append(day)
-    draft = tmp_path / "orders.yaml"
-    samples = [str(landing / f"orders_{day}.csv") for day in days[:3]]
-    assert cli.main(["init-contract", *samples, "--name", "orders", "-o", str(draft)]) == 0
+    landing, days, draft = drafted_exports(tmp_path, "orders", lambda i: orders_day(i, late=3))
     label = "# label: {name: spend_label, task: regression, source: spend}"
     draft.write_text(
         draft.read_text()
@@ -395,16 +405,7 @@ def test_the_drafted_row_count_passes_a_weekend_and_catches_an_empty_or_duplicat
 @pytest.mark.slow
 def test_a_shop_following_the_docs_gets_its_weekends_and_rare_payments_accepted(tmp_path, capsys):
     """The documented path on weekday samples: weekends and a rare category are ordinary days."""
-    landing = tmp_path / "exports"
-    landing.mkdir()
-    days = []
-    for i in range(10):
-        day, frame = shop_day(i)
-        frame.to_csv(landing / f"shop_{day}.csv", index=False)
-        days.append(day)
-    draft = tmp_path / "shop.yaml"
-    samples = [str(landing / f"shop_{day}.csv") for day in days[:3]]
-    assert cli.main(["init-contract", *samples, "--name", "shop", "-o", str(draft)]) == 0
+    landing, days, draft = drafted_exports(tmp_path, "shop", shop_day)
     label = "# label: {name: spend_label, task: regression, source: spend}"
     draft.write_text(draft.read_text().replace(label, label.removeprefix("# ")))
     assert cli.main(["check-contract", str(draft)]) == 0
@@ -455,16 +456,7 @@ def test_an_id_counting_down_or_drawn_at_random_is_no_range_label_or_feature(tmp
 @pytest.mark.slow
 def test_a_team_following_the_docs_gets_no_drift_from_an_id_counting_down(tmp_path, capsys):
     """The documented path, every label candidate's feature but the label's taken in."""
-    landing = tmp_path / "exports"
-    landing.mkdir()
-    days = []
-    for i in range(10):
-        day, frame = ids_day(i, "down")
-        frame.to_csv(landing / f"orders_{day}.csv", index=False)
-        days.append(day)
-    draft = tmp_path / "orders.yaml"
-    samples = [str(landing / f"orders_{day}.csv") for day in days[:3]]
-    assert cli.main(["init-contract", *samples, "--name", "orders", "-o", str(draft)]) == 0
+    landing, days, draft = drafted_exports(tmp_path, "orders", lambda i: ids_day(i, "down"))
     label = "# label: {name: spend_label, task: regression, source: spend}"
     lines = [
         line.replace("# - {", "- {", 1) if line.startswith("  # - {name:") else line

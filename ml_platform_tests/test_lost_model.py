@@ -55,15 +55,6 @@ def unbeatable_champion(tmp_path: Path) -> Platform:
     return platform
 
 
-def step_failure(result: dg.ExecuteInProcessResult, platform: Platform, asset: str):
-    [failure] = [
-        e
-        for e in result.all_events
-        if e.event_type == dg.DagsterEventType.STEP_FAILURE and e.step_key == platform.node(asset)
-    ]
-    return failure.step_failure_data
-
-
 def stopped_on_champion(platform: Platform) -> dict[str, str]:
     """THIRD's registered_model and champion_performance, each stopped: their descriptions.
 
@@ -78,7 +69,7 @@ def stopped_on_champion(platform: Platform) -> dict[str, str]:
     descriptions = {}
     for asset, result in runs.items():
         assert not result.success
-        descriptions[asset] = step_failure(result, platform, asset).user_failure_data.description
+        descriptions[asset] = platform.step_failure(result, asset).user_failure_data.description
         outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
         assert outcome is not None
         assert classify_outcome(outcome).failure_class == DATA, classify_outcome(outcome)
@@ -174,7 +165,7 @@ def test_aliases_that_cannot_be_set_back_to_a_lost_champion_are_a_data_failure(t
     result = strict.materialize(THIRD)
 
     assert not result.success
-    description = step_failure(result, strict, "registered_model").user_failure_data.description
+    description = strict.step_failure(result, "registered_model").user_failure_data.description
     assert "the aliases cannot be set" in description and f"{MODEL_FILE} is missing" in description
     assert f"Rerun registered_model for {FIRST}" in description
     outcome = run_outcome(strict.instance, result.run_id, succeeded=False)
@@ -196,7 +187,7 @@ def test_rerunning_the_latest_recorded_day_registers_its_lost_champion_anew(tmp_
     (version_folder(platform, CHAMPION) / MODEL_FILE).unlink()
     failed = platform.materialize(SECOND)
     assert not failed.success
-    description = step_failure(failed, platform, "registered_model").user_failure_data.description
+    description = platform.step_failure(failed, "registered_model").user_failure_data.description
     assert f"Rerun registered_model for {FIRST}" in description
 
     assert platform.materialize(FIRST, ["registered_model"]).success
@@ -218,7 +209,7 @@ def test_a_champion_whose_days_model_was_trained_again_is_not_restored_from_it(t
     rerun = platform.materialize(FIRST, ["registered_model"])
 
     assert not rerun.success
-    description = step_failure(rerun, platform, "registered_model").user_failure_data.description
+    description = platform.step_failure(rerun, "registered_model").user_failure_data.description
     assert f"{CHAMPION}, the live champion, cannot be made whole again" in description
     assert f"the stored model of {FIRST} is not the registered one" in description
     assert "from a backup" in description and "Rerun registered_model" not in description
