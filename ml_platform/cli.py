@@ -866,7 +866,7 @@ def score(args: argparse.Namespace) -> int:
     from ml_platform.platform.locations import lake_storage
     from ml_platform.platform.storage import write_file_atomically
     from ml_platform.platform.tracking import MlflowStores
-    from ml_platform.registry.chain import missing_features
+    from ml_platform.registry.chain import unfed
     from ml_platform.registry.store import ModelRegistry, RegistryError
 
     settings = Settings()
@@ -887,13 +887,12 @@ def score(args: argparse.Namespace) -> int:
         except RegistryError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    missing = missing_features(model, contract)
-    if missing:
+    if found := unfed(model, contract):
         # The same contract change that stops registered_model and champion_performance.
         print(
-            f"error: {version} needs the feature(s) {missing}, which the contract of "
-            f"'{contract.name}' no longer provides: score with a version trained under it "
-            "(--version), or see docs/runbook.md, Configuration",
+            f"error: {version} cannot be scored under the contract of '{contract.name}': "
+            f"{'; '.join(found)}. Score with a version trained under it (--version), or see "
+            "docs/runbook.md, Configuration",
             file=sys.stderr,
         )
         return 2

@@ -143,5 +143,6 @@ def test_score_refuses_a_champion_the_contract_no_longer_feeds(tmp_path, monkeyp
     # Told which version needs what, and what to do; no traceback and no file of scores.
     assert code == 2
     error = capsys.readouterr().err
-    assert f"daily-{FIRST} needs the feature(s) ['x4']" in error and "--version" in error
+    assert f"daily-{FIRST} cannot be scored under the contract of 'synthetic'" in error
+    assert "it needs the feature(s) ['x4']" in error and "--version" in error
     assert not out.exists()

@@ -160,8 +160,8 @@ def test_a_feature_whose_kind_changed_is_not_compared_with_values_of_the_other_k
     [hour] = [v for v in report["features"] if v["feature"] == "hour"]
     assert hour["status"] == "skipped" and not hour["unseen"]
     assert hour["change"] == (
-        "no reference values yet: the reference days hold the column as another kind of "
-        "feature, changed in the contract after them"
+        "no reference values yet: the reference days hold the column as the contract defined "
+        "it before (another kind, source or transform), changed in the contract after them"
     )
     assert "hour" not in report["drifting_features"]
     assert report["tested_features"] == 7
@@ -197,9 +197,10 @@ def test_a_day_whose_own_features_hold_another_kind_names_the_day_to_remateriali
     [failure] = result.get_step_failure_events()
     message = failure.event_specific_data.error.to_string()
     assert (
-        f"{days[5]}: the features of the day hold hour (categorical) as another kind than the "
-        "contract declares (stored before it declared them so): rematerialise features for "
-        f"{days[5]}, then this day's drift_report"
+        f"{days[5]}: the features of the day hold hour, now categorical hour(event_time), as "
+        "the contract defined it before (another kind, source or transform): they were stored "
+        f"before the contract declared them so. Rematerialise features for {days[5]}, then "
+        "this day's drift_report"
     ) in message
 
 

@@ -176,7 +176,7 @@ def test_a_day_whose_own_features_lack_a_declared_feature_names_the_day_to_remat
     assert (
         f"{days[-1]}: the features of the day lack temperature, which the contract declares"
     ) in message
-    assert f"rematerialise features for {days[-1]}, then this day's drift_report" in message
+    assert f"Rematerialise features for {days[-1]}, then this day's drift_report" in message
     assert "KeyError" not in message
     # A deliberate stop of the day, as the failure alerts class the run: not a code bug.
     outcome = run_outcome(platform.instance, result.run_id, succeeded=False)

@@ -12,7 +12,7 @@ import math
 import re
 import typing
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -36,6 +36,10 @@ LOCAL_EVENT_TIME = "local_event_time"
 # on day D is a single value fixed by the calendar, so drift never tests them (comparing it
 # with any reference tests the calendar, not the data).
 CALENDAR_TRANSFORMS = frozenset({"day_of_week", "month", "day_of_year"})
+# Where a stored features frame says how each of its features was computed (`DataFrame.attrs`,
+# kept in the parquet file) and a trained model what it learnt from (`TrainedModel`): a feature
+# that keeps its name while the contract computes it otherwise is told apart from its past.
+FEATURE_DEFINITIONS = "feature_definitions"
 
 
 class ContractError(ValueError):
@@ -128,6 +132,11 @@ class FeatureSpec(_Strict):
     transform: str = "identity"
     # As for a column: the same value on every row of a day, never tested for drift.
     constant_within_day: bool = False
+
+    @property
+    def definition(self) -> dict[str, str]:
+        """How the feature's values are computed: its kind, source and transform."""
+        return {"kind": self.kind, "source": self.source, "transform": self.transform}
 
 
 class LandingSpec(_Strict):
@@ -593,6 +602,11 @@ class Contract(_Strict):
     def column_names(self) -> list[str]:
         """Landed columns in contract order."""
         return [c.name for c in self.columns]
+
+    @property
+    def feature_definitions(self) -> dict[str, dict[str, str]]:
+        """Each feature's definition (`FeatureSpec.definition`), by name."""
+        return {f.name: f.definition for f in self.features}
 
     @property
     def numeric_features(self) -> list[str]:
@@ -1312,3 +1326,29 @@ def load_contract(name_or_path: str | Path) -> Contract:
             ],
         ) from exc
     return parse_contract(text, str(path))
+
+
+def described(definition: Mapping[str, str]) -> str:
+    """A feature's definition in words, e.g. 'numeric log1p(amount)'; a kind alone if so known."""
+    if "source" not in definition:
+        return definition["kind"]
+    return f"{definition['kind']} {definition['transform']}({definition['source']})"
+
+
+def redefined(
+    stored: Mapping[str, Mapping[str, str]] | None, now: Mapping[str, Mapping[str, str]]
+) -> list[str]:
+    """The features whose `stored` definition differs from the one `now` (by name) gives.
+
+    `stored`: the definitions a features frame or a model recorded, each compared on what it
+    says (a model trained before definitions were recorded knows its features' kinds alone);
+    None: none recorded, taken to be the same. A feature either side lacks is not listed:
+    whether its column exists is the reader's question.
+    """
+    if not stored:
+        return []
+    return [
+        name
+        for name, definition in now.items()
+        if name in stored and any(definition.get(k) != v for k, v in stored[name].items())
+    ]

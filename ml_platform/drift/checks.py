@@ -14,8 +14,10 @@ import dagster as dg
 import pandas as pd
 
 from ml_platform.contracts import Contract
+from ml_platform.contracts.model import described
 from ml_platform.contracts.reference import describe_reference
 from ml_platform.drift.detect import (
+    REDEFINED,
     Calibration,
     FeatureVerdict,
     as_declared,
@@ -65,12 +67,13 @@ REFERENCE_KEYS = (
 
 
 def require_features(contract: Contract, day: str, current: pd.DataFrame) -> None:
-    """Fail the day when its own features lack a feature of the contract, or hold another kind.
+    """Fail the day when its own features lack a feature of the contract, or hold it otherwise.
 
-    Its features were stored before the contract declared the feature so, and nothing
-    rematerialises them by itself: the error names the day and what to do, where comparing
-    would only raise a KeyError (or a ValueError reading text as numbers, or call numbers
-    stored as 5.0 categories the reference never had). The step names the day that failed
+    Its features were stored before the contract declared the feature so (added, renamed, or
+    of another kind, source or transform since), and nothing rematerialises them by itself: the
+    error names the day and what to do, where comparing would only raise a KeyError (or a
+    ValueError reading text as numbers, or call numbers stored as 5.0 categories the reference
+    never had, or values of the old definition drift). The step names the day that failed
     (`steps.each_day`). Not retried: waiting does not rebuild the features. Reference days
     stored before the change are no error: the feature has no reference values yet there
     (`detect.NOT_YET_IN_REFERENCE`), and the day's other features are tested as usual.
@@ -78,18 +81,17 @@ def require_features(contract: Contract, day: str, current: pd.DataFrame) -> Non
     stale = undeclared(current, contract)
     if not stale:
         return
-    kinds = {spec.name: spec.kind for spec in contract.features}
+    definitions = contract.feature_definitions
     absent = [name for name, other in stale.items() if not other]
-    other_kind = [f"{name} ({kinds[name]})" for name, other in stale.items() if other]
+    other = [f"{name}, now {described(definitions[name])}," for name, o in stale.items() if o]
     found = ([f"lack {', '.join(absent)}, which the contract declares"] if absent else []) + (
-        [f"hold {', '.join(other_kind)} as another kind than the contract declares"]
-        if other_kind
-        else []
+        [f"hold {' '.join(other)} {REDEFINED}"] if other else []
     )
     raise dg.Failure(
         description=(
-            f"the features of the day {'; and '.join(found)} (stored before it declared them "
-            f"so): rematerialise features for {day}, then this day's drift_report"
+            f"the features of the day {'; and '.join(found)}: they were stored before the "
+            f"contract declared them so. Rematerialise features for {day}, then this day's "
+            "drift_report"
         ),
         allow_retries=False,
     )

@@ -23,7 +23,13 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract, FeatureSpec
-from ml_platform.contracts.model import CALENDAR_TRANSFORMS, EVENT_TIME, LOCAL_EVENT_TIME
+from ml_platform.contracts.model import (
+    CALENDAR_TRANSFORMS,
+    EVENT_TIME,
+    FEATURE_DEFINITIONS,
+    LOCAL_EVENT_TIME,
+    redefined,
+)
 from ml_platform.drift.categorical import (
     CategoricalComparison,
     category_counts,
@@ -55,12 +61,14 @@ NO_REFERENCE_YET = "no reference values yet"
 NOT_YET_IN_REFERENCE = (
     f"{NO_REFERENCE_YET}: the reference days lack the column, added to the contract after them"
 )
-# Stored before the contract changed a feature's kind, a reference day holds it as the other
-# kind: numbers (5.0) where the day has categories ('5'), every one a category the reference
-# never had, or text that no number can be read from.
+# Stored before the contract changed how a feature is computed, a reference day holds its values
+# as they were: numbers (5.0) where the day has categories ('5'), every one a category the
+# reference never had, text that no number can be read from, or numbers of another source or
+# transform (amounts where the day has their logarithms), a shift no delivery made.
+REDEFINED = "as the contract defined it before (another kind, source or transform)"
 OTHER_KIND_IN_REFERENCE = (
-    f"{NO_REFERENCE_YET}: the reference days hold the column as another kind of feature, "
-    "changed in the contract after them"
+    f"{NO_REFERENCE_YET}: the reference days hold the column {REDEFINED}, changed in the "
+    "contract after them"
 )
 
 
@@ -144,13 +152,16 @@ def skip_reason(spec: FeatureSpec, contract: Contract) -> str | None:
 def undeclared(frame: pd.DataFrame, contract: Contract) -> dict[str, bool]:
     """The features a stored features frame does not hold as the contract now declares them.
 
-    Maps each to whether the frame holds its column as another kind of feature. Features are
-    stored typed (`features.transforms.feature_column`): float64 numeric, text categorical.
-    A day stored before the contract added or renamed a feature lacks its column, one stored
-    before it changed the feature's kind holds the other type. Read from the frame's dtypes
+    Maps each to whether the frame holds its column as the contract defined it before. Features
+    are stored typed (`features.transforms.feature_column`: float64 numeric, text categorical)
+    with the definition each was computed by (`FEATURE_DEFINITIONS`; frames stored before
+    definitions were recorded say only their kind, by their type). A day stored before the
+    contract added or renamed a feature lacks its column, one stored before it changed the
+    feature's kind, source or transform holds values of the old definition. Read from the frame
     once: a day's reference days are checked on every day.
     """
     dtypes = frame.dtypes.to_dict()
+    changed = set(redefined(frame.attrs.get(FEATURE_DEFINITIONS), contract.feature_definitions))
     found = {}
     for spec in contract.features:
         dtype = dtypes.get(spec.name)
@@ -158,9 +169,8 @@ def undeclared(frame: pd.DataFrame, contract: Contract) -> dict[str, bool]:
             found[spec.name] = False
         # A column without values (no rows, all missing) has nothing to misread.
         elif (
-            pd.api.types.is_numeric_dtype(dtype) != (spec.kind == "numeric")
-            and frame[spec.name].notna().any()
-        ):
+            spec.name in changed or pd.api.types.is_numeric_dtype(dtype) != (spec.kind == "numeric")
+        ) and frame[spec.name].notna().any():
             found[spec.name] = True
     return found
 
@@ -542,7 +552,7 @@ def _not_yet(lacking: int, days: int, other_kind: bool) -> str:
 
 def _held_before(other_kind: bool) -> str:
     if other_kind:
-        return "hold the column as another kind of feature, changed in the contract"
+        return f"hold the column {REDEFINED}, changed in the contract"
     return "lack the column, added to the contract"
 
 

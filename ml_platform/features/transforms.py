@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract, FeatureSpec
-from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.contracts.model import EVENT_TIME, FEATURE_DEFINITIONS
 
 DAY_NAMES = np.array(["mon", "tue", "wed", "thu", "fri", "sat", "sun"])
 
@@ -59,9 +59,13 @@ def build_features(validated: pd.DataFrame, contract: Contract) -> pd.DataFrame:
     """Model inputs of each validated row: event time, the contract's features, then the label.
 
     Leakage columns never reach this frame: only declared features (which the contract loader
-    proves do not read a leakage column) and the label are kept.
+    proves do not read a leakage column) and the label are kept. The frame says how each feature
+    was computed (`attrs[FEATURE_DEFINITIONS]`, stored with it): a later contract that computes a
+    feature of the same name otherwise is not compared or trained with these values.
     """
     columns = {EVENT_TIME: validated[EVENT_TIME]}
     columns.update({spec.name: feature_column(validated, spec) for spec in contract.features})
     columns[contract.label_name] = validated[contract.label_name]
-    return pd.DataFrame(columns).reset_index(drop=True)
+    frame = pd.DataFrame(columns).reset_index(drop=True)
+    frame.attrs[FEATURE_DEFINITIONS] = contract.feature_definitions
+    return frame

@@ -20,6 +20,7 @@ import datetime as dt
 import dagster as dg
 
 from ml_platform.contracts import Contract
+from ml_platform.contracts.model import described, redefined
 from ml_platform.platform.records import DayRecord, day_records
 from ml_platform.registry.store import ALIASES, DamagedVersionError, RegistryError
 from ml_platform.training.model import TrainedModel
@@ -29,30 +30,29 @@ LOOKBACK_DAYS = 31
 
 
 class ChampionFeaturesError(dg.Failure):
-    """The champion needs features the contract no longer provides: it cannot be scored.
+    """The contract no longer feeds the champion what it learnt from: it cannot be scored.
 
-    A contract change (a feature dropped or renamed) under the serving champion, met by either
-    step that scores it (`step`: registered_model or champion_performance). Not retried: every
-    later day meets the same champion until a person chooses the way out, which the message
-    names.
+    A contract change under the serving champion (a feature dropped or renamed, computed from
+    another source or transform, made numeric from categorical; the label's task changed), met
+    by either step that scores it (`step`: registered_model or champion_performance). Not
+    retried: every later day meets the same champion until a person chooses the way out, which
+    the message names.
     """
 
-    def __init__(self, step: str, champion: str, missing: list[str], day: str, contract: Contract):
-        provided = [feature.name for feature in contract.features]
+    def __init__(self, step: str, champion: str, unfed: list[str], day: str, contract: Contract):
         super().__init__(
             description=(
-                f"{step} {day}: the champion {champion} needs the feature(s) "
-                f"{missing}, which the contract of '{contract.name}' no longer provides (its "
-                f"features: {provided}), so it can be scored neither against a candidate "
-                "(registered_model) nor on a day's rows (champion_performance), and every "
-                "later day stops here too, whatever the wait. Either put the feature(s) back in "
-                f"the contract (as features of the same names) and rerun the days from {day}, "
-                "or make the change a dataset of its own (a contract with a new `name`: "
-                "its registry starts empty, so its first eligible model is promoted). "
-                "`ml-platform replay promote` does not help: it changes the live contract, not "
-                "the champion, which moves only by registered_model's rule (docs/replay.md)"
+                f"{step} {day}: the champion {champion} cannot be scored under the contract of "
+                f"'{contract.name}': {'; '.join(unfed)}. So it can be scored neither against a "
+                "candidate (registered_model) nor on a day's rows (champion_performance), and "
+                f"every later day stops here too, whatever the wait. Either put the contract "
+                f"back as the champion learnt it and rerun the days from {day}, or make the "
+                "change a dataset of its own (a contract with a new `name`: its registry starts "
+                "empty, so its first eligible model is promoted). `ml-platform replay promote` "
+                "does not help: it changes the live contract, not the champion, which moves "
+                "only by registered_model's rule (docs/replay.md)"
             ),
-            metadata={"champion": champion, "missing_features": missing},
+            metadata={"champion": champion, "unfed": unfed},
             allow_retries=False,
         )
 
@@ -83,23 +83,58 @@ def unloadable_champion(step: str, day: str, version: str, exc: RegistryError) -
     )
 
 
-def missing_features(model: TrainedModel, contract: Contract) -> list[str]:
-    """The features `model` learnt that the contract no longer provides (dropped or renamed)."""
-    provided = {feature.name for feature in contract.features}
-    return [name for name in model.features if name not in provided]
+def learnt_definitions(model: TrainedModel) -> dict[str, dict[str, str]]:
+    """How each feature of `model` was computed when it trained, by name.
+
+    A model trained before definitions were recorded says only each feature's kind, as its
+    preprocessing treats it (the `numeric` and `categorical` parts of its ColumnTransformer).
+    """
+    if model.feature_definitions:
+        return model.feature_definitions
+    preprocess = model.pipeline.named_steps["preprocess"]
+    return {
+        column: {"kind": kind} for kind, _, columns in preprocess.transformers for column in columns
+    }
+
+
+def unfed(model: TrainedModel, contract: Contract) -> list[str]:
+    """What the contract no longer feeds `model` as it learnt it, in words; empty: all of it.
+
+    A feature dropped or renamed, or computed from another source or by another transform: the
+    model would score values it never learnt. A categorical feature made numeric: its encoder
+    would read every number as a category it never saw. A numeric feature made categorical
+    is no reason: its categories are the same numbers as text, which the model reads as it
+    learnt them. Its label may be renamed: it never reads it to predict. Its task must be the
+    contract's, whose metrics judge it.
+    """
+    found = []
+    if model.task != contract.task:
+        found.append(f"it is a {model.task} model, and the contract's label is for {contract.task}")
+    now = contract.feature_definitions
+    learnt = learnt_definitions(model)
+    if missing := [name for name in model.features if name not in now]:
+        found.append(f"it needs the feature(s) {missing}, which the contract no longer provides")
+    for name in redefined(learnt, now):
+        was, then = learnt[name], now[name]
+        if was["kind"] == "numeric" and all(was[k] == then[k] for k in was if k != "kind"):
+            continue  # made categorical, nothing else: the same numbers as text
+        found.append(
+            f"it learnt the feature {name} as {described(was)}, which the contract now computes "
+            f"as {described(then)}"
+        )
+    return found
 
 
 def fed_champion(
     step: str, day: str, version: str, champion: TrainedModel, contract: Contract
 ) -> TrainedModel:
-    """The champion's model, which must find its features among the contract's.
+    """The champion's model, which the contract must feed as it learnt (`unfed`).
 
     It is scored against the contract's label, whatever the label was called when it trained:
     its predictions never read the label, and the days it serves are judged by the contract's.
     """
-    missing = missing_features(champion, contract)
-    if missing:
-        raise ChampionFeaturesError(step, version, missing, day, contract)
+    if found := unfed(champion, contract):
+        raise ChampionFeaturesError(step, version, found, day, contract)
     return dataclasses.replace(champion, label=contract.label_name)
 
 

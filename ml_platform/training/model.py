@@ -129,6 +129,10 @@ class TrainedModel:
     sampled_rows: int | None = None
     # The MLflow run of this training (params, losses per epoch); None: not tracked.
     mlflow_run_id: str | None = None
+    # How each feature was computed when the model trained (`Contract.feature_definitions`):
+    # a later contract computing one otherwise cannot feed it. None: trained before they were
+    # recorded (only the kinds its preprocessing treats them as are known).
+    feature_definitions: dict[str, dict[str, str]] | None = None
 
     @property
     def converged(self) -> bool:
@@ -703,9 +707,7 @@ def train_model(
     t = contract.training
     saver = _Saver(checkpoints or Checkpoints(), t.checkpoint_seconds)
     label = contract.label_name
-    scan = scan_window(
-        partitions, label, features=contract.numeric_features + contract.categorical_features
-    )
+    scan = scan_window(partitions, label, features=contract.feature_definitions)
     fingerprint = fingerprint_of(contract, scan.versions)
     try:
         split = split_window(scan, t.holdout_fraction)
@@ -785,6 +787,7 @@ def train_model(
         initial_loss=initial_loss,
         estimator=spec.estimator,
         sampled_rows=sampled,
+        feature_definitions=contract.feature_definitions,
     )
 
 

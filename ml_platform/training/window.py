@@ -24,7 +24,7 @@ from typing import TypeVar, cast
 import numpy as np
 import pandas as pd
 
-from ml_platform.contracts.model import EVENT_TIME
+from ml_platform.contracts.model import EVENT_TIME, FEATURE_DEFINITIONS, described, redefined
 from ml_platform.platform.inputs import WindowPartitions
 
 VALIDATION_FRACTION = 0.1
@@ -127,32 +127,48 @@ def scan_window(
     partitions: Mapping[str, pd.DataFrame],
     label: str,
     versions: bool = True,
-    features: Sequence[str] = (),
+    features: Mapping[str, Mapping[str, str]] | None = None,
 ) -> WindowScan:
     """Read the window once, a day at a time, oldest first: rows, label sums, data versions.
 
-    Every day must hold the event time, the label and `features`: a day stored before the
-    contract gained a feature lacks its column, and joining it to the other days would make
-    the whole day's values missing, imputed without a word.
+    Every day must hold the event time, the label and `features` (name: definition) as they
+    are defined now: a day stored before the contract gained a feature lacks its column, and
+    joining it to the other days would make the whole day's values missing, imputed without a
+    word; one stored before the contract changed a feature's kind, source or transform holds
+    values of the old definition, which the model would learn as if they were the new one's.
     """
     if not partitions:
         raise TrainingDataError("the training window holds no feature partitions")
     days = sorted(partitions)
+    features = features or {}
     wanted = [EVENT_TIME, label, *features]
-    lacking = {}
+    stale = {}
     for day in days:
         columns = of_partition(partitions, day, "columns", lambda frame: set(frame.columns))
-        if absent := [c for c in wanted if c not in columns]:
-            lacking[day] = absent
-    if lacking:
-        listed = "; ".join(f"{day} lacks {', '.join(absent)}" for day, absent in lacking.items())
-        first, last = min(lacking), days[-1]
+        stored = of_partition(
+            partitions, day, FEATURE_DEFINITIONS, lambda frame: frame.attrs.get(FEATURE_DEFINITIONS)
+        )
+        absent = [c for c in wanted if c not in columns]
+        other = redefined(stored, features)
+        if absent or other:
+            stale[day] = "; ".join(
+                ([f"{day} lacks {', '.join(absent)}"] if absent else [])
+                + [
+                    f"{day} holds {name} as {described(stored[name])}, "
+                    f"now {described(features[name])}"
+                    for name in other
+                ]
+            )
+    if stale:
+        first, last = min(stale), days[-1]
         count = (dt.date.fromisoformat(last) - dt.date.fromisoformat(first)).days + 1
+        listed = "; ".join(stale.values())
         raise TrainingDataError(
             f"features partitions of the training window {days[0]}..{last} lack columns the "
-            f"contract trains on ({listed}): they were stored before the contract gained them. "
-            f"Rematerialise those days' features, e.g. `ml-platform materialize --dataset "
-            f"<dataset> --start {first} --days {count} --force`"
+            f"contract trains on, or hold them as it defined them before ({listed}): "
+            "they were stored before the contract declared them so. Rematerialise those days' "
+            f"features, e.g. `ml-platform materialize --dataset <dataset> --start {first} --days "
+            f"{count} --force`"
         )
     rows, labels, hashes = [], [], {}
     for day in days:
