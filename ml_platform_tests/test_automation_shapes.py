@@ -13,6 +13,7 @@ ticked in-process against a real instance, at the instants given (`partition_loa
 
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
 import time
@@ -354,6 +355,21 @@ def test_a_file_misnamed_in_case_is_told_to_the_dataset_it_fits_not_to_the_other
         assert Sensor(zone, a, [a, ba]).requested() == []
     [alert] = [r.getMessage() for r in caplog.records if r.name == "ml_platform.alerts"]
     assert "a_2024-01-08.csv" in alert
+
+
+def test_a_file_no_dataset_fits_is_reported_once_not_by_every_dataset_of_the_zone(tmp_path, caplog):
+    # A README left in a zone three datasets share paged each of their teams.
+    served = [shaped(tmp_path, name, pattern=f"{name}_{{date}}.csv") for name in ("b", "a", "c")]
+    directory = tmp_path / "landing"
+    put(directory, "README.txt")
+    zone = LandingZone(base_dir=str(directory))
+
+    with caplog.at_level(logging.WARNING, logger="ml_platform.alerts"):
+        for contract in served:
+            assert Sensor(zone, contract, served).requested() == []
+    alerts = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ml_platform.alerts"]
+
+    assert [(a["alert"]["dataset"], a["alert"]["subject"]) for a in alerts] == [("a", "README.txt")]
 
 
 def accept(instance: dg.DagsterInstance, dataset: str, day: str, data: bytes) -> None:

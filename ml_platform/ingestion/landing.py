@@ -427,7 +427,9 @@ def own_files(
     Datasets served together may share a landing zone; a file named by another dataset's
     pattern (whatever date it carries) is that dataset's to run or report. A name both patterns
     match (`sales_returns_2024-01-01.csv` fits `sales_{date}.csv` too, its "date" being
-    `returns_2024-01-01`) belongs to the pattern that spells more of it: sales_returns'.
+    `returns_2024-01-01`) belongs to the pattern that spells more of it: sales_returns'. A name
+    no dataset's pattern fits, even in another letter case (a `notes.txt` left in the zone), is
+    reported once, by the first of the datasets by name, not paged to every team of the zone.
     """
     own = file_name_pattern(contract)
     spelled = literal_length(contract)
@@ -436,6 +438,7 @@ def own_files(
     # Misnamed in letter case or Unicode form: the misfit is told to the dataset it fits.
     own_loosely = loose_pattern(contract)
     others_loosely = [(loose_pattern(c), literal_length(c)) for c in served]
+    reports_strays = all(contract.name < c.name for c in served)
 
     def theirs(name: str) -> bool:
         mine = own.match(name) is not None
@@ -444,10 +447,9 @@ def own_files(
         if mine:
             return False
         folded = unicodedata.normalize("NFC", name)
-        mine = own_loosely.match(folded) is not None
-        return any(
-            o.match(folded) and (not mine or length > spelled) for o, length in others_loosely
-        )
+        if own_loosely.match(folded) is not None:
+            return any(o.match(folded) and length > spelled for o, length in others_loosely)
+        return any(o.match(folded) for o, _ in others_loosely) or not reports_strays
 
     return [name for name in file_names if not theirs(name)]
 
