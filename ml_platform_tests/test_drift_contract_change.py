@@ -7,6 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
+import pytest
 import yaml
 
 from ml_platform.contracts import Contract, load_contract
@@ -16,6 +17,8 @@ from ml_platform.drift.checks import drift_check_result
 from ml_platform.features.transforms import build_features
 from ml_platform.ingestion.assets import read_landed_file
 from ml_platform.ingestion.synthetic import file_bytes, generate_day
+from ml_platform.platform.failures import DATA
+from ml_platform.platform.run_events import classify_outcome, run_outcome
 from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_drift_shapes import features
 
@@ -144,27 +147,43 @@ def hour_categorical(document: dict) -> None:
     ]
 
 
-def test_a_feature_whose_kind_changed_is_not_compared_with_values_of_the_other_kind(tmp_path):
-    # The team makes `hour` categorical; the reference days hold it as numbers (5.0), the day
-    # as categories ('5'): every category of the day would be one the reference never had.
-    numeric = synthetic(tmp_path / "old", lambda document: None)
-    categorical = synthetic(tmp_path / "new", hour_categorical)
-    platform = Platform(categorical, tmp_path)
+def amount_itself(document: dict) -> None:
+    document["features"] = [
+        {**f, "transform": "identity"} if f["name"] == "log_amount" else f
+        for f in document["features"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "feature"), [(hour_categorical, "hour"), (amount_itself, "log_amount")]
+)
+def test_a_feature_computed_otherwise_is_not_compared_with_its_old_values(
+    tmp_path, change, feature
+):
+    # The team makes `hour` categorical: the reference days hold it as numbers (5.0), the day
+    # as categories ('5'), every category of the day one the reference never had. Or it makes
+    # `log_amount` the amount itself: the reference days hold logarithms, the day amounts.
+    before = synthetic(tmp_path / "old", lambda document: None)
+    after = synthetic(tmp_path / "new", change)
+    platform = Platform(after, tmp_path)
     days = days_from("2024-01-01", 6)
     for day in days[:5]:
-        store_features(platform, numeric, day)
-    store_features(platform, categorical, days[5])
+        store_features(platform, before, day)
+    store_features(platform, after, days[5])
 
     check, report = drift_of(platform, days[5])
 
-    [hour] = [v for v in report["features"] if v["feature"] == "hour"]
-    assert hour["status"] == "skipped" and not hour["unseen"]
-    assert hour["change"] == (
+    [verdict] = [v for v in report["features"] if v["feature"] == feature]
+    assert verdict["status"] == "skipped" and not verdict["unseen"]
+    assert verdict["change"] == (
         "no reference values yet: the reference days hold the column as the contract defined "
         "it before (another kind, source or transform), changed in the contract after them"
     )
-    assert "hour" not in report["drifting_features"]
+    assert feature not in report["drifting_features"]
     assert report["tested_features"] == 7
+    assert f"Not tested, without values to compare: {feature} (no reference values yet" in (
+        check.description
+    )
 
 
 def test_a_numeric_feature_stored_as_categories_before_is_not_read_as_numbers():
@@ -182,14 +201,23 @@ def test_a_numeric_feature_stored_as_categories_before_is_not_read_as_numbers():
     assert outcome.document["tested_features"] == 7
 
 
-def test_a_day_whose_own_features_hold_another_kind_names_the_day_to_rematerialise(tmp_path):
-    # Every day, the compared one too, was stored while `hour` was numeric; the team made it
-    # categorical and reruns the day's drift_report alone. Its numbers (5.0) are no category.
-    numeric = synthetic(tmp_path / "old", lambda document: None)
-    platform = Platform(synthetic(tmp_path / "new", hour_categorical), tmp_path)
+@pytest.mark.parametrize(
+    ("change", "held"),
+    [
+        (hour_categorical, "hour, now categorical hour(event_time),"),
+        (amount_itself, "log_amount, now numeric identity(amount),"),
+    ],
+)
+def test_a_day_whose_own_features_hold_the_old_definition_names_the_day_to_rematerialise(
+    tmp_path, change, held
+):
+    # Every day, the compared one too, was stored before the change; the team reruns the day's
+    # drift_report alone. Its numbers (5.0) are no category; its logarithms no amounts.
+    before = synthetic(tmp_path / "old", lambda document: None)
+    platform = Platform(synthetic(tmp_path / "new", change), tmp_path)
     days = days_from("2024-01-01", 6)
     for day in days:
-        store_features(platform, numeric, day)
+        store_features(platform, before, day)
 
     result = platform.materialize(days[5], ["drift_report"], checks=True)
 
@@ -197,11 +225,17 @@ def test_a_day_whose_own_features_hold_another_kind_names_the_day_to_remateriali
     [failure] = result.get_step_failure_events()
     message = failure.event_specific_data.error.to_string()
     assert (
-        f"{days[5]}: the features of the day hold hour, now categorical hour(event_time), as "
-        "the contract defined it before (another kind, source or transform): they were stored "
-        f"before the contract declared them so. Rematerialise features for {days[5]}, then "
-        "this day's drift_report"
+        f"{days[5]}: the features of the day hold {held} as the contract defined it before "
+        "(another kind, source or transform): they were stored before the contract declared "
+        f"them so. Rematerialise features for {days[5]}, then this day's drift_report"
     ) in message
+    # A deliberate stop of the day, as the failure alerts class the run: not retried.
+    outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
+    assert outcome is not None and classify_outcome(outcome).failure_class == DATA
+    retried = [
+        e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY
+    ]
+    assert retried == []
 
 
 def sliding(document: dict) -> None:

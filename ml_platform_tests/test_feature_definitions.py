@@ -1,46 +1,36 @@
 """A feature the contract computes otherwise under the same name: its stored values are not
 compared, trained or scored as if they were the new definition's.
 
-The team changes `log_amount` from `log1p(amount)` to `amount` itself: every stored day, the
-serving champion and the drift reference hold logarithms where the new days hold amounts.
+The team changes `log_amount` from `log1p(amount)` to `amount` itself: every stored day and the
+serving champion hold logarithms where the new days hold amounts (drift's side of it is in
+test_drift_contract_change.py).
 """
 
 import dataclasses
 import json
 
-import dagster as dg
 import pandas as pd
 import pytest
 from sklearn.compose import ColumnTransformer
 from sklearn.pipeline import Pipeline
 
 from ml_platform.contracts.model import FEATURE_DEFINITIONS
-from ml_platform.platform.failures import CONFIGURATION, DATA, error_chain
+from ml_platform.platform.failures import CONFIGURATION, error_chain
 from ml_platform.platform.run_events import classify_outcome, run_outcome
 from ml_platform.registry.chain import unfed
 from ml_platform.registry.monitoring import SCORED
 from ml_platform.training.model import TrainedModel, train_model
 from ml_platform.training.window import TrainingDataError
-from ml_platform_tests.conftest import Platform, days_from
 from ml_platform_tests.test_champion_known import FIRST, MONITORED, SECOND, champion_then
 from ml_platform_tests.test_drift_contract_change import (
-    drift_of,
+    amount_itself,
     hour_categorical,
-    store_features,
-    synthetic,
 )
 from ml_platform_tests.test_streaming import DAYS, synthetic_days
 from ml_platform_tests.test_training import SYNTHETIC
 
 LOGARITHM = "numeric log1p(amount)"
 AMOUNT = "numeric identity(amount)"
-
-
-def amount_itself(document: dict) -> None:
-    document["features"] = [
-        {**f, "transform": "identity"} if f["name"] == "log_amount" else f
-        for f in document["features"]
-    ]
 
 
 def test_a_champion_whose_feature_is_computed_otherwise_stops_with_the_named_error(tmp_path):
@@ -158,44 +148,3 @@ def test_days_stored_before_definitions_were_recorded_train_as_before():
         frame.attrs.clear()
 
     assert train_model(window, SYNTHETIC).train_rows > 0
-
-
-def test_reference_days_of_the_old_definition_are_no_reference_and_the_day_fails_alone(tmp_path):
-    old = synthetic(tmp_path / "old", lambda document: None)
-    new = synthetic(tmp_path / "new", amount_itself)
-    platform = Platform(new, tmp_path)
-    days = days_from("2024-01-01", 7)
-    # Five days stored (as parquet in the lake) with logarithms, then a day of amounts.
-    for day in days[:5]:
-        store_features(platform, old, day)
-    store_features(platform, new, days[5])
-
-    check, report = drift_of(platform, days[5])
-
-    verdicts = {v["feature"]: v for v in report["features"]}
-    assert verdicts["log_amount"]["status"] == "skipped"
-    assert verdicts["log_amount"]["change"] == (
-        "no reference values yet: the reference days hold the column as the contract defined "
-        "it before (another kind, source or transform), changed in the contract after them"
-    )
-    assert "log_amount" not in report["drifting_features"]
-    assert report["tested_features"] == 7
-    assert "Not tested, without values to compare: log_amount (no reference values yet" in (
-        check.description
-    )
-
-    # A day whose own features were stored before the change, its drift_report rerun alone.
-    store_features(platform, old, days[6])
-    result = platform.materialize(days[6], ["drift_report"], checks=True)
-    assert not result.success
-    [failure] = result.get_step_failure_events()
-    assert (
-        f"{days[6]}: the features of the day hold log_amount, now {AMOUNT}, as the contract "
-        "defined it before (another kind, source or transform): they were stored before the "
-        f"contract declared them so. Rematerialise features for {days[6]}"
-    ) in failure.event_specific_data.error.to_string()
-    outcome = run_outcome(platform.instance, result.run_id, succeeded=False)
-    assert outcome is not None and classify_outcome(outcome).failure_class == DATA
-    assert not [
-        e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY
-    ]
