@@ -16,6 +16,7 @@ registry (`unloadable_champion`).
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -98,21 +99,28 @@ def learnt_definitions(model: TrainedModel) -> dict[str, dict[str, str]]:
 
 
 def unfed(model: TrainedModel, contract: Contract) -> list[str]:
-    """What the contract no longer feeds `model` as it learnt it, in words; empty: all of it.
+    """What the contract no longer feeds `model` as it learnt it, in words; empty: all of it."""
+    learnt = learnt_definitions(model)
+    return unfed_definitions(model.task, {name: learnt[name] for name in model.features}, contract)
+
+
+def unfed_definitions(
+    task: str, learnt: Mapping[str, Mapping[str, str]], contract: Contract
+) -> list[str]:
+    """What the contract no longer feeds a `task` model that learnt `learnt` (name: definition).
 
     A feature dropped or renamed, or computed from another source or by another transform: the
     model would score values it never learnt. A categorical feature made numeric: its encoder
     would read every number as a category it never saw. A numeric feature made categorical
     is no reason: its categories are the same numbers as text, which the model reads as it
-    learnt them. Its label may be renamed: it never reads it to predict. Its task must be the
-    contract's, whose metrics judge it.
+    learnt them. A feature added is none: the model never reads it. Its label may be renamed:
+    it never reads it to predict. Its task must be the contract's, whose metrics judge it.
     """
     found = []
-    if model.task != contract.task:
-        found.append(f"it is a {model.task} model, and the contract's label is for {contract.task}")
+    if task != contract.task:
+        found.append(f"it is a {task} model, and the contract's label is for {contract.task}")
     now = contract.feature_definitions
-    learnt = learnt_definitions(model)
-    if missing := [name for name in model.features if name not in now]:
+    if missing := [name for name in learnt if name not in now]:
         found.append(f"it needs the feature(s) {missing}, which the contract no longer provides")
     for name in redefined(learnt, now):
         was, then = learnt[name], now[name]

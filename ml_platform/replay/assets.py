@@ -19,7 +19,6 @@ from ml_platform.replay.comparison import (
     read_warm_up,
     render_days,
     render_summary,
-    target_change,
     verdict,
 )
 from ml_platform.replay.replays import Replay
@@ -51,7 +50,7 @@ def build_replay_comparison(replay: Replay) -> dg.AssetsDefinition:
     metric = primary_metric(replay.contract)
     samples = replay.contract.evaluation.bootstrap_samples
     # A changed label or task: both chains' figures stand, but side by side, not paired.
-    changed_target = target_change(replay.live_label, replay.contract.label)
+    changed_target = replay.changed_target
 
     @dg.asset(
         name=REPLAY_COMPARISON,

@@ -278,7 +278,9 @@ def paired_difference(
 
 
 def _rule(rule: LabelRule | None) -> str:
-    return "none" if rule is None else f"{rule.op} {rule.value:g}"
+    # Every digit a contract may hold: `:g` keeps six, and "> 1000000" and "> 1000001" would
+    # read as one rule, the two targets as the same.
+    return "none" if rule is None else f"{rule.op} {rule.value:.15g}"
 
 
 def target_change(live: LabelSpec, replay: LabelSpec) -> str | None:

@@ -11,10 +11,12 @@ import dagster as dg
 
 from ml_platform.automation.alert_sensors import BACKFILL_ENDED
 from ml_platform.automation.jobs import DATASET_JOBS, IN_FLIGHT
+from ml_platform.contracts import ContractError, load_contract
 from ml_platform.contracts.editing import editable_contract
 from ml_platform.platform.datasets import dataset_name
 from ml_platform.platform.storage import LakeStorage
 from ml_platform.platform.tracking import MLFLOW_PREFIX, MlflowStores
+from ml_platform.registry.chain import unfed_definitions
 from ml_platform.replay.assets import REPLAY_COMPARISON_JOB
 from ml_platform.replay.replays import BrokenReplay, Replay, ReplayError, file_sha256
 
@@ -32,7 +34,9 @@ def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
     replay that cannot be read is not promoted: what it ran is no longer what its folder says.
     Nor is one whose live contract file changed since it was made (its recorded digest): the
     replay's contract is a change of the live contract as it was, and copying it would undo
-    what changed since, unseen.
+    what changed since, unseen. Nor is one that no longer feeds the live champion what it
+    learnt (`registry.chain.unfed_definitions`, on the live contract's features): the live
+    chain would stop from its next day, unseen until then.
     """
     if isinstance(replay, BrokenReplay):
         raise ReplayError(
@@ -55,6 +59,23 @@ def promote_replay(replay: Replay | BrokenReplay, live_file: Path) -> Path:
             "live contract as it was, and copying it would undo what changed since. Make the "
             f"replay again from the live contract as it is (`ml-platform replay remove "
             f"{replay.name}`, then `ml-platform replay CONTRACT`), or merge the change by hand"
+        )
+    try:
+        live = load_contract(target)
+    except ContractError as exc:
+        raise ReplayError(f"{target} cannot be read as the live contract: {exc}") from exc
+    if unfed := unfed_definitions(live.task, live.feature_definitions, replay.contract):
+        # The champion moves only by the registry's rule, which must score it first: promoted,
+        # the live chain's registry and monitoring stop every day from the next, for good.
+        raise ReplayError(
+            f"replay '{replay.name}' is not promoted: the live champion of {replay.live}, "
+            f"trained under {target}, could no longer be scored under the replay's contract "
+            f"({'; '.join(unfed)}). Promoted, the live chain's registered_model and "
+            "champion_performance would stop every day from the next with "
+            "ChampionFeaturesError, and its champion could be neither scored nor replaced. Put "
+            "the feature(s) back in the replay's contract, or make the change a dataset of its "
+            "own (a contract with a new `name`: its registry starts empty); if the live chain "
+            f"has no champion yet, copy {replay.contract_file} over {target} by hand"
         )
     _write_whole(target, replay.contract_file.read_bytes())
     return target

@@ -5,7 +5,8 @@ written, in a folder of the replays directory (`Settings.replays_dir`), with wha
 
     <replays>/<name>/contract.yaml   the changed contract, byte for byte
     <replays>/<name>/replay.yaml     of: <live dataset>, start: D, days: N, and the live
-                                     contract's digest and partitions it was made against
+                                     contract's digest, partitions and label it was made
+                                     against
 
 The code location serves it as the dataset `<live>__replay_<name>`: every asset, group, job,
 pool, lake folder, MLflow experiment and registered model carries that name, so nothing the live
@@ -33,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import dagster as dg
+import pydantic
 import yaml
 
 from ml_platform.contracts import Contract, ContractError, load_contract
@@ -43,7 +45,7 @@ from ml_platform.platform.partitions import daily_partitions
 from ml_platform.platform.records import day_records
 from ml_platform.platform.rejected import DAY_ASSETS
 from ml_platform.registry.store import version_day
-from ml_platform.replay.comparison import outcome_record
+from ml_platform.replay.comparison import outcome_record, target_change
 
 logger = logging.getLogger(__name__)
 
@@ -103,11 +105,34 @@ class Replay:
     # How the live contract's first day or timezone changed since the replay was made, in
     # words (its days still live days): the comparison says so. None: unchanged, or unknown.
     live_change: str | None = None
+    # The live contract's label when the replay was made, the one the live chain's records of
+    # the replayed days were judged on, when the live label differs since (a label change
+    # promoted, say). None: unchanged, or unknown.
+    live_label_was: LabelSpec | None = None
 
     @property
     def dataset(self) -> str:
         """The replay's dataset name."""
         return self.contract.name
+
+    @property
+    def changed_target(self) -> str | None:
+        """How the replay's target differs from the live chain's, in words; None: the same.
+
+        Set against the live label the replay was made against: the live chain's records of
+        the replayed days were judged on it, whatever the live contract says now. A live label
+        changed since is said too: a day of it rerun since is judged on the new one, so which
+        target a live record is on cannot be told.
+        """
+        changes = [target_change(self.live_label_was or self.live_label, self.contract.label)]
+        if self.live_label_was is not None:
+            since = target_change(self.live_label_was, self.live_label)
+            if since:
+                changes.append(
+                    f"the live label changed since the replay was made ({since}): the live "
+                    "chain's records of these days may be on either target"
+                )
+        return "; ".join(change for change in changes if change) or None
 
     @property
     def day_keys(self) -> list[str]:
@@ -373,15 +398,31 @@ def create_replay(
             f"(`ml-platform replay remove {name}`) or choose another --name"
         )
     digest = file_sha256(Path(live_file)) if live_file is not None else None
-    folder.mkdir(parents=True)
-    shutil.copyfile(changed_file, folder / CONTRACT_FILE)
     plan: dict[str, object] = {"of": live.name, "start": start.isoformat(), "days": days}
     if digest is not None:
         plan["live_sha256"] = digest
     # The code location checks the replay against them when it loads: a live contract whose
     # days changed since is said by what changed.
     plan["live_partitions"] = _partitions_of(live)
-    (folder / REPLAY_FILE).write_text(yaml.safe_dump(plan, sort_keys=False))
+    # The label its records of the replayed days were judged on: the comparison sets the
+    # replay's against it, even once the live contract's label changed (a replay promoted).
+    plan["live_label"] = live.label.model_dump(mode="json")
+    try:
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        # Not made here (made meanwhile by another replay of the name, say): not ours to remove.
+        raise ReplayError(f"replay '{name}': {folder} cannot be made ({exc})") from exc
+    try:
+        shutil.copyfile(changed_file, folder / CONTRACT_FILE)
+        (folder / REPLAY_FILE).write_text(yaml.safe_dump(plan, sort_keys=False))
+    except OSError as exc:
+        # A replay written in part (a full disk) is no replay, and its folder would hold the
+        # name until `replay remove`: nothing of it is kept.
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ReplayError(
+            f"replay '{name}' could not be written to {folder} ({exc}): nothing is kept; once "
+            "that is fixed, run the command again"
+        ) from exc
     return dataclasses.replace(replay, live_sha256=digest)
 
 
@@ -440,6 +481,14 @@ def read_replay(folder: Path, live: Contract) -> Replay:
             "compared"
         )
     digest = plan.get("live_sha256")
+    was = None
+    if plan.get("live_label") is not None:
+        try:
+            was = LabelSpec.model_validate(plan["live_label"])
+        except pydantic.ValidationError as exc:
+            raise ReplayError(
+                f"{folder / REPLAY_FILE}: live_label is not a contract's label ({exc})"
+            ) from exc
     return Replay(
         folder.name,
         live.name,
@@ -453,6 +502,7 @@ def read_replay(folder: Path, live: Contract) -> Replay:
         live_change=_partitions_change(
             plan.get("live_partitions"), live, ("start_date", "timezone")
         ),
+        live_label_was=None if was == live.label else was,
     )
 
 
