@@ -242,13 +242,14 @@ def verdict_check(verdict: Verdict, version: str | None = None) -> dg.AssetCheck
             "land days with more rows, or give it a longer training window "
             "(training.window_days) or a larger hold-out (training.holdout_fraction)."
         )
-    elif not verdict.beats_baseline and any(
-        math.isnan(lift) for lift, _, _ in verdict.lift.values()
-    ):
+    elif not verdict.beats_baseline and any(math.isnan(low) for _, low, _ in verdict.lift.values()):
+        # A NaN lower bound: the metric, or its interval, is undefined on these rows.
         advice = (
             " Not registered; the champion stays. The day's held-out rows cannot measure the "
-            "metric (a rare label's day whose held-out rows hold one class): nothing to fix in "
-            "the features or the data."
+            "metric (a rare label's day whose held-out rows hold one class, or so few rows of "
+            "it that most resamples draw none; a label the same on every row): nothing to fix "
+            "in the features or the data. A larger hold-out (training.holdout_fraction) holds "
+            "more rows of a rare class."
         )
     elif not verdict.beats_baseline:
         advice = (

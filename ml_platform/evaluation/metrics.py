@@ -506,7 +506,8 @@ def importance_shares(
     rise of RMSE), floored at 0, and its share that over the features' total (all 0 when
     shuffling changes nothing). The model's own evidence of what it uses, whatever the
     estimator, on the rows it serves. None when `metric` is undefined on the rows (ROC AUC on
-    a day of one class): no loss can be measured, which is not "uses nothing".
+    a day of one class, recall with no positive row, R² of a constant label: `undefined_why`):
+    no loss can be measured, which is not "uses nothing".
     """
     lower = metric in LOWER_IS_BETTER
 
@@ -514,8 +515,11 @@ def importance_shares(
         p = predict_holdout(model, frame)
         return _values(p.task, p.labels, p.predicted, p.score)[metric]
 
-    base = value(rows)
-    if not math.isfinite(base):
+    p = predict_holdout(model, rows)
+    base = _values(p.task, p.labels, p.predicted, p.score)[metric]
+    # A convention's figure (recall 0 with no positive row) moves with no shuffle: every
+    # feature would look unused.
+    if not math.isfinite(base) or undefined_why(metric, p.labels):
         return None
     rng = np.random.default_rng(seed)
     losses: dict[str, float] = {}
@@ -623,6 +627,27 @@ class Verdict:
         return "promote" if self.beats_champion else "challenger"
 
 
+CLASSIFICATION_METRICS = {"precision", "recall", "f1", "accuracy", "roc_auc"}
+
+
+def undefined_why(metric: str, labels: np.ndarray) -> str:
+    """Why `metric` has no value on held-out rows of these labels; '' when it has one.
+
+    ROC AUC needs rows of both classes, recall and F1 a positive row, R² two different labels.
+    Without them the figures computed (NaN, 0, scikit-learn's 0 or 1) are conventions, not the
+    model's: the champion's days are judged so too (`registry.monitoring.undefined_metrics`).
+    """
+    rows = len(labels)
+    if metric in ("roc_auc", "recall", "f1"):
+        positives = int(np.count_nonzero(labels))
+        if positives and (metric != "roc_auc" or positives < rows):
+            return ""
+        return f"all {rows} held-out rows are " + ("positive" if positives else "negative")
+    if metric == "r2" and (rows < 2 or float(np.ptp(labels)) == 0.0):
+        return f"the label is the same on all {rows} held-out row(s)"
+    return ""
+
+
 def judge_baseline(
     metric: str, candidate: Scores, baseline: Scores
 ) -> tuple[bool, tuple[float, float, float], str]:
@@ -630,15 +655,45 @@ def judge_baseline(
 
     It beats the baseline when the lower bound of the paired interval of its lift on `metric`
     is strictly above 0 (False for a NaN bound): a lift the resampling cannot tell from zero is
-    no evidence the model learned anything.
+    no evidence the model learned anything. A metric the held-out rows cannot define, or whose
+    interval they cannot measure (too many bootstrap samples of a rare class's few rows draw
+    none of them), says so: the reason is the rows, not the features.
     """
     lift, low, high = improvement(metric, candidate, baseline)
-    if math.isnan(candidate.values[metric]):
+    value = candidate.values[metric]
+    if math.isnan(value):
         return (
             False,
             (lift, low, high),
             f"{metric} is undefined on the held-out rows (roc_auc, for one, on rows of a single "
             "class): nothing shows the candidate beats the trivial baseline",
+        )
+    undefined = undefined_why(metric, candidate.labels)
+    if undefined:
+        # Its lift is one convention minus another (0 recall against 0): no lift at all.
+        return (
+            False,
+            (math.nan, math.nan, math.nan),
+            f"{metric} is undefined on the held-out rows ({undefined}; its {value:.4f} is a "
+            "convention): nothing shows the candidate beats the trivial baseline",
+        )
+    if math.isnan(low):
+        with np.errstate(invalid="ignore"):
+            diffs = candidate.draws[metric] - baseline.draws[metric]
+        missing = int((~np.isfinite(diffs)).sum())
+        labels = candidate.labels
+        held = (
+            f"{int(np.count_nonzero(labels))} positive of {len(labels)} held-out rows"
+            if metric in CLASSIFICATION_METRICS
+            else f"{len(labels)} held-out rows"
+        )
+        return (
+            False,
+            (lift, low, high),
+            f"{metric} {value:.4f} vs {baseline.values[metric]:.4f}: lift {lift:+.4f}, whose "
+            f"95 % interval cannot be measured: {metric} is undefined on {missing} of the "
+            f"{len(diffs)} bootstrap samples of the held-out rows ({held}), so nothing shows "
+            "the candidate beats the trivial baseline",
         )
     beats = low > 0
     comparison = (
@@ -684,10 +739,22 @@ def judge_candidate(
     for metric, bound in spec.value_thresholds.items():
         value = candidate.values.get(metric, math.nan)
         lower = metric in LOWER_IS_BETTER
-        ok = value <= bound if lower else value >= bound
-        passes_values &= ok
         word = "at most" if lower else "at least"
-        reason = f"{metric} {value:.4f} {'meets' if ok else 'misses'} the bound ({word} {bound})"
+        undefined = undefined_why(metric, candidate.labels)
+        if undefined:
+            # A convention (0 recall with no positive row, R² 1 of a constant label) neither
+            # meets nor misses a bound: nothing shows the candidate meets it.
+            ok = False
+            reason = (
+                f"{metric} is undefined on the held-out rows ({undefined}), so nothing shows "
+                f"it meets the bound ({word} {bound})"
+            )
+        else:
+            ok = value <= bound if lower else value >= bound
+            reason = (
+                f"{metric} {value:.4f} {'meets' if ok else 'misses'} the bound ({word} {bound})"
+            )
+        passes_values &= ok
         reasons.append(reason)
         if not ok:
             misses.append(reason)

@@ -688,6 +688,12 @@ def _new_state(fingerprint: str, preprocess: Any, contract: Contract) -> Trainin
     )
 
 
+def label_rule(contract: Contract) -> str:
+    """The label's rule in words, e.g. 'arr_delay > 15' (a bool source: 'churned == true')."""
+    rule, source = contract.label.rule, contract.label.source
+    return f"{source} == true" if rule is None else f"{source} {rule.op} {rule.value:g}"
+
+
 def train_model(
     partitions: Mapping[str, pd.DataFrame],
     contract: Contract,
@@ -722,9 +728,19 @@ def train_model(
     classification = contract.task == "classification"
     train_labels = label_summary(partitions, scan, split.train, label)
     if classification and (train_labels.class_counts() == 0).any():
+        present = int(train_labels.total > 0)
+        # A rule whose threshold no value reaches reads the same as a window of one class.
+        checked = (
+            "the label's rule (label.rule) against the values"
+            if contract.label.rule is not None
+            else "the values"
+        )
         raise TrainingDataError(
-            f"the training rows of window {scan.days[0]}..{scan.days[-1]} hold a single "
-            f"class ({int(train_labels.total > 0)}); a classifier needs both"
+            f"the {train_labels.rows} training rows of window {scan.days[0]}..{scan.days[-1]} "
+            f"hold a single class ({present}): {label} is {present} on every one "
+            f"({label_rule(contract)} {'holds on all' if present else 'holds on none'} of "
+            f"them); a classifier needs both. Check {checked} of {contract.label.source}, or "
+            "lengthen the window (training.window_days) to take in rows of the other class"
         )
     if not math.isfinite(train_labels.squares):
         # A finite but extreme label (1e308) overflows every fit's squared loss.
@@ -826,6 +842,15 @@ def _train_held_rows(
                 "window_days), raise training.max_training_rows if it sampled them, or use "
                 "model.estimator linear or sgd"
             )
+    if isinstance(spec, HistGradientBoostingSpec) and len(y_fit) < 2:
+        # A regressor's early stopping splits off a validation row too: scikit-learn refuses
+        # one row (its train set would be empty), which retrying cannot change.
+        raise TrainingDataError(
+            f"the {len(y_fit)} training row gradient boosting learns from is too few for its "
+            "early stopping, which splits off a validation row and needs one more to learn "
+            "from: it needs 2 rows. Lengthen the window (training.window_days), wait for more "
+            "labelled rows, or use model.estimator linear or sgd"
+        )
     validation = 0
     if len(train) > 1:
         validation = len(train) - holdout_count(len(train), VALIDATION_FRACTION)
