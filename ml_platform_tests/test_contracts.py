@@ -548,6 +548,25 @@ def test_thresholds_that_are_no_numbers_and_allowed_values_with_spaces_are_repor
     }
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_no_number_the_models_cannot_take_is_loaded(tmp_path, seed):
+    # A rule value of NaN makes every label 0, an infinite bound bounds nothing; a seed outside
+    # numpy's 0 to 2**32 - 1 failed every model with a bare error, retried as a code bug.
+    text = edit(FLIGHTS_TEXT, 'rule: {op: ">", value: 15}', 'rule: {op: ">", value: .nan}')
+    text = edit(text, "min: 1, max: 6000", "min: 1, max: .inf")
+    text = edit(text, "random_seed: 13", f"random_seed: {seed}")
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert problems[(line_of(text, "value: .nan"), "label.rule.value")] == (
+        "must be a finite number, not nan"
+    )
+    assert problems[(line_of(text, "max: .inf"), "columns[15].max")] == (
+        "must be a finite number, not inf"
+    )
+    assert (line_of(text, f"random_seed: {seed}"), "training.random_seed") in problems
+
+
 def test_a_contract_saved_in_another_encoding_is_named_not_a_traceback(tmp_path):
     path = tmp_path / "shop.yaml"
     path.write_bytes(FLIGHTS_TEXT.replace("# ", "# café ", 1).encode("latin-1"))

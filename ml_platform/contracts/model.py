@@ -197,7 +197,8 @@ class TrainingSpec(_Strict):
     # Window of the weekly full retrain, which competes with the champion by the same rules.
     full_window_days: int = Field(default=90, ge=1, le=731)
     holdout_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
-    random_seed: int = 0
+    # numpy's and scikit-learn's generators take seeds from 0 to 2**32 - 1.
+    random_seed: int = Field(default=0, ge=0, lt=2**32)
     # Least wall time between two checkpoints (0: after every epoch or boosting step). A
     # checkpoint writes the whole training state, about 7 ms of CPU to local disk (more to S3):
     # a fifth of a 28-day flights SGD model (1.2 CPU s) when written every epoch. A killed run
@@ -711,6 +712,7 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 f"(<dataset>{REPLAY_MARK}<replay>): choose a name without it"
             ),
         )
+    yield from _non_finite(c.model_dump(), ())
     names = [col.name for col in c.columns]
     dtypes = {col.name: col.dtype for col in c.columns}
     columns = {col.name: col for col in c.columns}
@@ -883,16 +885,12 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         else {"mae", "rmse", "r2"}
     )
     for section in ("value_thresholds", "change_thresholds"):
-        for metric, threshold in getattr(c.evaluation, section).items():
+        for metric in getattr(c.evaluation, section):
             if metric not in known:
                 yield (
                     ("evaluation", section, metric),
                     f"unknown {lab.task} metric '{metric}'; use one of {', '.join(sorted(known))}",
                 )
-            elif not math.isfinite(threshold):
-                # NaN compares false with everything: never promoted, never rejected; -inf
-                # promotes every candidate.
-                yield (("evaluation", section, metric), f"must be a finite number, not {threshold}")
     spec = c.model
     if isinstance(spec, LinearSpec):
         if spec.C is not None and lab.task == "regression":
@@ -936,6 +934,24 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
         yield ("partitions", "end_date"), "end_date is before start_date"
     yield from _drift_problems(c)
     yield from _resources_problems(c.resources)
+
+
+def _non_finite(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Every number of the contract that is NaN or infinite (YAML's `.nan`, `.inf`).
+
+    None stands for a bound or threshold that holds: NaN compares false with everything (a
+    threshold that never promotes nor rejects, a label rule true on no row), -inf lets
+    everything through (a threshold that promotes every candidate), an infinite bound bounds
+    nothing. A missing bound is written by leaving it out.
+    """
+    if isinstance(node, float) and not math.isfinite(node):
+        yield path, f"must be a finite number, not {node}"
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _non_finite(value, (*path, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _non_finite(value, (*path, i))
 
 
 def _resources_problems(r: ResourcesSpec) -> Iterator[tuple[tuple[Any, ...], str]]:
