@@ -164,29 +164,59 @@ def failure_streaks(
     return counts
 
 
+def judged_at(
+    instance: dg.DagsterInstance, key: dg.AssetKey, day: str, run_id: str
+) -> float | None:
+    """When run `run_id` recorded `day` of `key` (None: it recorded none Dagster still holds)."""
+    cursor = None
+    while True:
+        result = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day]), limit=100, cursor=cursor
+        )
+        for record in result.records:
+            if record.run_id == run_id:
+                return record.timestamp
+        if not result.has_more:
+            return None
+        cursor = result.cursor
+
+
 def rejected_in_a_row(
     instance: dg.DagsterInstance, outcome: RunOutcome, limit: int
 ) -> dict[tuple[str, str], int]:
-    """For each day the run rejected, the rejected days in a row ending it (at most `limit`).
+    """For each day the run rejected, the rejected days in a row through it when it was judged.
 
-    Counted by day from Dagster's records of the dataset's validated_data, whichever runs
-    judged them: a backfill's chunk and a day of the landing sensor alike.
+    `limit` when the day is the one that makes them `limit` (the streak is news), fewer when
+    they are fewer, more when its days before or after were `limit` rejected days already (the
+    streak was told). Counted by day from Dagster's records of the dataset's validated_data,
+    whichever runs judged them (a backfill's chunk and a day of the landing sensor alike), as
+    they stood when the run recorded the day: a day that lands late between rejected days
+    completes their streak, and the sensor's lag behind the runs changes no count.
     """
     counts = {}
     for check in outcome.failed_checks:
         if check.check != DELIVERY_CHECK or check.partition is None:
             continue
         dataset, day = dataset_of_asset(check.asset), check.partition
+        key = asset_key(dataset, "validated_data")
         end = dt.date.fromisoformat(day)
-        before = [(end - dt.timedelta(days=n)).isoformat() for n in range(1, limit)]
-        records = day_records(instance, asset_key(dataset, "validated_data"), before)
-        count = 1
-        for earlier in before:
-            record = records.get(earlier)
-            if record is None or record.verdict in (ACCEPTED, UNCHANGED):
-                break
-            count += 1
-        counts[(dataset, day)] = count
+        near = {
+            step: [(end + dt.timedelta(days=step * n)).isoformat() for n in range(1, limit + 1)]
+            for step in (-1, 1)
+        }
+        records = day_records(
+            instance, key, near[-1] + near[1], before=judged_at(instance, key, day, outcome.run_id)
+        )
+        rejected = {}
+        for step, days in near.items():
+            rejected[step] = 0
+            for other in days:
+                record = records.get(other)
+                if record is None or record.verdict in (ACCEPTED, UNCHANGED):
+                    break
+                rejected[step] += 1
+        told = max(rejected.values()) >= limit
+        counts[(dataset, day)] = limit + 1 if told else min(1 + sum(rejected.values()), limit)
     return counts
 
 

@@ -9,7 +9,8 @@ Rules (see docs/runbook.md for what to do about each):
 - A rejected day (its `delivery_accepted` check failed: a data verdict, the run succeeded) ->
   one WARNING naming the dataset, the day, the check and the reason; the day's other failed
   gate checks are its reasons, not alerts of their own. N rejected days in a row of one dataset
-  (by day, not by run; N = `failure_streak`) -> CRITICAL. Days rejected by a backfill's runs
+  (by day, not by run; N = `failure_streak`) -> CRITICAL, once: when the day that makes them N
+  is judged, whether it is the last or a late one among them. Days rejected by a backfill's runs
   are told once, in the backfill's summary (`backfill_summary_sensor`), not a day at a time.
   A green run never announces RESOLVED for rejected days: a data streak ends with an accepted
   day, which the rejected-days listing shows.
@@ -18,7 +19,9 @@ Rules (see docs/runbook.md for what to do about each):
   logged, not paged, every day: a drift episode is told once when it opens (WARNING) and once
   when it closes (RESOLVED), and pages only when the serving champion leans on the feature
   (docs/checks.md#drift-episodes-drift_episode). A backfill's runs replay the past: their
-  episodes are in the checks, not told. A failed ERROR check in a run that still succeeded -> ERROR.
+  episodes are in the checks, not told; a rerun of a day tells only what its earlier version
+  did not (`registry.monitoring.episode_check`). A failed ERROR check in a run that still
+  succeeded -> ERROR.
 - A rejected candidate (`promotion_verdict`) is logged but pages nobody: one rejection is an
   outcome of the day. `rejection_streak` (N rejected candidates in a row) pages.
 - A landed file that fits no partition -> WARNING.
@@ -53,8 +56,8 @@ import dagster as dg
 from pydantic import Field
 
 from ml_platform.automation.jobs import DATASET_JOBS
-from ml_platform.drift.episodes import Episode
-from ml_platform.platform.datasets import dataset_name
+from ml_platform.drift.episodes import NOT_MONITORED, REDEFINED, Episode
+from ml_platform.platform.datasets import REPLAY_MARK, dataset_name
 from ml_platform.platform.logs import redact
 from ml_platform.platform.run_events import EpisodeNews, RunOutcome, classify_outcome
 from ml_platform.platform.runbook import check_anchor
@@ -99,13 +102,37 @@ GONE = frozenset({401, 403, 404, 410})
 ANSWER_WORD = re.compile(r"[a-z_]{1,40}")
 
 
+class NotRedirected(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect, which is then raised as an HTTPError.
+
+    urllib resends a redirected POST (301, 302, 303) as a GET without its body, which a receiver
+    may answer 200: an alert taken for delivered that no one got.
+    """
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        """No request to the place a redirect points to."""
+        return None
+
+
+# What posts to the webhook: a redirect is its answer, not a move to follow.
+WEBHOOK_OPENER = urllib.request.build_opener(NotRedirected)
+
+
 def refused_webhook(error: urllib.error.HTTPError, url: str) -> MisconfiguredSink | None:
-    """What a webhook's HTTP error says when no retry can succeed (a 4xx); None if one can.
+    """What a webhook's HTTP error says when no retry can succeed (4xx, 3xx); None if one can.
 
     Names the status and Slack's one-word reason, never the URL (a secret) nor the receiver's
-    free text.
+    free text, nor where a redirect points (the URL's secret path, moved).
     """
     status = error.code
+    if 300 <= status < 400:
+        phrase = http.client.responses.get(status, "Redirect")
+        return MisconfiguredSink(
+            f"the webhook answered HTTP {status} {phrase}, a redirect, which is not followed (a "
+            "POST redirected may arrive as a GET without the alert): set "
+            "ML_PLATFORM_ALERT_WEBHOOK_URL to the address it redirects to, e.g. https:// for "
+            "http:// (the URL is a secret and is not shown)"
+        )
     if not 400 <= status < 500 or status in RETRIED_CLIENT_ERRORS:
         return None
     phrase = http.client.responses.get(status, "Client Error")
@@ -156,6 +183,14 @@ def webhook_url_problem(url: str) -> str | None:
         return "it names no host"
     if any(c.isspace() or ord(c) < 32 for c in url):
         return "it holds spaces or control characters"
+    if not (parts.path + parts.query).isascii():
+        # urllib sends the request line as ASCII (a host goes as IDNA): it would raise a
+        # UnicodeEncodeError, no OSError, on each tick, failing the delivering sensor's tick:
+        # its cursor lost, every alert logged and emailed again on the next.
+        return (
+            "it holds a character that is not ASCII (one pasted with it, e.g. a zero-width "
+            "space, or a letter to percent-encode)"
+        )
     return None
 
 
@@ -308,9 +343,10 @@ class Notifier(dg.ConfigurableResource):
 
         A failed check's own name wins over its rule (`check_failed`), unless the name is also
         a rule's (RULES), which routes that rule only. A replay's alerts are only logged: it
-        runs the past, nobody has to act now.
+        runs the past, nobody has to act now: a replay no longer served too (removed, or its
+        folder no longer readable), whose runs the sensors may come to after it went.
         """
-        if alert.dataset in self.silent:
+        if alert.dataset in self.silent or REPLAY_MARK in (alert.dataset or ""):
             return dataclasses.replace(alert, page=False)
         routes = self.paging.get(alert.dataset or "", {})
         check = alert.subject.rsplit(":", 1)[-1] if alert.rule == "check_failed" else None
@@ -459,7 +495,7 @@ class Notifier(dg.ConfigurableResource):
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+            with WEBHOOK_OPENER.open(request, timeout=self.timeout_seconds) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
             refused = refused_webhook(exc, self.webhook_url)
@@ -546,9 +582,14 @@ def longest_dataset(name: str, datasets: Iterable[str], separator: str) -> str |
 
     A replay's name extends its live dataset's (`flights__replay_hgb`, its steps
     `flights__replay_hgb__model`, its jobs `flights__replay_hgb_daily_pipeline_job`): the
-    longest match is the replay's, never the live dataset's.
+    longest match is the replay's, never the live dataset's; nor is a replay that is no longer
+    served (removed after its runs) the live dataset's.
     """
-    matches = [d for d in datasets if name.startswith(f"{d}{separator}")]
+    matches = [
+        d
+        for d in datasets
+        if name.startswith(f"{d}{separator}") and not name.startswith(f"{d}{REPLAY_MARK}")
+    ]
     return max(matches, key=len) if matches else None
 
 
@@ -563,21 +604,37 @@ def dataset_of_job(job_name: str, datasets: Iterable[str]) -> str | None:
     for dataset in datasets:
         if any(job_name == dataset_name(dataset, job) for job in DATASET_JOBS):
             return dataset
-    return longest_dataset(job_name, datasets, "_")
+    return longest_dataset(job_name, datasets, "_") or unserved_replay(job_name, "_")
+
+
+def unserved_replay(name: str, separator: str) -> str | None:
+    """The replay dataset a step (`__`) or job (`_`) name is of; None if it is no replay's.
+
+    For a name no served dataset claims: a replay removed, or no longer served, after its runs
+    ended. Its runs are still its own, whose alerts page no one (`Notifier.routed`), not the
+    live dataset's. A step's asset name holds no `__`, a job's is one of DATASET_JOBS.
+    """
+    if REPLAY_MARK not in name:
+        return None
+    if separator == "__":
+        return name.rsplit(separator, 1)[0]
+    suffixes = [f"_{job}" for job in DATASET_JOBS if name.endswith(f"_{job}")]
+    return name.removesuffix(suffixes[0]) if suffixes else None
 
 
 def run_datasets(outcome: RunOutcome, datasets: Iterable[str]) -> list[str]:
     """Those of `datasets` a run worked on: by its steps (`flights__raw_data`) and checks.
 
     Each name is matched to the longest dataset it starts with (`longest_dataset`), so a
-    replay's failure is the replay's, never the live dataset's. A run that failed before any
-    step names its dataset in its job only (`flights_daily_pipeline_job`).
+    replay's failure is the replay's, never the live dataset's; a replay no longer served is
+    named all the same (`unserved_replay`). A run that failed before any step names its dataset
+    in its job only (`flights_daily_pipeline_job`).
     """
     known = set(datasets)
     steps = [*outcome.succeeded_steps, *(failure.step for failure in outcome.step_failures)]
-    named = [longest_dataset(step, known, "__") for step in steps]
+    named = [longest_dataset(step, known, "__") or unserved_replay(step, "__") for step in steps]
     named += [dataset_of_asset(check.asset) for check in outcome.failed_checks]
-    found = {d for d in named if d in known}
+    found = {d for d in named if d is not None and (d in known or REPLAY_MARK in d)}
     by_job = dataset_of_job(outcome.job_name, known)
     return sorted(found or ({by_job} if by_job else set()))
 
@@ -603,8 +660,15 @@ def episode_alerts(news: EpisodeNews, notifier: Notifier, alert: Any) -> list[Al
         since = min(e.since for e in episodes)
         if rule == "drift_episode":
             title = f"{dataset}: {features} drifting since {since}"
-        elif all(e.stopped for e in episodes):
+        elif all(e.stopped == NOT_MONITORED for e in episodes):
             title = f"{dataset}: {features} no longer tested for drift (drifting since {since})"
+        elif all(e.stopped == REDEFINED for e in episodes):
+            title = (
+                f"{dataset}: {features} computed otherwise since {news.partition}, its drift "
+                f"judged afresh (drifting since {since})"
+            )
+        elif all(e.stopped for e in episodes):
+            title = f"{dataset}: {features} no longer judged as before (drifting since {since})"
         else:
             title = f"{dataset}: {features} back since {news.partition} (drifting since {since})"
         told.append(
@@ -639,8 +703,9 @@ def evaluate_run(
     a retried run once, as the instance's runs tell: for a key this run fails (`streak_keys`),
     the count this run brings it to, absent when the run retries one already counted; for a key
     this run succeeds (`recovery_keys`), the count of the streak it ends. `rejected_streaks`
-    counts, for each (dataset, day) this run rejected, the rejected days in a row ending that
-    day. A run of a backfill (`in_backfill`) leaves its rejected days to the backfill's summary.
+    counts, for each (dataset, day) this run rejected, the rejected days in a row through that
+    day, `failure_streak` when the day completes the streak (`alert_sensors.rejected_in_a_row`).
+    A run of a backfill (`in_backfill`) leaves its rejected days to the backfill's summary.
     """
     alerts: list[Alert] = []
     run_url = notifier.run_url(outcome.run_id)
@@ -666,7 +731,8 @@ def evaluate_run(
         in_a_row = rejected_streaks.get((dataset, day), 1)
         told = [(WARNING, "day_rejected", f"{dataset}: the delivery of {day} was rejected")]
         if in_a_row == threshold:
-            title = f"{dataset}: {in_a_row} days in a row rejected, the last {day}"
+            # The day completes the streak, though it may have landed late, amid its days.
+            title = f"{dataset}: {in_a_row} days in a row rejected, completed by {day}"
             told.append((CRITICAL, "rejected_streak", title))
         for severity, rule, title in told:
             alerts.append(

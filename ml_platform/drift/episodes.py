@@ -12,17 +12,18 @@ about is an episode. Per feature, a state machine over its judged days (`drift.e
   starts afresh, so a closed episode does not reopen from the days that opened it.
 
 A day with no verdict (a rejected delivery, no reference yet, a feature not tested) is not
-judged: it neither counts toward an episode nor toward its end. The state of day D is a pure
-function of the state of the judged day before and D's verdicts, so it is carried in the
-records of an asset whose days depend on their day before (`registry.monitoring`): the same in
-a one-day run and in any split of a backfill.
+judged: it neither counts toward an episode nor toward its end. A feature the contract stops
+testing, or computes otherwise (another kind, source or transform), ends its episode saying so.
+The state of day D is a pure function of the state of the judged day before and D's verdicts
+(and the contract), so it is carried in the records of an asset whose days depend on their day
+before (`registry.monitoring`): the same in a one-day run and in any split of a backfill.
 """
 
 import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from ml_platform.contracts.model import DriftEpisodeSpec
+from ml_platform.contracts.model import DriftEpisodeSpec, redefined
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,14 +108,20 @@ class FeatureState:
     recent: tuple[tuple[str, bool, float], ...] = ()
     quiet: int = 0  # quiet days in a row inside an open episode
     episode: Episode | None = None
+    # How the contract computed the feature (`Contract.feature_definitions`) on the days the
+    # state counts; None: not recorded (a state stored before definitions were).
+    definition: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """For a day's stored record."""
-        return {
+        stored: dict[str, Any] = {
             "recent": [list(pair) for pair in self.recent],
             "quiet": self.quiet,
             "episode": self.episode.to_json() if self.episode else None,
         }
+        if self.definition is not None:
+            stored["definition"] = dict(self.definition)
+        return stored
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "FeatureState":
@@ -127,6 +134,7 @@ class FeatureState:
             ),
             quiet=int(data.get("quiet", 0)),
             episode=Episode.from_json(episode) if episode else None,
+            definition=dict(data["definition"]) if data.get("definition") else None,
         )
 
 
@@ -154,6 +162,7 @@ def states_from_json(data: Mapping[str, Any] | None) -> dict[str, FeatureState]:
 
 
 NOT_MONITORED = "the contract no longer tests the feature for drift"
+REDEFINED = "the contract computes the feature otherwise: its drift is judged afresh"
 
 
 def advance(
@@ -162,6 +171,7 @@ def advance(
     before: Mapping[str, FeatureState],
     spec: DriftEpisodeSpec,
     monitored: Collection[str] | None = None,
+    definitions: Mapping[str, Mapping[str, str]] | None = None,
 ) -> DayEpisodes:
     """The state of every feature after `day`, from the state before it and the day's verdicts.
 
@@ -169,15 +179,27 @@ def advance(
     feature no longer among `monitored` (removed from the contract, or excluded from drift)
     will never be judged again: its open episode ends on `day`, saying so, and its state goes;
     a verdict of it on `day` (a drift report made before the contract changed) is left out.
+    A feature the contract now computes otherwise than its state's days (`definitions`, the
+    contract's; the state records the one it counted) is another series: its open episode
+    ends on `day` saying so, and its counting starts afresh.
     """
     states = dict(before)
     opened: list[Episode] = []
     closed: list[Episode] = []
-    if monitored is not None:
-        for feature in sorted(set(states) - set(monitored)):
-            episode = states.pop(feature).episode
-            if episode is not None:
-                closed.append(dataclasses.replace(episode, closed=day, stopped=NOT_MONITORED))
+    ended = set(states) - set(monitored) if monitored is not None else set()
+    if definitions is not None:
+        # Its old days' drift says nothing of the new values: counted on, the episode would
+        # stay open while the new definition's reference fills (no verdict), then close as
+        # "back", or the old days would open one.
+        recorded = {f: s.definition for f, s in states.items() if s.definition is not None}
+        renewed = set(redefined(recorded, definitions)) - ended
+    else:
+        renewed = set()
+    for feature in sorted(ended | renewed):
+        episode = states.pop(feature).episode
+        if episode is not None:
+            stopped = NOT_MONITORED if feature in ended else REDEFINED
+            closed.append(dataclasses.replace(episode, closed=day, stopped=stopped))
     for feature, today in verdicts.items():
         if monitored is not None and feature not in monitored:
             # Counting it again would reopen the episode just ended, and end it again the
@@ -219,6 +241,13 @@ def advance(
                 # Counting starts afresh: the days that opened it do not open the next.
                 episode, quiet, recent = None, 0, ()
         states[feature] = FeatureState(recent=recent, quiet=quiet, episode=episode)
+    if definitions is not None:
+        states = {
+            feature: dataclasses.replace(state, definition=dict(definitions[feature]))
+            if feature in definitions
+            else state
+            for feature, state in states.items()
+        }
     return DayEpisodes(states=states, opened=opened, closed=closed)
 
 

@@ -36,7 +36,7 @@ import datetime as dt
 import functools
 import math
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
@@ -45,7 +45,14 @@ import pandas as pd
 
 from ml_platform.contracts import Contract
 from ml_platform.drift.detect import tested_features
-from ml_platform.drift.episodes import DayEpisodes, advance, feature_days, states_from_json
+from ml_platform.drift.episodes import (
+    DayEpisodes,
+    Episode,
+    FeatureState,
+    advance,
+    feature_days,
+    states_from_json,
+)
 from ml_platform.evaluation.assets import non_finite_predictions
 from ml_platform.evaluation.metrics import (
     LOWER_IS_BETTER,
@@ -269,6 +276,17 @@ def carried_days(day: str, later: Iterable[str], gap: int) -> list[str]:
     return carried
 
 
+def without_definitions(states: dict[str, Any] | None) -> dict[str, Any]:
+    """A day's stored episode states without the definitions they record.
+
+    An earlier version stored before definitions were recorded carried the same states.
+    """
+    return {
+        feature: {k: v for k, v in state.items() if k != "definition"}
+        for feature, state in (states or {}).items()
+    }
+
+
 def stale_note(key: dg.AssetKey, day: str, stale: list[str], check: str) -> str:
     """What the later days of a rerun day still hold from its earlier version, and the rerun.
 
@@ -431,15 +449,37 @@ def with_importance(
     return DayEpisodes(states=states, opened=opened, closed=episodes.closed)
 
 
+def told_before(
+    day: str, episode: Episode, closing: bool, earlier: Mapping[str, FeatureState] | None
+) -> bool:
+    """Whether the day's earlier version told the same opening, or closing, of the episode.
+
+    `earlier`: the states the earlier version stored (None: the day's first version).
+    """
+    if earlier is None:
+        return False
+    state = earlier.get(episode.feature)
+    if closing:
+        return state is None or state.episode is None
+    return state is not None and state.episode is not None and state.episode.opened == day
+
+
 def episode_check(
-    day: str, episodes: DayEpisodes, judged: bool, stale: str = ""
+    day: str,
+    episodes: DayEpisodes,
+    judged: bool,
+    stale: str = "",
+    earlier: Mapping[str, FeatureState] | None = None,
 ) -> dg.AssetCheckResult:
     """`drift_episode` of a day: fails (WARN) while a feature's drift lasts, names the news.
 
     Its metadata `opened` and `closed` hold the episodes that began or ended that day (JSON),
-    from which the alert rules tell people once per episode. `stale` (`stale_note`) ends the
-    description.
+    from which the alert rules tell people once per episode: not those the day's earlier
+    version (`earlier`, its stored states) told already, when the day is rerun. `stale`
+    (`stale_note`) ends the description.
     """
+    opened = [e for e in episodes.opened if not told_before(day, e, False, earlier)]
+    closed = [e for e in episodes.closed if not told_before(day, e, True, earlier)]
     news = []
     if episodes.opened:
         news.append(
@@ -458,6 +498,8 @@ def episode_check(
             if judged
             else f"{day} has no drift verdict (no reference yet): episodes carried unchanged."
         )
+    elif len(opened) + len(closed) < len(episodes.opened) + len(episodes.closed):
+        news.append("Told before, when the day first ran: not told again.")
     return dg.AssetCheckResult(
         check_name=EPISODE_CHECK,
         passed=not episodes.open,
@@ -466,8 +508,8 @@ def episode_check(
         metadata={
             "open_episodes": len(episodes.open),
             "open_features": ", ".join(e.feature for e in episodes.open) or "none",
-            "opened": dg.MetadataValue.json([e.to_json() for e in episodes.opened]),
-            "closed": dg.MetadataValue.json([e.to_json() for e in episodes.closed]),
+            "opened": dg.MetadataValue.json([e.to_json() for e in opened]),
+            "closed": dg.MetadataValue.json([e.to_json() for e in closed]),
         },
     )
 
@@ -598,6 +640,8 @@ def build_champion_performance(
         later = list(io_manager.recorded_versions(context.instance, key, after, "json"))
         # The step's days whose decay standing (missed, skipped, a break) its rerun changed.
         restanding: list[str] = []
+        # The step's days recorded before: a rerun of them (one query a step).
+        rerun = io_manager.recorded_versions(context.instance, key, context.partition_keys, "json")
 
         def stale_later_days(
             day: str, record: dict[str, Any], read_before: dict[str, Any] | None
@@ -614,7 +658,7 @@ def build_champion_performance(
             # What the next days carried: the earlier version's states, or (a day recorded for
             # the first time, or accepted after a rejection) those of the stored day before.
             carried = earlier.get("drift_episodes") if earlier else read_before
-            if (carried or {}) != record["drift_episodes"]:
+            if without_definitions(carried) != without_definitions(record["drift_episodes"]):
                 stale[EPISODE_CHECK] = carried_days(day, later, EPISODE_LOOKBACK)
             # A later day's streak looked back at the step's days only when it missed.
             stale[DECAY_CHECK] = [
@@ -644,7 +688,14 @@ def build_champion_performance(
             judged = feature_days(drift_report)
             spec = contract.drift.episodes
             read_before = episodes_before(day)
-            episodes = advance(day, judged, states_from_json(read_before), spec, monitored)
+            episodes = advance(
+                day,
+                judged,
+                states_from_json(read_before),
+                spec,
+                monitored,
+                contract.feature_definitions,
+            )
             rows = labelled(features, contract)
             shares, unmeasured = None, None
             least = contract.evaluation.min_holdout_rows
@@ -667,7 +718,12 @@ def build_champion_performance(
             notes = {check: stale_note(key, day, days, check) for check, days in stale.items()}
             for note in filter(None, notes.values()):
                 context.log.warning(f"{CHAMPION_PERFORMANCE} {day}:{note}")
-            yield episode_check(day, episodes, bool(judged), notes[EPISODE_CHECK])
+            # A rerun day's openings and closings were told when it first ran: paging them
+            # again (a file re-landed weeks after) is about nothing a person can act on now.
+            news = episodes.opened or episodes.closed
+            first_version = stored(day) if day in rerun and news else None
+            told = states_from_json(first_version.get("drift_episodes")) if first_version else None
+            yield episode_check(day, episodes, bool(judged), notes[EPISODE_CHECK], told)
             # The days before matter only to a day that missed.
             earlier = (
                 {d: stored(d) for d in previous_days(day, lookback)}
