@@ -307,7 +307,7 @@ def test_a_metric_the_days_rows_cannot_define_neither_meets_nor_misses(synthetic
         n = len(labels)
         return Predictions(task, np.array(labels), np.zeros(n), np.linspace(0.1, 0.9, n))
 
-    negative = "every labelled row is negative"
+    negative = "all 50 labelled rows are negative"
     assert undefined_metrics(predictions("classification", [0] * 50)) == {
         "roc_auc": negative,
         "recall": negative,

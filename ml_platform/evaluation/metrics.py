@@ -630,21 +630,22 @@ class Verdict:
 CLASSIFICATION_METRICS = {"precision", "recall", "f1", "accuracy", "roc_auc"}
 
 
-def undefined_why(metric: str, labels: np.ndarray) -> str:
-    """Why `metric` has no value on held-out rows of these labels; '' when it has one.
+def undefined_why(metric: str, labels: np.ndarray, rows: str = "held-out rows") -> str:
+    """Why `metric` has no value on rows of these labels; '' when it has one.
 
     ROC AUC needs rows of both classes, recall and F1 a positive row, R² two different labels.
     Without them the figures computed (NaN, 0, scikit-learn's 0 or 1) are conventions, not the
-    model's: the champion's days are judged so too (`registry.monitoring.undefined_metrics`).
+    model's: a candidate's held-out rows and the champion's labelled rows of a day alike
+    (`registry.monitoring.undefined_metrics`). `rows` names them in the reason.
     """
-    rows = len(labels)
+    count = len(labels)
     if metric in ("roc_auc", "recall", "f1"):
         positives = int(np.count_nonzero(labels))
-        if positives and (metric != "roc_auc" or positives < rows):
+        if positives and (metric != "roc_auc" or positives < count):
             return ""
-        return f"all {rows} held-out rows are " + ("positive" if positives else "negative")
-    if metric == "r2" and (rows < 2 or float(np.ptp(labels)) == 0.0):
-        return f"the label is the same on all {rows} held-out row(s)"
+        return f"all {count} {rows} are " + ("positive" if positives else "negative")
+    if metric == "r2" and (count < 2 or float(np.ptp(labels)) == 0.0):
+        return f"the label is the same on all {count} {rows.removesuffix('s')}(s)"
     return ""
 
 

@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import dagster as dg
-import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract
@@ -61,6 +60,7 @@ from ml_platform.evaluation.metrics import (
     predict_holdout,
     primary_metric,
     score_of,
+    undefined_why,
 )
 from ml_platform.platform.datasets import asset_key, dataset_name, writer_pool
 from ml_platform.platform.formats import FORMAT_KEY
@@ -126,25 +126,10 @@ def threshold_results(
 
 
 def undefined_metrics(predictions: Predictions) -> dict[str, str]:
-    """The metrics the day's labelled rows cannot define, each with why.
-
-    A day of one class has no ROC AUC, and with no positive row no recall (nor F1): their
-    conventional values (NaN, 0) are not the champion's. A constant label or a single row has
-    no R² (scikit-learn's 0 or 1 is a convention too).
-    """
-    labels = predictions.labels
-    if predictions.task == "classification":
-        positives = int(np.count_nonzero(labels))
-        if 0 < positives < len(labels):
-            return {}
-        why = "every labelled row is " + ("positive" if positives else "negative")
-        undefined = {"roc_auc": why}
-        if not positives:
-            undefined.update(recall=why, f1=why)
-        return undefined
-    if len(labels) < 2 or float(np.ptp(labels)) == 0.0:
-        return {"r2": f"the label is the same on all {len(labels)} labelled row(s)"}
-    return {}
+    """The metrics the day's labelled rows cannot define, each with why (`undefined_why`)."""
+    metrics = ("roc_auc", "recall", "f1") if predictions.task == "classification" else ("r2",)
+    found = {m: undefined_why(m, predictions.labels, "labelled rows") for m in metrics}
+    return {metric: why for metric, why in found.items() if why}
 
 
 def judged(thresholds: dict[str, dict[str, Any]]) -> bool | None:
