@@ -127,9 +127,9 @@ def test_a_champion_trained_before_definitions_were_recorded_is_judged_by_its_ki
 def test_window_days_stored_under_the_old_definition_are_refused_naming_them():
     window = synthetic_days()
     for day in DAYS[:2]:
-        old = dict(window[day].attrs[FEATURE_DEFINITIONS])
+        old = json.loads(window[day].attrs[FEATURE_DEFINITIONS])
         old["log_amount"] = {**old["log_amount"], "transform": "identity"}
-        window[day].attrs[FEATURE_DEFINITIONS] = old
+        window[day].attrs[FEATURE_DEFINITIONS] = json.dumps(old)
 
     with pytest.raises(TrainingDataError) as refused:
         train_model(window, SYNTHETIC)

@@ -8,6 +8,7 @@ Loading a contract reports every mistake in it at once, each with its line and p
 import copy
 import dataclasses
 import datetime as dt
+import json
 import math
 import re
 import typing
@@ -1342,6 +1343,22 @@ def load_contract(name_or_path: str | Path) -> Contract:
             ],
         ) from exc
     return parse_contract(text, str(path))
+
+
+def definitions_text(contract: "Contract") -> str:
+    """The contract's feature definitions as a features frame stores them (`FEATURE_DEFINITIONS`).
+
+    One string, not a mapping: pandas deep-copies a frame's `attrs` into every frame or column
+    an operation derives from it, a few microseconds for a string, 5 % of a model's training
+    for the nested mapping.
+    """
+    return json.dumps(contract.feature_definitions, sort_keys=True)
+
+
+def stored_definitions(attrs: Mapping[str, Any]) -> dict[str, dict[str, str]] | None:
+    """The feature definitions a stored features frame's `attrs` hold; None: none recorded."""
+    text = attrs.get(FEATURE_DEFINITIONS)
+    return json.loads(text) if text else None
 
 
 def described(definition: Mapping[str, str]) -> str:

@@ -26,9 +26,9 @@ from ml_platform.contracts import Contract, FeatureSpec
 from ml_platform.contracts.model import (
     CALENDAR_TRANSFORMS,
     EVENT_TIME,
-    FEATURE_DEFINITIONS,
     LOCAL_EVENT_TIME,
     redefined,
+    stored_definitions,
 )
 from ml_platform.drift.categorical import (
     CategoricalComparison,
@@ -161,7 +161,7 @@ def undeclared(frame: pd.DataFrame, contract: Contract) -> dict[str, bool]:
     once: a day's reference days are checked on every day.
     """
     dtypes = frame.dtypes.to_dict()
-    changed = set(redefined(frame.attrs.get(FEATURE_DEFINITIONS), contract.feature_definitions))
+    changed = set(redefined(stored_definitions(frame.attrs), contract.feature_definitions))
     found = {}
     for spec in contract.features:
         dtype = dtypes.get(spec.name)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ml_platform.contracts import Contract, FeatureSpec
-from ml_platform.contracts.model import EVENT_TIME, FEATURE_DEFINITIONS
+from ml_platform.contracts.model import EVENT_TIME, FEATURE_DEFINITIONS, definitions_text
 
 DAY_NAMES = np.array(["mon", "tue", "wed", "thu", "fri", "sat", "sun"])
 
@@ -67,5 +67,5 @@ def build_features(validated: pd.DataFrame, contract: Contract) -> pd.DataFrame:
     columns.update({spec.name: feature_column(validated, spec) for spec in contract.features})
     columns[contract.label_name] = validated[contract.label_name]
     frame = pd.DataFrame(columns).reset_index(drop=True)
-    frame.attrs[FEATURE_DEFINITIONS] = contract.feature_definitions
+    frame.attrs[FEATURE_DEFINITIONS] = definitions_text(contract)
     return frame

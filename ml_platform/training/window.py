@@ -24,7 +24,13 @@ from typing import TypeVar, cast
 import numpy as np
 import pandas as pd
 
-from ml_platform.contracts.model import EVENT_TIME, FEATURE_DEFINITIONS, described, redefined
+from ml_platform.contracts.model import (
+    EVENT_TIME,
+    FEATURE_DEFINITIONS,
+    described,
+    redefined,
+    stored_definitions,
+)
 from ml_platform.platform.inputs import WindowPartitions
 
 VALIDATION_FRACTION = 0.1
@@ -145,8 +151,12 @@ def scan_window(
     stale = {}
     for day in days:
         columns = of_partition(partitions, day, "columns", lambda frame: set(frame.columns))
-        stored = of_partition(
-            partitions, day, FEATURE_DEFINITIONS, lambda frame: frame.attrs.get(FEATURE_DEFINITIONS)
+        # None recorded (a day stored before they were): taken to be the contract's.
+        stored = (
+            of_partition(
+                partitions, day, FEATURE_DEFINITIONS, lambda frame: stored_definitions(frame.attrs)
+            )
+            or {}
         )
         absent = [c for c in wanted if c not in columns]
         other = redefined(stored, features)
