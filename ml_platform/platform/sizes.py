@@ -30,7 +30,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ml_platform.contracts import Contract
+from ml_platform.contracts import Contract, ContractError
 from ml_platform.contracts.model import StageSize
 from ml_platform.platform.settings import Settings
 
@@ -99,12 +99,17 @@ def step_tags(
     """The op tags of `stage`: its request for the ECS, Kubernetes and Celery executors.
 
     `pools` defaults to the settings' worker pools; with none, the Celery tag is left out and
-    the step goes to Celery's default queue.
+    the step goes to Celery's default queue. `ContractError` if no pool's workers hold the
+    stage's request.
     """
     size = contract.resources.size(stage)
     cpu_units, memory = fargate_pair(size.cpu, size.memory)
     pools = Settings().worker_pools if pools is None else pools
-    queue = {CELERY_QUEUE_TAG: worker_pool(size.memory, pools, stage)} if pools else {}
+    try:
+        queue = {CELERY_QUEUE_TAG: worker_pool(size.memory, pools, stage)} if pools else {}
+    except ValueError as exc:
+        # With several datasets served, the stage alone does not say whose contract to change.
+        raise ContractError(contract.name, [f"resources: stages: {stage}: {exc}"]) from exc
     return {
         **queue,
         ECS_CPU_TAG: str(cpu_units),
@@ -160,7 +165,7 @@ def recommend(p95_peak_mb: float, p95_cpu: float, contract: Contract) -> Recomme
 
     Memory: `memory_request_mb`; CPU: `cpu_request`; each kept within the contract's bounds,
     then rounded up to the Fargate pair that holds both (which can raise the memory to the
-    least its CPU size accepts).
+    least its CPU size accepts). `ContractError` if the bounds admit no Fargate task.
     """
     bounds = contract.resources
     memory = memory_request_mb(p95_peak_mb)
@@ -170,9 +175,14 @@ def recommend(p95_peak_mb: float, p95_cpu: float, contract: Contract) -> Recomme
     units, fitted = fargate_pair(bounded_cpu, bounded_memory)
     if units / CPU_UNITS_PER_VCPU > bounds.max_cpu or fitted > bounds.max_memory_mb:
         # Rounding up to a Fargate pair went past a bound: the pair within them nearest.
-        units, fitted = pair_within(
-            bounded_cpu, bounded_memory, bounds.max_cpu, bounds.max_memory_mb
-        )
+        try:
+            units, fitted = pair_within(
+                bounded_cpu, bounded_memory, bounds.max_cpu, bounds.max_memory_mb
+            )
+        except ValueError as exc:
+            # Bounds the contract accepts, below Fargate's smallest task: the contract's mistake,
+            # which the commands report as one, not a traceback.
+            raise ContractError(contract.name, [f"resources: {exc}"]) from exc
     clamped = (bounded_memory, bounded_cpu) != (memory, cpu) or (units, fitted) != fargate_pair(
         cpu, memory
     )
@@ -184,7 +194,8 @@ def pair_within(cpu: float, memory_mb: int, max_cpu: float, max_memory_mb: int) 
 
     Memory first (too little ends a step, too little CPU only slows it): of the tasks with at
     least `memory_mb`, the CPU size nearest `cpu`, then the least memory; if none has that
-    much memory, the one with the most. ValueError if the bounds admit no Fargate task.
+    much memory, of those with the most, the CPU size nearest `cpu`. ValueError if the bounds
+    admit no Fargate task.
     """
     within = [
         (size, memory)
@@ -194,11 +205,14 @@ def pair_within(cpu: float, memory_mb: int, max_cpu: float, max_memory_mb: int) 
     ]
     if not within:
         raise ValueError(
-            f"no Fargate task is within max_cpu {max_cpu:g} and max_memory_mb {max_memory_mb}: "
+            f"max_cpu {max_cpu:g} and max_memory_mb {max_memory_mb} admit no Fargate task: "
             "the smallest is 0.25 vCPU with 512 MiB"
         )
+    units = cpu * CPU_UNITS_PER_VCPU
     holding = [pair for pair in within if pair[1] >= memory_mb]
     if not holding:
-        return max(within, key=lambda pair: (pair[1], pair[0]))
-    units = cpu * CPU_UNITS_PER_VCPU
+        # Several CPU sizes take the most memory (9 GiB: 2 and 4 vCPU): the one nearest the
+        # use, not the largest, which would cost more and run no faster.
+        most = max(memory for _, memory in within)
+        holding = [pair for pair in within if pair[1] == most]
     return min(holding, key=lambda pair: (abs(math.log(pair[0] / units)), pair[1]))

@@ -4,10 +4,12 @@ Every day a step computes records its resource use in the day's materialisation
 (`steps.day_metrics`): `step_peak_rss_mb`, and `step_cpu_seconds` over `step_wall_seconds`.
 `ml-platform resources` reads them from the instance for each stage of a dataset over its
 recent materialisations, and sets beside the contract's request the median and p95 of both and
-the request they advise (`platform.sizes.recommend`). A stage with fewer than
-`ADVICE_MIN_DAYS` recorded days keeps its request, and `--write` is refused when no stage has
-that many. With `--write` the advice goes into the contract's `resources:` section, where a
-person reviews it like any other change.
+the request they advise (`platform.sizes.recommend`); a day run more than once gives the
+figures of its newest run. A stage with fewer than `ADVICE_MIN_DAYS` recorded days keeps its
+request, and `--write` is refused when no stage has that many. Where the contract's bounds cap
+the advice below the memory the recorded days need, the table says so, and a request already
+above the capped advice is kept. With `--write` the advice goes into the contract's
+`resources:` section, where a person reviews it like any other change.
 """
 
 import dataclasses
@@ -19,7 +21,8 @@ from ml_platform.contracts import Contract
 from ml_platform.contracts.model import STAGES, ContractError, ResourcesSpec, StageSize
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.observability import STEP_PREFIX
-from ml_platform.platform.sizes import MEMORY_HEADROOM, recommend
+from ml_platform.platform.settings import Settings
+from ml_platform.platform.sizes import MEMORY_HEADROOM, memory_request_mb, recommend
 from ml_platform.troubleshooting.health import percentile
 
 PEAK_KEY = f"{STEP_PREFIX}peak_rss_mb"
@@ -61,12 +64,44 @@ class StageUse:
         """Whether enough days are recorded to advise from (`ADVICE_MIN_DAYS`)."""
         return bool(self.peaks_mb) and len(self.days) >= ADVICE_MIN_DAYS
 
+    @property
+    def needed_peak_mb(self) -> float:
+        """The p95 of the recorded peaks (MiB); 0 with none."""
+        return percentile(self.peaks_mb, 95) or 0.0
+
+    @property
+    def needed_memory_mb(self) -> int:
+        """The memory the recorded p95 peak asks for, with its headroom (`memory_request_mb`)."""
+        return memory_request_mb(self.needed_peak_mb)
+
     def advice(self, contract: Contract) -> StageSize:
-        """The request the recorded days advise; the current one when too few are recorded."""
+        """The request the recorded days advise; the current one when too few are recorded.
+
+        The current one too when the contract's bounds cap the advice below what the recorded
+        days need and the request already asks for more (`capped`).
+        """
         if not self.advised:
             return self.request
-        p95_cpu = percentile(self.cpus, 95) if self.cpus else 0.0
-        return recommend(percentile(self.peaks_mb, 95) or 0.0, p95_cpu or 0.0, contract).size
+        # No day with CPU figures says nothing of the CPU: the request's, not the least size.
+        p95_cpu = percentile(self.cpus, 95) if self.cpus else self.request.cpu
+        advised = recommend(self.needed_peak_mb, p95_cpu or 0.0, contract).size
+        if advised.memory < self.needed_memory_mb and self.request.memory > advised.memory:
+            # A request raised past the bound by hand, which holds the days the capped advice
+            # would not: written, the advice would end the step on every such day.
+            return self.request
+        return advised
+
+    def capped(self, contract: Contract) -> str:
+        """Why the advice holds less memory than the recorded days need; "" when it holds it."""
+        if not self.advised or self.advice(contract).memory >= self.needed_memory_mb:
+            return ""
+        bounds = contract.resources
+        kept = "its request kept, as " if self.advice(contract) == self.request else ""
+        return (
+            f"{kept}max_memory_mb {bounds.max_memory_mb} and max_cpu {bounds.max_cpu:g} (in "
+            f"Fargate's sizes) cap the advice below the {self.needed_memory_mb} MiB the recorded "
+            "p95 needs: raise them"
+        )
 
 
 def stage_uses(
@@ -87,9 +122,15 @@ def stage_uses(
             peak = _number(metadata, PEAK_KEY)
             if peak is None:
                 continue  # a day recorded unchanged computed nothing
-            peaks.append(peak)
             # An unpartitioned materialisation is a day of its own.
-            recorded.add(record.partition_key or f"record {record.storage_id}")
+            day = record.partition_key or f"record {record.storage_id}"
+            if day in recorded:
+                # Newest first: a day's figures are its newest computation's (its data as now
+                # delivered). Each run of a day retried or re-run counted would weigh that day
+                # in the percentiles as many times, and outvote the days run once.
+                continue
+            recorded.add(day)
+            peaks.append(peak)
             cpu, wall = _number(metadata, CPU_KEY), _number(metadata, WALL_KEY)
             if cpu is not None and wall:
                 cpus.append(cpu / wall)
@@ -141,11 +182,15 @@ def memory_advice(
     return lines
 
 
-def advised_resources(contract: Contract, uses: list[StageUse]) -> ResourcesSpec:
+def advised_resources(
+    contract: Contract, uses: list[StageUse], pools: dict[str, int] | None = None
+) -> ResourcesSpec:
     """The contract's `resources:` with each recorded stage's advice; its bounds unchanged.
 
     `TooFewDaysError` if no stage has `ADVICE_MIN_DAYS` recorded days: the section would be
-    rewritten as advice that one or two days dictate, or that advises nothing.
+    rewritten as advice that one or two days dictate, or that advises nothing. `ContractError`
+    if a stage's advice is more than the workers of every pool hold (`pools`, by default the
+    settings' worker pools, as `sizes.step_tags`): the code location would not load it.
     """
     if not any(use.advised for use in uses):
         most = max((len(use.days) for use in uses), default=0)
@@ -157,6 +202,19 @@ def advised_resources(contract: Contract, uses: list[StageUse]) -> ResourcesSpec
         )
     current = contract.resources
     stages = {use.stage: use.advice(contract) for use in uses}
+    pools = Settings().worker_pools if pools is None else pools
+    # Fargate's sizes can raise the memory with the CPU (2 vCPU: 4 GiB at least), past the
+    # largest pool; written, the contract would take every dataset's code location down.
+    too_large = [
+        f"resources: stages: {stage}: the advice {size.cpu:g} vCPU {size.memory} MiB is more "
+        f"than a worker of any pool has ({', '.join(f'{n}={mb}' for n, mb in pools.items())}): "
+        "add a larger pool to ML_PLATFORM_WORKER_POOLS, or lower max_cpu or max_memory_mb; "
+        "the contract is left as it is"
+        for stage, size in stages.items()
+        if pools and size.memory > max(pools.values())
+    ]
+    if too_large:
+        raise ContractError(contract.name, too_large)
     bounds = {name: getattr(current, name) for name in current.model_fields_set - {"stages"}}
     return ResourcesSpec(stages=stages, **bounds)
 
@@ -178,6 +236,8 @@ def render(contract: Contract, uses: list[StageUse], days: float) -> str:
     for use in uses:
         if use.advised:
             advice = size(use.advice(contract))
+            if use.capped(contract):
+                advice += f", {use.capped(contract)}"
         elif use.peaks_mb:
             advice = (
                 f"{len(use.days)} recorded day(s), fewer than the {ADVICE_MIN_DAYS} advice "
