@@ -3,6 +3,8 @@
 import argparse
 import contextlib
 import datetime as dt
+import math
+import os
 import shutil
 import signal
 import sys
@@ -74,11 +76,36 @@ def _span(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    try:
+        # The look-back's first instant must be a date (year 1 or later): `inf` or 1e9 days
+        # would fail deep in the instance's query instead.
+        dt.datetime.now(dt.UTC) - dt.timedelta(days=value)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(
+            f"must reach back no further than the year 1, not {text} days"
+        ) from None
     return value
 
 
 def _days(start: dt.date, count: int) -> list[dt.date]:
     return [start + dt.timedelta(days=i) for i in range(count)]
+
+
+def _past_the_calendar(args: argparse.Namespace) -> str | None:
+    """Why `--start` and `--days` name days no date can hold; None if they can all be dated.
+
+    Each type is checked alone: only together do they run past 9999-12-31, and every command
+    would then stop on an OverflowError traceback.
+    """
+    start, count = getattr(args, "start", None), getattr(args, "days", None)
+    if not isinstance(start, dt.date) or not isinstance(count, int):
+        return None
+    if (dt.date.max - start).days >= count - 1:
+        return None
+    return (
+        f"argument --days: {count} day(s) from {start} run past {dt.date.max}, the last day a "
+        "date can be"
+    )
 
 
 @contextlib.contextmanager
@@ -95,14 +122,65 @@ def configured(resource: R) -> Iterator[R]:
         yield resources.resource
 
 
+class InstanceError(Exception):
+    """The Dagster instance of DAGSTER_HOME cannot be opened; `code` is the command's exit code."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+@contextlib.contextmanager
+def home_instance() -> Iterator["dg.DagsterInstance"]:
+    """The Dagster instance of DAGSTER_HOME, or an `InstanceError` saying why it cannot open.
+
+    Dagster raises what its parts raise (YAML's, its config's, the storage driver's); the user
+    needs which instance, and whether to fix its configuration (exit 2: no DAGSTER_HOME, a
+    dagster.yaml that does not parse or configures what is not installed) or its storage
+    (exit 1: a database that does not answer, which may come back).
+    """
+    import dagster as dg
+    from sqlalchemy.exc import OperationalError
+
+    home = Settings().dagster_home
+    if not home:
+        raise InstanceError(
+            "DAGSTER_HOME is not set: set it to the directory of the Dagster instance the "
+            "webserver and daemon use (where its dagster.yaml is)",
+            2,
+        )
+    try:
+        opened = dg.DagsterInstance.get()
+    except StopRequested:
+        raise
+    except Exception as exc:
+        # A database that refused the connection (after Dagster's own retries) is the one
+        # failure here a restart of the storage mends; any other is in the configuration.
+        chain: BaseException | None = exc
+        while chain is not None and not isinstance(chain, OperationalError):
+            chain = chain.__cause__ or chain.__context__
+        code = 1 if chain is not None else 2
+        fix = (
+            "set DAGSTER_HOME to the instance the webserver and daemon use, or fix its dagster.yaml"
+            if code == 2
+            else "is the storage its dagster.yaml names up and reachable from here?"
+        )
+        raise InstanceError(
+            f"the Dagster instance at {home} cannot be opened ({type(exc).__name__}: {exc}): {fix}",
+            code,
+        ) from exc
+    with opened as instance:
+        yield instance
+
+
 def _landing_dir(args: argparse.Namespace, settings: Settings) -> str:
-    """`--landing-dir`, else the settings' local landing directory (a clear exit if none)."""
+    """`--landing-dir`, else the settings' local landing directory.
+
+    None set, or an S3 one, is a `SettingsError`: a configuration error (exit 2), as `main` says.
+    """
     if args.landing_dir:
         return str(args.landing_dir)
-    try:
-        return settings.landing.local_dir()
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+    return settings.landing.local_dir()
 
 
 def dataset_of(args: argparse.Namespace, settings: Settings) -> Contract:
@@ -117,6 +195,47 @@ def dataset_of(args: argparse.Namespace, settings: Settings) -> Contract:
     return choose(load_contracts(settings.contracts_dir, settings.dataset), name)
 
 
+def _land_refusal(args: argparse.Namespace, contract: Contract, days: list[dt.date]) -> str | None:
+    """Why `land`'s switches cannot do what they say for these days; None if they can.
+
+    Each would otherwise be a traceback half-way (a source the platform cannot generate) or,
+    worse, good files landed in silence where the user asked for damaged or drifted ones.
+    """
+    kind = contract.source.kind
+    if kind == "external":
+        return (
+            f"{contract.name} is delivered by an external system (its contract's source: "
+            "external): the platform cannot generate its days; copy its files into the "
+            "landing zone as upstream delivers them"
+        )
+    switches = [
+        name
+        for name, given in (
+            ("--drift-feature", args.drift_feature),
+            ("--drift-from", args.drift_from),
+            ("--fault", args.fault),
+            ("--fault-day", args.fault_day),
+        )
+        if given
+    ]
+    if switches and kind != "synthetic":
+        return (
+            f"{', '.join(switches)}: switches of the synthetic dataset only, not of {contract.name}"
+        )
+    if args.drift_from and not args.drift_feature:
+        return "--drift-from is the first day --drift-feature drifts: name the feature"
+    if args.drift_feature and not math.isfinite(args.drift_sd):
+        return f"--drift-sd must be a finite number of standard deviations, not {args.drift_sd}"
+    if args.fault_day and not args.fault:
+        return "--fault-day names the days --fault damages: choose the fault with --fault"
+    if stray := sorted(set(args.fault_day or ()) - set(days)):
+        return (
+            f"--fault-day {', '.join(d.isoformat() for d in stray)} is no day landed "
+            f"({days[0]} to {days[-1]}): it would damage nothing"
+        )
+    return None
+
+
 def land(args: argparse.Namespace) -> int:
     """Write day files into the landing zone as an upstream system would."""
     from ml_platform.ingestion.landing import LandingZone, land_days
@@ -124,11 +243,18 @@ def land(args: argparse.Namespace) -> int:
     settings = Settings()
     contract = dataset_of(args, settings)
     zone = LandingZone(base_dir=_landing_dir(args, settings))
+    days = _days(args.start, args.days)
+    if (refused := _land_refusal(args, contract, days)) is not None:
+        print(f"error: {refused}; nothing landed", file=sys.stderr)
+        return 2
     drift = None
     if args.drift_feature:
-        drift = Drift(args.drift_feature, args.drift_sd, args.drift_from or args.start)
+        try:
+            drift = Drift(args.drift_feature, args.drift_sd, args.drift_from or args.start)
+        except ValueError as exc:  # a feature the synthetic source has no drift for
+            print(f"error: --drift-feature: {exc}; nothing landed", file=sys.stderr)
+            return 2
     fault_days = set(args.fault_day) if args.fault_day else None
-    days = _days(args.start, args.days)
     # A day before the partitions' start or after their end is never read: its file would be
     # alerted as a misfit (the source has no rows for it, so it would be empty besides). A day
     # that has not ended yet may land early, as upstream delivers it.
@@ -197,15 +323,13 @@ def landing_status(args: argparse.Namespace) -> int:
             print(f"error: {zone.path_for(name)} is refused: {reason}", file=sys.stderr)
         late: list[str] = []
         if contract.freshness is not None:
-            import dagster as dg
-
             from ml_platform.automation.freshness import day_freshness, status_line, watched_days
 
             now = dt.datetime.now(dt.UTC)
             statuses = []
             # Days past the dataset's last partition, or long ago, need no instance to judge.
             if watched_days(contract, now):
-                with dg.DagsterInstance.get() as instance:
+                with home_instance() as instance:
                     statuses = day_freshness(contract, zone, instance, now)
             late = [status_line(s, str(zone.path_for(""))) for s in statuses if s.late]
             print(f"{len(late)} late day(s) (docs/runbook.md#data-did-not-arrive)")
@@ -473,7 +597,7 @@ def materialize(args: argparse.Namespace) -> int:
         return 2
     failed = []
     rejected = []
-    with stop_signals(), dg.DagsterInstance.get() as instance:
+    with stop_signals(), home_instance() as instance:
 
         def done(among: list[str]) -> set[str]:
             # A day is done once its last stages accepted it: a multi-run backfill materialises
@@ -619,8 +743,6 @@ def _replays_root(settings: Settings) -> str:
 
 def _left_behind(settings: Settings, contracts: list[Contract]) -> Callable[[str], list[str]]:
     """What a replay dataset has in the instance, the lake and MLflow (`lifecycle.left_behind`)."""
-    import dagster as dg
-
     from ml_platform.definitions import build_definitions
     from ml_platform.replay.lifecycle import left_behind
     from ml_platform.replay.replays import ReplayError
@@ -632,7 +754,7 @@ def _left_behind(settings: Settings, contracts: list[Contract]) -> Callable[[str
                 "read; set it as the webserver's"
             )
         resources = build_definitions(contracts, settings).resources or {}
-        with dg.DagsterInstance.get() as instance:
+        with home_instance() as instance:
             return left_behind(dataset, instance, resources["lake"], resources["mlflow"])
 
     return left
@@ -690,7 +812,7 @@ def _compared(webserver: "Webserver", run_id: str, key: "dg.AssetKey") -> dict |
     """The metadata of the comparison run `run_id` made; None (the error printed) if it failed."""
     import dagster as dg
 
-    with dg.DagsterInstance.get() as instance:
+    with home_instance() as instance:
         run = follow(instance, webserver, run_id)
         if run.status != dg.DagsterRunStatus.SUCCESS:
             errors = "; ".join(run_errors(instance, run_id)) or run.status.value
@@ -710,8 +832,6 @@ def replay_run(args: argparse.Namespace) -> int:
     the comparison's summary and where the whole of it is. Ctrl-C or SIGTERM stops the command;
     a backfill it launched goes on in the daemon.
     """
-    import dagster as dg
-
     from ml_platform.automation.launch import BACKFILL_DONE, LaunchError, Webserver
     from ml_platform.platform.datasets import asset_key, dataset_name
     from ml_platform.replay.assets import REPLAY_COMPARISON, REPLAY_COMPARISON_JOB
@@ -728,7 +848,7 @@ def replay_run(args: argparse.Namespace) -> int:
             webserver.wait_until_up(args.wait)
             made = _kept_replay(args, settings, contracts)
             webserver.reload_workspace()
-            with dg.DagsterInstance.get() as instance:
+            with home_instance() as instance:
                 # The weekly full retrains the live chain's registry judged on these days: the
                 # replay's champions meet the same kinds of candidates.
                 weekly = made.live_weekly_days(instance)
@@ -797,8 +917,6 @@ def replay_promote(args: argparse.Namespace) -> int:
 
 def replay_remove(args: argparse.Namespace) -> int:
     """Remove a replay: its records, lake files, MLflow entries and its folder."""
-    import dagster as dg
-
     from ml_platform.automation.launch import LaunchError, Webserver
     from ml_platform.definitions import defs
     from ml_platform.replay.lifecycle import remove_replay
@@ -816,7 +934,7 @@ def replay_remove(args: argparse.Namespace) -> int:
         if key.path[0] == found.dataset
     ]
     resources = definitions.resources or {}
-    with dg.DagsterInstance.get() as instance:
+    with home_instance() as instance:
         removed = remove_replay(found, instance, keys, resources["lake"], resources["mlflow"])
     print(
         f"removed replay '{found.name}': records of {removed.assets} asset(s), "
@@ -834,8 +952,6 @@ def rejected(args: argparse.Namespace) -> int:
 
     Exit code 0 when no day is rejected, 3 otherwise (as `materialize`).
     """
-    import dagster as dg
-
     from ml_platform.platform.partitions import daily_partitions
     from ml_platform.platform.rejected import rejected_days, rerun_command
 
@@ -843,10 +959,15 @@ def rejected(args: argparse.Namespace) -> int:
     contract = dataset_of(args, settings)
     if args.start is not None:
         days = [d.isoformat() for d in _days(args.start, args.days or 1)]
+        # No run records a verdict on a day that is no partition: "none rejected" would
+        # pass for a look at days never checked (a mistyped year).
+        if (outside := outside_partitions(contract, days)) is not None:
+            print(f"error: {outside}", file=sys.stderr)
+            return 2
     else:
         days = list(daily_partitions(contract).get_partition_keys())
         days = days[-args.days :] if args.days else days
-    with dg.DagsterInstance.get() as instance:
+    with home_instance() as instance:
         found = rejected_days(instance, contract.name, days)
     if not found:
         print(f"{contract.name}: no rejected day among {len(days)} day(s)")
@@ -968,8 +1089,6 @@ def init_contract(args: argparse.Namespace) -> int:
 
 def diagnose(args: argparse.Namespace) -> int:
     """Explain a failed run from the instance's event log: step, last lines, class, runbook."""
-    import dagster as dg
-
     from ml_platform.troubleshooting.diagnose import (
         AmbiguousRunIdError,
         RunEventsGoneError,
@@ -980,7 +1099,7 @@ def diagnose(args: argparse.Namespace) -> int:
 
     settings = Settings()
     contracts = load_contracts(settings.contracts_dir, settings.dataset)
-    with dg.DagsterInstance.get() as instance:
+    with home_instance() as instance:
         try:
             diagnosis = diagnose_run(instance, args.run_id, lines=args.lines, contracts=contracts)
         except (RunNotFoundError, AmbiguousRunIdError, RunEventsGoneError) as exc:
@@ -996,8 +1115,6 @@ def reproduce(args: argparse.Namespace) -> int:
     import logging
     import pdb
     import tempfile
-
-    import dagster as dg
 
     from ml_platform.definitions import build_definitions
     from ml_platform.troubleshooting.diagnose import (
@@ -1020,7 +1137,7 @@ def reproduce(args: argparse.Namespace) -> int:
     contract = dataset_of(args, settings)
     defs = build_definitions(contract, settings)
     try:
-        with dg.DagsterInstance.get() as instance, tempfile.TemporaryDirectory() as scratch:
+        with home_instance() as instance, tempfile.TemporaryDirectory() as scratch:
             try:
                 target = rerun(
                     instance,
@@ -1060,11 +1177,9 @@ def reproduce(args: argparse.Namespace) -> int:
 
 def health(args: argparse.Namespace) -> int:
     """Summarise the last N days of runs: success rates, durations, checks, memory requests."""
-    import dagster as dg
-
     from ml_platform.troubleshooting.health import pipeline_health
 
-    with dg.DagsterInstance.get() as instance:
+    with home_instance() as instance:
         print(pipeline_health(instance, args.days).render())
     return 0
 
@@ -1075,13 +1190,11 @@ def pools(args: argparse.Namespace) -> int:
     Run where the daemon starts, before it does (`make serve`, the daemon's container), and
     again after a dataset is added: `ml_platform/platform/pools.py` says why.
     """
-    import dagster as dg
-
     from ml_platform.definitions import defs
     from ml_platform.platform.pools import PoolLimitError, pools_of, store_pool_limits
 
     declared = pools_of(defs())
-    with dg.DagsterInstance.get() as instance:
+    with home_instance() as instance:
         try:
             stored = store_pool_limits(instance, declared)
         except PoolLimitError as exc:
@@ -1101,11 +1214,10 @@ def resources(args: argparse.Namespace) -> int:
     With `--write`, the advice replaces the `resources:` section of the dataset's contract file
     (`--contract`, else the file the code location reads), every other byte kept.
     """
-    import dagster as dg
-
     from ml_platform.contracts.catalog import contract_file
     from ml_platform.contracts.editing import editable_contract, render_resources, replace_resources
     from ml_platform.contracts.model import parse_contract
+    from ml_platform.platform.storage import write_file_atomically
     from ml_platform.troubleshooting.sizing import advised_resources, render, stage_uses
 
     if args.contract is not None and not args.write:
@@ -1118,7 +1230,22 @@ def resources(args: argparse.Namespace) -> int:
         return 2
     settings = Settings()
     contract = dataset_of(args, settings)
-    with dg.DagsterInstance.get() as instance:
+    path = None
+    if args.write:
+        if args.contract is not None:
+            path = args.contract
+        elif args.dataset and Path(args.dataset).suffix in {".yaml", ".yml"}:
+            path = Path(args.dataset)
+        else:
+            path = contract_file(settings.contracts_dir, contract.name)
+        path = editable_contract(path)
+        # The file written is the one advised on: its request and its bounds, which may differ
+        # from the served contract's (a copy being edited), are the ones kept.
+        written = load_contract(path)
+        if written.name != contract.name:
+            raise ContractError(str(path), [f"this is not the contract of '{contract.name}'"])
+        contract = written
+    with home_instance() as instance:
         uses = stage_uses(instance, contract, args.days)
         where = instance.root_directory
     print(render(contract, uses, args.days))
@@ -1132,17 +1259,8 @@ def resources(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1 if args.write else 0
-    if not args.write:
+    if path is None:
         return 0
-    if args.contract is not None:
-        path = args.contract
-    elif args.dataset and Path(args.dataset).suffix in {".yaml", ".yml"}:
-        path = Path(args.dataset)
-    else:
-        path = contract_file(settings.contracts_dir, contract.name)
-    path = editable_contract(path)
-    if load_contract(path).name != contract.name:
-        raise ContractError(str(path), [f"this is not the contract of '{contract.name}'"])
     note = (
         f"Advised by `ml-platform resources --write` on {dt.date.today().isoformat()} from the\n"
         f"days recorded in the last {args.days:g} day(s). Review before committing."
@@ -1151,7 +1269,8 @@ def resources(args: argparse.Namespace) -> int:
     # As bytes: text mode would turn a CRLF file's line endings into LF everywhere.
     text = replace_resources(path.read_bytes().decode(), section, str(path))
     parse_contract(text, str(path))  # a section that would not load is never written
-    path.write_bytes(text.encode())
+    # Whole or not at all: a full disk or a kill half way would leave a contract cut short.
+    write_file_atomically(path, lambda handle: handle.write(text.encode()))
     print(f"wrote the resources: section of {path}")
     return 0
 
@@ -1296,12 +1415,32 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `ml-platform`."""
-    args = parser().parse_args(argv)
+    top = parser()
+    args = top.parse_args(argv)
+    if (past := _past_the_calendar(args)) is not None:
+        top.error(past)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        # Within reach of the handler below: a reader gone (`| head`) would otherwise be met
+        # by Python's flush at exit, which prints its own traceback and exits 120.
+        sys.stdout.flush()
+        return code
     except (ContractError, DatasetChoiceError, SettingsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except InstanceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except BrokenPipeError:
+        # The output's reader went away (`| head`): stop as a program SIGPIPE ends, without a
+        # traceback, and without another when Python flushes standard output on exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        # Ctrl-C in a command that does not watch runs (land, health, ...): what it did so far
+        # is whole (files land atomically), so a traceback would only alarm.
+        print("stopped by SIGINT", file=sys.stderr)
+        return 128 + signal.SIGINT
     except StopRequested as stop:
         # A signal outside the part of a command that handles it (while the instance opens,
         # or a second Ctrl-C while a run is being terminated): stopped, as shells expect.

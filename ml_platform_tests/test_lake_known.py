@@ -258,6 +258,25 @@ def test_resources_says_how_many_days_and_refuses_to_write_from_too_few(
     assert contract_path.read_text() != before
 
 
+def test_resources_write_advises_on_the_file_it_writes_keeping_its_bounds(
+    instance_home, tmp_path, capsys
+):
+    # A copy being edited: its bound (4 GiB) is not the served contract's (8 GiB). The section
+    # was advised on the served contract and written back with its bound, the user's lost.
+    contract_path = tmp_path / "synthetic.yaml"
+    text = (BUNDLED_DIR / "synthetic.yaml").read_text()
+    contract_path.write_text(text.replace("max_memory_mb: 8192", "max_memory_mb: 4096"))
+    with dg.DagsterInstance.get() as instance:
+        record_days(instance, "synthetic", sizing.ADVICE_MIN_DAYS)
+    argv = ["resources", "--dataset", "synthetic", "--write", "--contract", str(contract_path)]
+
+    assert cli.main(argv) == 0, capsys.readouterr()
+
+    written = load_contract(contract_path)
+    assert written.resources.max_memory_mb == 4096
+    assert "max_memory_mb: 8192" not in contract_path.read_text()
+
+
 def test_an_https_url_for_a_plain_http_webserver_is_said_so_at_once_not_waited_for():
     # The webserver serves plain HTTP; ML_PLATFORM_DAGSTER_URL says https: the TLS handshake
     # fails on every try, and starting a UI (what "nothing answers" advises) does not mend it.
