@@ -120,7 +120,8 @@ class S3Storage(S3Prefix, LakeStorage):
 
     def list_keys(self, prefix: str) -> list[str]:
         """Keys of the objects below a folder, sorted, listed page by page."""
-        folder = self.prefix + prefix.strip("/") + "/"
+        # The empty prefix is the whole lake (`check_key`), as a directory lists it: not "/".
+        folder = self.prefix + (prefix.strip("/") + "/" if prefix.strip("/") else "")
         keys: list[str] = []
         paginator = self.client().get_paginator("list_objects_v2")
         with self.naming("listing", prefix):

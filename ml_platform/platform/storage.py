@@ -222,9 +222,7 @@ class LocalStorage(LakeStorage):
             if not folder.is_dir():
                 return []
             return sorted(
-                str(p.relative_to(base))
-                for p in folder.rglob("*")
-                if p.is_file() and not p.name.startswith(".")
+                str(p.relative_to(base)) for p in files_below(folder) if not p.name.startswith(".")
             )
 
     def partial_writes(self, prefix: str) -> list[str]:
@@ -238,7 +236,34 @@ class LocalStorage(LakeStorage):
         with self.naming("listing", prefix):
             if not folder.is_dir():
                 return []
-            return sorted(str(p.relative_to(base)) for p in folder.rglob(".*.tmp") if p.is_file())
+            return sorted(
+                str(p.relative_to(base))
+                for p in files_below(folder)
+                if p.name.startswith(".") and p.name.endswith(".tmp")
+            )
+
+
+def files_below(folder: Path) -> Iterator[Path]:
+    """Every file below `folder`, at any depth; a folder it may not read raises, never skipped.
+
+    Not `Path.rglob`, which passes over a folder it is refused (PermissionError) as if it were
+    empty: a day folder another account made with a mode that shuts the platform out would be
+    listed as "not stored" (a hole in every window) instead of the refusal to fix. A folder
+    deleted while it is walked held nothing any more. Links to folders are not followed, as
+    `rglob` did not.
+    """
+
+    def refused(exc: OSError) -> None:
+        if isinstance(exc, FileNotFoundError):
+            return
+        # The message names the folder below the listed one that could not be read.
+        raise type(exc)(exc.errno, f"{exc.strerror}: {exc.filename}") from exc
+
+    for top, _, names in os.walk(folder, onerror=refused):
+        for name in names:
+            path = Path(top) / name
+            if path.is_file():
+                yield path
 
 
 def check_key(doing: str, key: str) -> None:

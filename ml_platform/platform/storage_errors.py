@@ -3,8 +3,8 @@
 A storage error names what failed where: the backend names the object (`LakeStorageError`),
 and the step or IO manager that knows it adds the asset and the partition (`partition_errors`).
 An error that waiting cannot fix (a full disk, a read-only file system, a permission refused,
-a bucket that does not exist, S3 credentials missing or expired) then fails the step at once
-(`PermanentStorageError`) instead of being retried.
+a bucket that does not exist, S3 credentials missing or expired, a clock S3 finds skewed)
+then fails the step at once (`PermanentStorageError`) instead of being retried.
 """
 
 import contextlib
@@ -77,7 +77,7 @@ CREDENTIALS_CHAIN = (
 )
 
 # S3's other answers that waiting does not fix, and what to do instead: the bucket stays
-# missing or closed, and credentials stay expired, until a person acts. Every one is a
+# missing or closed, credentials expired and a clock off, until a person acts. Every one is a
 # configuration failure (`failures.CONFIGURATION_PATTERN` names the same codes).
 PERMANENT_S3_ERRORS = {
     "NoSuchBucket": (
@@ -100,6 +100,13 @@ PERMANENT_S3_ERRORS = {
         "the S3 credentials' session token has expired: give the platform fresh credentials "
         "(renew AWS_SESSION_TOKEN), or credentials that renew themselves (a profile, or an "
         "instance or task role)"
+    ),
+    # S3 refuses a request signed more than 15 minutes off its clock; the worker's clock stays
+    # off while the retry policy waits.
+    "RequestTimeTooSkewed": (
+        "the clock of the machine the step runs on is more than 15 minutes off S3's: set it "
+        "right (run NTP or chrony on it), then the step's requests are signed with the time "
+        "S3 accepts"
     ),
 }
 # botocore's errors for credentials it could not find or found only in part, and for a request
