@@ -587,6 +587,20 @@ def test_an_sgd_learning_rate_of_zero_is_reported(tmp_path):
     assert "greater than 0" in problems[(line_of(text, "eta0: 0"), "model.eta0")]
 
 
+def test_a_dataset_named_as_the_mlflow_store_is_refused_on_its_line(tmp_path):
+    # Its lake folder would be `<lake>/mlflow/`, the MLflow store's: removing a replay of it
+    # deletes what it finds under its dataset's folder, every dataset's registry with it.
+    text = edit(FLIGHTS_TEXT, "name: flights\n", "name: mlflow\n")
+
+    problems = located(load_broken(tmp_path, text))
+
+    assert problems == {
+        (line_of(text, "name: mlflow"), "name"): (
+            "'mlflow' is the lake's folder of the MLflow store: choose another name"
+        )
+    }
+
+
 def test_a_name_a_replay_would_serve_as_is_refused_on_its_line(tmp_path):
     # `flights__replay_week` is what replay `week` of flights is served as: the two would clash
     # and the code location would not load.

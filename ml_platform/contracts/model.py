@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ml_platform.platform.datasets import REPLAY_MARK
+from ml_platform.platform.datasets import MLFLOW_PREFIX, REPLAY_MARK
 
 BUNDLED_DIR = Path(__file__).parent
 Dtype = Literal["int", "float", "str", "bool", "datetime"]
@@ -712,6 +712,13 @@ def _semantic_problems(c: Contract) -> Iterator[tuple[tuple[Any, ...], str]]:
                 f"'{c.name}' holds '{REPLAY_MARK}', which names replays' datasets "
                 f"(<dataset>{REPLAY_MARK}<replay>): choose a name without it"
             ),
+        )
+    if c.name == MLFLOW_PREFIX:
+        # Its lake folder would be the MLflow store's: `replay remove` of a replay of it, or a
+        # sweep of its days, would delete what every dataset's registry holds.
+        yield (
+            ("name",),
+            f"'{MLFLOW_PREFIX}' is the lake's folder of the MLflow store: choose another name",
         )
     yield from _non_finite(c.model_dump(), ())
     names = [col.name for col in c.columns]

@@ -28,6 +28,9 @@ UNVERSIONED_LAYERS = frozenset({"automation", "platform", "troubleshooting"})
 DATASET_TAG = "dataset"
 # The dataset name of a replay: `<live>__replay_<name>` (ml_platform/replay/replays.py).
 REPLAY_MARK = "__replay_"
+# The lake's folder of the embedded MLflow store and every dataset's artifacts, beside the
+# datasets' own folders (`<lake>/<dataset>/`): no dataset may be called so.
+MLFLOW_PREFIX = "mlflow"
 STAGE_TAG = "stage"
 
 

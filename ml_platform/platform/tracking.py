@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from ml_platform.platform.datasets import MLFLOW_PREFIX
 from ml_platform.platform.settings import quiet_mlflow
 from ml_platform.platform.storage import LakeStorage, LocalStorage
 
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 TRACKING_ENV = "MLFLOW_TRACKING_URI"
 REGISTRY_ENV = "MLFLOW_REGISTRY_URI"
-# Under the lake: the embedded store and every dataset's artifacts.
-MLFLOW_PREFIX = "mlflow"
 # Tags the platform sets on runs and model versions, under one namespace.
 TAG = "ml_platform"
 # Before any module of the platform imports MLflow (they all import this one first).

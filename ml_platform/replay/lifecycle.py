@@ -13,9 +13,9 @@ from ml_platform.automation.alert_sensors import BACKFILL_ENDED
 from ml_platform.automation.jobs import DATASET_JOBS, IN_FLIGHT
 from ml_platform.contracts import ContractError, load_contract
 from ml_platform.contracts.editing import editable_contract
-from ml_platform.platform.datasets import dataset_name
+from ml_platform.platform.datasets import MLFLOW_PREFIX, dataset_name
 from ml_platform.platform.storage import LakeStorage
-from ml_platform.platform.tracking import MLFLOW_PREFIX, MlflowStores
+from ml_platform.platform.tracking import MlflowStores
 from ml_platform.registry.chain import unfed_definitions
 from ml_platform.replay.assets import REPLAY_COMPARISON_JOB
 from ml_platform.replay.replays import BrokenReplay, Replay, ReplayError, file_sha256
