@@ -41,20 +41,34 @@ def aws_env(monkeypatch):
         monkeypatch.setenv(name, value)
 
 
-def test_a_clock_s3_finds_skewed_fails_at_once_saying_to_set_it(tmp_path):
-    # S3 refuses every request signed more than 15 minutes off its own clock: the worker's
-    # clock stays off while the retry policy waits, so each attempt is refused the same way.
-    error = s3_error(
-        "RequestTimeTooSkewed",
-        "The difference between the request time and the current time is too large.",
-    )
-
-    stop = write_failing_with(error, LocalStorage(base_dir=str(tmp_path)))
+@pytest.mark.parametrize(
+    ("code", "message", "advice"),
+    [
+        # S3 refuses every request signed more than 15 minutes off its own clock: the worker's
+        # clock stays off while the retry policy waits, so each attempt is refused the same way.
+        (
+            "RequestTimeTooSkewed",
+            "The difference between the request time and the current time is too large.",
+            "the clock of the machine",
+        ),
+        # A lifecycle rule moved the object to Glacier: it reads only once a person restores it.
+        (
+            "InvalidObjectState",
+            "The operation is not valid for the object's storage class",
+            "the object is in an archive storage class",
+        ),
+    ],
+    ids=["skewed-clock", "archived-object"],
+)
+def test_an_s3_refusal_no_wait_mends_fails_at_once_saying_what_to_do(
+    tmp_path, code, message, advice
+):
+    stop = write_failing_with(s3_error(code, message), LocalStorage(base_dir=str(tmp_path)))
 
     assert isinstance(stop, PermanentStorageError), type(stop)
     assert not stop.allow_retries
     assert stop.description.startswith(f"synthetic/features partition {DAY}: writing ")
-    assert "Retrying cannot help: the clock of the machine" in stop.description
+    assert f"Retrying cannot help: {advice}" in stop.description
     assert stop.description.endswith("Runbook: docs/runbook.md#configuration")
     verdict = classify_failure([failure_of(stop, "synthetic__features")], [])
     assert verdict.failure_class == CONFIGURATION

@@ -115,7 +115,9 @@ CONFIGURATION_PATTERN = re.compile(
     r"|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch"
     r"|NoSuchBucket|AllAccessDisabled|InvalidBucketName|AccountProblem|ExpiredToken"
     # S3 refuses a request signed by a clock more than 15 minutes off: sync the worker's clock.
-    r"|RequestTimeTooSkewed",
+    r"|RequestTimeTooSkewed"
+    # An object archived by a lifecycle rule (Glacier): restored by a person, not by a retry.
+    r"|InvalidObjectState",
     re.IGNORECASE,
 )
 DEPENDENCY_ERROR_CLASSES = frozenset(

@@ -103,6 +103,12 @@ PERMANENT_S3_ERRORS = {
     ),
     # S3 refuses a request signed more than 15 minutes off its clock; the worker's clock stays
     # off while the retry policy waits.
+    # An object a lifecycle rule moved to an archive class (Glacier) cannot be read until it
+    # is restored, which no retry does.
+    "InvalidObjectState": (
+        "the object is in an archive storage class (S3 Glacier, moved by a lifecycle rule): "
+        "restore it (aws s3api restore-object) and keep the lake's prefix out of archiving rules"
+    ),
     "RequestTimeTooSkewed": (
         "the clock of the machine the step runs on is more than 15 minutes off S3's: set it "
         "right (run NTP or chrony on it), then the step's requests are signed with the time "
