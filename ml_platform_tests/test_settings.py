@@ -116,6 +116,22 @@ def test_the_webserver_url_is_checked_and_its_credentials_never_repeated():
             _ = Settings({"ML_PLATFORM_DAGSTER_URL": bad}).dagster_url
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        # boto3 raised a bare ValueError naming no variable at a step's first read.
+        ("ML_PLATFORM_S3_ENDPOINT_URL", "localhost:9000", "give the S3 API server as http"),
+        ("ML_PLATFORM_S3_ENDPOINT_URL", "http://minio:90x0", "give the S3 API server as http"),
+        # Every request failed with InvalidRegionError, and was retried.
+        ("ML_PLATFORM_S3_REGION", "eu west 1", "is no region name"),
+    ],
+)
+def test_an_s3_endpoint_or_region_boto3_cannot_use_is_named(variable, value, said):
+    with pytest.raises(SettingsError, match=said) as raised:
+        _ = Settings({variable: value}).s3_config
+    assert f"{variable}={value!r}" in str(raised.value)
+
+
 def test_the_s3_endpoint_and_region_are_env_vars_when_set():
     settings = Settings(
         {"ML_PLATFORM_S3_ENDPOINT_URL": "http://127.0.0.1:9000", "ML_PLATFORM_S3_REGION": "eu"}

@@ -28,6 +28,8 @@ LAKE_URL_ENV = "ML_PLATFORM_LAKE_URL"
 LAKE_DIR_ENV = "ML_PLATFORM_LAKE_DIR"
 S3_ENDPOINT_ENV = "ML_PLATFORM_S3_ENDPOINT_URL"
 S3_REGION_ENV = "ML_PLATFORM_S3_REGION"
+# botocore's check of a region name (`InvalidRegionError`).
+REGION_NAME = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
 SENSOR_INTERVAL_ENV = "ML_PLATFORM_SENSOR_INTERVAL_SECONDS"
 DAGSTER_URL_ENV = "ML_PLATFORM_DAGSTER_URL"
 # `make serve`'s webserver.
@@ -94,6 +96,23 @@ FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 class SettingsError(ValueError):
     """A setting (an environment variable) whose value cannot be used; the message names it."""
+
+
+def http_url(name: str, url: str, what: str) -> str:
+    """`url`, the value of variable `name`, if it is an http(s) URL that can be used.
+
+    With a host, a numeric port if any, and no user or password; else a `SettingsError` saying
+    how to give `what`.
+    """
+    no_credentials(name, url)
+    parts = urlparse(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise SettingsError(f"{name}={url!r}: give {what} as http(s)://HOST[:PORT][/PATH]")
+    return url
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -263,9 +282,18 @@ class Settings:
         import dagster as dg
 
         config: dict[str, Any] = {}
-        if self._get(S3_ENDPOINT_ENV):
+        if endpoint := self._get(S3_ENDPOINT_ENV):
+            # Without its scheme (localhost:9000) boto3 raises a bare ValueError naming no
+            # variable, at the first read of a step.
+            http_url(S3_ENDPOINT_ENV, endpoint, "the S3 API server")
             config["endpoint_url"] = dg.EnvVar(S3_ENDPOINT_ENV)
-        if self._get(S3_REGION_ENV):
+        if region := self._get(S3_REGION_ENV):
+            # boto3's own rule: otherwise every request fails with InvalidRegionError, retried.
+            if not REGION_NAME.fullmatch(region):
+                raise SettingsError(
+                    f"{S3_REGION_ENV}={region!r} is no region name: letters, digits and inner "
+                    "hyphens, e.g. eu-west-1"
+                )
             config["region_name"] = dg.EnvVar(S3_REGION_ENV)
         return config
 
@@ -304,18 +332,9 @@ class Settings:
         served under one (`--path-prefix`). A user or password in it is refused, unrepeated:
         nothing sends them, and every message that names the webserver would print them.
         """
-        url = self._get(DAGSTER_URL_ENV) or DEFAULT_DAGSTER_URL
-        no_credentials(DAGSTER_URL_ENV, url)
-        parts = urlparse(url)
-        try:
-            port = parts.port
-        except ValueError:
-            port = -1
-        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-            raise SettingsError(
-                f"{DAGSTER_URL_ENV}={url!r}: give the webserver as http(s)://HOST[:PORT][/PATH]"
-            )
-        return url
+        return http_url(
+            DAGSTER_URL_ENV, self._get(DAGSTER_URL_ENV) or DEFAULT_DAGSTER_URL, "the webserver"
+        )
 
     @property
     def backfill_days_per_run(self) -> int:
