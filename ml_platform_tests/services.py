@@ -56,6 +56,8 @@ class WebhookReceiver(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return
         self.server.received.append(json.loads(body))
+        if self.server.on_post is not None:
+            self.server.on_post()
         self.send_response(200)
         self.end_headers()
         self.wfile.write(b"ok")
@@ -70,6 +72,8 @@ class WebhookServer(http.server.ThreadingHTTPServer):
     received: list[dict]
     fail_next: int
     refused: int
+    # Called on each post the receiver accepts, before it answers: what happens meanwhile.
+    on_post: Callable[[], None] | None
 
     @property
     def url(self) -> str:
@@ -80,7 +84,7 @@ class WebhookServer(http.server.ThreadingHTTPServer):
 def webhook_server() -> Iterator[WebhookServer]:
     """A webhook receiver on 127.0.0.1, served from a thread while the block runs."""
     server = WebhookServer(("127.0.0.1", 0), WebhookReceiver)
-    server.received, server.fail_next, server.refused = [], 0, 0
+    server.received, server.fail_next, server.refused, server.on_post = [], 0, 0, None
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

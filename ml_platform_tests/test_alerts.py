@@ -318,6 +318,20 @@ def test_a_failing_webhook_is_retried_on_the_next_tick_without_duplicates(scene,
     assert "0 awaiting delivery" in str(last.skip_message)
 
 
+def test_a_run_deleted_while_its_alerts_go_out_is_delivered_once(scene, webhook):
+    # Someone deletes the failed run in the UI as its page goes out: marking it delivered
+    # failed the tick, which then kept no cursor, and the next tick paged again.
+    for _ in range(3):
+        run_id = scene.run(fail="data")
+    webhook.on_post = lambda: scene.instance.delete_run(run_id)
+
+    for _ in range(3):
+        scene.tick()
+
+    assert [a["severity"] for a in alerts_of(webhook)] == ["CRITICAL"]
+    assert scene.instance.get_run_by_id(run_id) is None
+
+
 def test_the_failure_sensor_handles_a_failed_run_once(tmp_path, webhook):
     # A streak of one: every failed run pages, so a run handled twice would page twice.
     url = f"http://127.0.0.1:{webhook.server_port}/hooks/alerts"

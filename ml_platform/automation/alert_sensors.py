@@ -304,7 +304,13 @@ def build_alert_sensors(
         alerts = [Alert.from_json(data) for run in runs for data in pending_alerts(run)]
         state = notifier.deliver(alerts, state, context.log, now=now)
         for run in runs:
-            context.instance.add_run_tags(run.run_id, {ALERT_DELIVERY_TAG: DELIVERED})
+            try:
+                context.instance.add_run_tags(run.run_id, {ALERT_DELIVERY_TAG: DELIVERED})
+            except dg.DagsterRunNotFoundError:
+                # Deleted (the UI's Delete) while its alerts went out: they are delivered and
+                # no run is left to mark. Raised, the tick would keep no cursor, and the next
+                # would send every alert of it again.
+                context.log.info(f"run {run.run_id} was deleted as its alerts were delivered")
         summary = (
             f"{len(alerts)} alert(s) of {len(runs)} run(s) handed to the notifier, "
             f"{len(state.outbox)} awaiting delivery"
