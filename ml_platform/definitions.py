@@ -19,7 +19,7 @@ from ml_platform.automation.jobs import (
     WEEKLY_RETRAIN_JOB,
     build_ingestion_job,
 )
-from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
+from ml_platform.automation.lake_sweep import build_lake_sweep_sensors
 from ml_platform.automation.landing_sensor import build_landing_sensor
 from ml_platform.automation.schedules import build_daily_schedule, build_weekly_retrain_schedule
 from ml_platform.contracts import Contract, load_contracts
@@ -201,7 +201,7 @@ def build_definitions(
     shared = dg.Definitions(
         sensors=[
             *build_alert_sensors(minimum_interval_seconds=interval),
-            build_lake_sweep_sensor(minimum_interval_seconds=interval),
+            *build_lake_sweep_sensors(minimum_interval_seconds=interval),
         ],
         resources={
             **({"s3": s3} if s3 is not None else {}),

@@ -13,7 +13,7 @@ import yaml
 
 from ml_platform.automation.alert_sensors import ALERT_SENSORS
 from ml_platform.automation.freshness import FRESHNESS_SENSOR
-from ml_platform.automation.lake_sweep import LAKE_SWEEP_SENSOR
+from ml_platform.automation.lake_sweep import LAKE_SWEEP_CANCELED_SENSOR, LAKE_SWEEP_SENSOR
 from ml_platform.cli import main
 from ml_platform.contracts import load_contract, load_contracts
 from ml_platform.contracts.catalog import contract_file
@@ -131,6 +131,7 @@ def test_one_code_location_serves_every_bundled_dataset_under_its_own_names(monk
         dataset_name("flights", FRESHNESS_SENSOR),
         *ALERT_SENSORS,
         LAKE_SWEEP_SENSOR,
+        LAKE_SWEEP_CANCELED_SENSOR,
     }
     # Each dataset's daily job targets its own graph only.
     flights_job = loaded.resolve_job_def(dataset_name("flights", DAILY_JOB))

@@ -20,7 +20,7 @@ import textwrap
 import dagster as dg
 import pytest
 
-from ml_platform.automation.lake_sweep import build_lake_sweep_sensor
+from ml_platform.automation.lake_sweep import build_lake_sweep_sensors
 from ml_platform.platform.records import recorded_lake_keys
 from ml_platform_tests.conftest import Platform, contract_with, days_from
 from ml_platform_tests.test_backfill_range import materialize_range
@@ -128,7 +128,7 @@ def test_a_run_worker_killed_between_storing_and_recording_leaves_no_file_once_r
     failure = platform.instance.get_records_for_run(
         run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE
     ).records[0]
-    sweep = build_lake_sweep_sensor()
+    sweep = build_lake_sweep_sensors()[0]
     with dg.build_run_status_sensor_context(
         sensor_name=sweep.name,
         dagster_instance=platform.instance,

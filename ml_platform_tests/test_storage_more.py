@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 from dagster_aws.s3 import S3Resource
 
-from ml_platform.automation.lake_sweep import LakeSweepError, build_lake_sweep_sensor
+from ml_platform.automation.lake_sweep import LakeSweepError, build_lake_sweep_sensors
 from ml_platform.platform.datasets import asset_key
 from ml_platform.platform.failures import CONFIGURATION, classify_failure
 from ml_platform.platform.io_manager import LakeIOManager
@@ -185,7 +185,7 @@ def test_the_sweep_sensor_sweeps_every_asset_of_a_failed_run_when_one_cannot_be(
     failure = instance.get_records_for_run(
         run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE
     ).records[0]
-    sweep = build_lake_sweep_sensor()
+    sweep = build_lake_sweep_sensors()[0]
 
     with (
         as_nobody(),
@@ -207,3 +207,37 @@ def test_the_sweep_sensor_sweeps_every_asset_of_a_failed_run_when_one_cannot_be(
     assert f"synthetic/features ({DAY}): [Errno 13] listing " in message
     assert f"Permission denied: {closed}" in message
     assert "synthetic/validated_data" not in message
+
+
+def test_a_canceled_runs_unrecorded_files_are_swept_as_a_failed_runs(tmp_path):
+    # The UI's Terminate (its force option kills the step at once) ends a run canceled, not
+    # failed: what the step stored before recording it stayed until its days were run again.
+    instance = dg.DagsterInstance.ephemeral()
+    key = asset_key("synthetic", "features")
+    run = instance.add_run(
+        dg.DagsterRun(
+            job_name="synthetic_daily_pipeline_job",
+            run_id=str(uuid.uuid4()),
+            status=dg.DagsterRunStatus.STARTED,
+            asset_selection=frozenset([key]),
+            tags={"dagster/partition": DAY},
+        )
+    )
+    storage = LocalStorage(base_dir=str(tmp_path / "lake"))
+    storage.write_bytes(f"synthetic/features/{DAY}/{run.run_id}-0.parquet", b"rows")
+    instance.report_run_canceled(run)
+    canceled = instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.RUN_CANCELED
+    ).records[0]
+    sweep = build_lake_sweep_sensors()[1]
+
+    with dg.build_run_status_sensor_context(
+        sensor_name=sweep.name,
+        dagster_instance=instance,
+        dagster_run=instance.get_run_by_id(run.run_id),
+        dagster_event=canceled.event_log_entry.dagster_event,
+        resources={"io_manager": LakeIOManager(storage=storage)},
+    ) as context:
+        sweep(context)
+
+    assert storage.list_keys("synthetic") == []
