@@ -267,6 +267,9 @@ def test_ctrl_c_while_landing_stops_as_shells_expect_leaving_whole_files(home):
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # A pytest-xdist worker ignores SIGINT, and an ignored signal stays ignored across exec:
+        # the command gets Ctrl-C as a shell's foreground process does.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as command:
         assert command.stdout is not None
         while not command.stdout.readline().startswith("[  1/300]"):
