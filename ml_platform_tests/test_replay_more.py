@@ -13,13 +13,12 @@ import pytest
 
 from ml_platform.contracts import load_contract
 from ml_platform.contracts.model import LabelRule, LabelSpec, bundled_contracts
-from ml_platform.definitions import build_definitions
 from ml_platform.platform.datasets import asset_key
-from ml_platform.replay.assets import REPLAY_COMPARISON
 from ml_platform.replay.comparison import target_change
 from ml_platform.replay.lifecycle import promote_replay
 from ml_platform.replay.replays import ReplayError, create_replay, load_replays
 from ml_platform_tests.conftest import days_from, fill, tmpfs
+from ml_platform_tests.test_replay_shapes import compare
 
 START = dt.date(2024, 2, 1)
 LOG_AMOUNT = "  - {name: log_amount, kind: numeric, source: amount, transform: log1p}\n"
@@ -84,12 +83,6 @@ def comparison_verdict(tmp_path: Path, live_file: Path, scores: dict[str, float]
     """The verdict of the replay kept under tmp_path, served beside `live_file`'s contract."""
     live = load_contract(live_file)
     [replay] = load_replays(tmp_path / "replays", [live])
-    defs = build_definitions(
-        live,
-        landing_dir=str(tmp_path / "landing"),
-        lake_dir=str(tmp_path / "lake"),
-        replays=[replay],
-    )
     instance = dg.DagsterInstance.ephemeral()
     for dataset, score in (("flights", scores["live"]), (replay.dataset, scores["replay"])):
         for day in days_from("2013-03-01", 10):
@@ -99,14 +92,7 @@ def comparison_verdict(tmp_path: Path, live_file: Path, scores: dict[str, float]
                 metadata={"champion_roc_auc": score},
             )
             instance.report_runless_asset_event(event)
-    result = dg.materialize(
-        [*(defs.assets or [])],
-        resources=defs.resources,
-        instance=instance,
-        selection=[asset_key(replay.dataset, REPLAY_COMPARISON)],
-    )
-    [event] = result.get_asset_materialization_events()
-    return str(event.materialization.metadata["verdict"].value)
+    return str(compare(tmp_path, replay, instance, live)["metadata"]["verdict"].value)
 
 
 def flights_files(tmp_path: Path, rule: str) -> tuple[Path, Path]:

@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from ml_platform.contracts import load_contract
+from ml_platform.contracts import Contract, load_contract
 from ml_platform.contracts.model import bundled_contracts
 from ml_platform.definitions import build_definitions
 from ml_platform.platform.datasets import asset_key
@@ -75,10 +75,15 @@ def record_day(
         instance.report_runless_asset_event(event)
 
 
-def compare(tmp_path: Path, replay: Replay, instance: dg.DagsterInstance) -> dict[str, Any]:
-    """The comparison's metadata and stored JSON, materialised over the recorded days."""
+def compare(
+    tmp_path: Path, replay: Replay, instance: dg.DagsterInstance, live: Contract | None = None
+) -> dict[str, Any]:
+    """The comparison's metadata and stored JSON, materialised over the recorded days.
+
+    `live`: the live contract served beside the replay (the bundled flights by default).
+    """
     defs = build_definitions(
-        load_contract("flights"),
+        live or load_contract("flights"),
         landing_dir=str(tmp_path / "landing"),
         lake_dir=str(tmp_path / "lake"),
         replays=[replay],
