@@ -73,7 +73,7 @@ class WebhookServer(http.server.ThreadingHTTPServer):
     fail_next: int
     refused: int
     # Called on each post the receiver accepts, before it answers: what happens meanwhile.
-    on_post: Callable[[], None] | None
+    on_post: Callable[[], None] | None = None
 
     @property
     def url(self) -> str:
@@ -84,7 +84,7 @@ class WebhookServer(http.server.ThreadingHTTPServer):
 def webhook_server() -> Iterator[WebhookServer]:
     """A webhook receiver on 127.0.0.1, served from a thread while the block runs."""
     server = WebhookServer(("127.0.0.1", 0), WebhookReceiver)
-    server.received, server.fail_next, server.refused, server.on_post = [], 0, 0, None
+    server.received, server.fail_next, server.refused = [], 0, 0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
